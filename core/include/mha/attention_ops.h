@@ -1,0 +1,30 @@
+// The named steps of multi-head attention in the seeds' vocabulary (shared/seeds 000-004):
+// projection -> split_heads -> scaled dot-product attention -> combine_heads -> W^O.
+// Tensors are batch-first; "heads" layout is [B, H, L, head_dim].
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace mha {
+
+// [B, L, E] -> [B, H, L, E/H]: view then transpose (no copy).
+at::Tensor split_heads(const at::Tensor& x, int64_t num_heads);
+
+// [B, H, L, D] -> [B, L, H*D]: transpose then one contiguous copy; inverse of split_heads.
+at::Tensor combine_heads(const at::Tensor& x);
+
+// Explicit path, used when the weights are wanted: softmax(Q K^T / sqrt(D) + mask) V.
+// `mask` is additive, broadcastable to [B, H, T, S], or undefined.
+// Returns the per-head output [B, H, T, D]; `weights` receives [B, H, T, S].
+at::Tensor attention_with_weights(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& mask, at::Tensor* weights);
+
+// Fused kernel, used when no weights are wanted: at::_scaled_dot_product_attention (LibTorch 1.13)
+// or at::scaled_dot_product_attention (2.x; flash / memory-efficient attention on CUDA).
+// `mask` as above; `is_causal` only when no other mask is present (top-left aligned).
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& mask, bool is_causal);
+
+}  // namespace mha

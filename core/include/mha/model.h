@@ -1,0 +1,70 @@
+// One multi-head-attention layer ready to run: weights on their device and dtype, forward pass
+// equal to torch.nn.MultiheadAttention(batch_first=True) in eval mode.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+#include "mha/options.h"
+#include "mha/status.h"
+#include "mha/weights.h"
+
+namespace mha {
+
+// Batch-first inputs. Undefined tensors mean "absent".
+struct ForwardInputs {
+  at::Tensor query;             // [B, T, E]
+  at::Tensor key;               // [B, S, kdim]  (absent with value: self-attention)
+  at::Tensor value;             // [B, S, vdim]
+  at::Tensor key_padding_mask;  // [B, S]: bool (true = ignore) or float (additive)
+  at::Tensor attn_mask;         // [T, S] or [B*H, T, S]: bool (true = masked) or float (additive)
+  bool is_causal = false;       // adds triu(ones(T, S), 1) as -inf (top-left aligned)
+  bool need_weights = false;
+  bool average_attn_weights = true;  // weights [B, T, S] if true, per head [B, H, T, S] if false
+};
+
+struct ForwardOutputs {
+  at::Tensor output;        // [B, T, E], model dtype, model device
+  at::Tensor attn_weights;  // undefined unless need_weights
+};
+
+class MhaModel {
+ public:
+  // Checks options against the weights' shapes, resolves the device, casts the weights to the
+  // device and dtype once. Any mismatch is INVALID_ARGUMENT naming the tensor and both shapes.
+  static StatusOr<std::unique_ptr<MhaModel>> Create(const MhaOptions& options, MhaWeights weights);
+
+  // Validates shapes and dtypes (INVALID_ARGUMENT naming the field, expected and actual), moves
+  // inputs to the model's device and compute dtype, and runs the forward pass under
+  // c10::InferenceMode. LibTorch errors come back as INTERNAL, never as exceptions.
+  Status Forward(const ForwardInputs& inputs, ForwardOutputs* outputs) const;
+
+  // Shape/dtype checks only; Forward calls it first. Exposed for callers that validate early.
+  Status ValidateInputs(const ForwardInputs& inputs) const;
+
+  const MhaOptions& options() const { return options_; }
+  const std::string& device() const { return device_name_; }  // resolved, e.g. "cpu", "cuda:0"
+  // The dtype the math runs in: options().dtype, or float32 where the device lacks kernels for it.
+  DType compute_dtype() const { return compute_dtype_; }
+  int64_t parameter_count() const;
+  const MhaWeights& weights() const { return weights_; }
+
+ private:
+  MhaModel() = default;
+  void PlaceWeights(const MhaWeights& source, const c10::Device& device, at::ScalarType dtype);
+  Status ProbeKernels() const;  // one tiny forward per path in the compute dtype
+  void RunForward(const ForwardInputs& inputs, ForwardOutputs* outputs) const;  // may throw
+
+  MhaOptions options_;
+  MhaWeights weights_;
+  at::Tensor in_proj_weight_;  // [3E, E] fused q/k/v for self-attention (same_embed_dim only)
+  at::Tensor in_proj_bias_;    // [3E] or undefined
+  std::string device_name_;
+  c10::Device device_{c10::kCPU};
+  DType compute_dtype_ = DType::kFloat32;
+  at::ScalarType compute_scalar_type_ = at::kFloat;
+};
+
+}  // namespace mha

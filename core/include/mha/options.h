@@ -1,0 +1,41 @@
+// Plain option structs for the attention core. No Torch types in the option surface, so
+// callers (server flags, config.json) fill them without including LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mha/status.h"
+
+namespace mha {
+
+enum class DType { kFloat32, kFloat16, kBFloat16 };
+
+// "float32"/"fp32"/"float", "float16"/"fp16"/"half", "bfloat16"/"bf16".
+StatusOr<DType> ParseDType(const std::string& name);
+const char* DTypeName(DType dtype);  // canonical: "float32", "float16", "bfloat16"
+
+// Shape and numeric options of one multi-head-attention layer, PyTorch's
+// nn.MultiheadAttention(embed_dim, num_heads, bias, add_bias_kv, add_zero_attn, kdim, vdim).
+struct MhaOptions {
+  int64_t embed_dim = 0;
+  int64_t num_heads = 0;
+  int64_t kdim = 0;  // 0 = embed_dim
+  int64_t vdim = 0;  // 0 = embed_dim
+  bool bias = true;
+  bool add_bias_kv = false;
+  bool add_zero_attn = false;
+  DType dtype = DType::kFloat32;
+  std::string device = "auto";  // "cpu", "cuda", "cuda:N" or "auto" (CUDA when present)
+
+  int64_t head_dim() const { return num_heads > 0 ? embed_dim / num_heads : 0; }
+  int64_t key_dim() const { return kdim > 0 ? kdim : embed_dim; }
+  int64_t value_dim() const { return vdim > 0 ? vdim : embed_dim; }
+  // kdim == vdim == embed_dim: PyTorch's _qkv_same_embed_dim (packed in_proj_weight).
+  bool same_embed_dim() const { return key_dim() == embed_dim && value_dim() == embed_dim; }
+
+  // Every inconsistency as INVALID_ARGUMENT with the numbers in the message.
+  Status Validate() const;
+};
+
+}  // namespace mha

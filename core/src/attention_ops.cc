@@ -1,0 +1,45 @@
+#include "mha/attention_ops.h"
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <cmath>
+
+namespace mha {
+
+at::Tensor split_heads(const at::Tensor& x, int64_t num_heads) {
+  const int64_t batch = x.size(0), len = x.size(1), embed = x.size(2);
+  // reshape == view when possible; the q/k/v slices of a fused projection are viewable.
+  return x.reshape({batch, len, num_heads, embed / num_heads}).transpose(1, 2);
+}
+
+at::Tensor combine_heads(const at::Tensor& x) {
+  const int64_t batch = x.size(0), heads = x.size(1), len = x.size(2), head_dim = x.size(3);
+  return x.transpose(1, 2).contiguous().view({batch, len, heads * head_dim});
+}
+
+at::Tensor attention_with_weights(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& mask, at::Tensor* weights) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor scores = at::matmul(q * scale, k.transpose(-2, -1));  // [B, H, T, S]
+  if (mask.defined()) scores.add_(mask);
+  at::Tensor probs = at::softmax(scores, -1);
+  at::Tensor out = at::matmul(probs, v);
+  *weights = std::move(probs);
+  return out;
+}
+
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& mask, bool is_causal) {
+  c10::optional<at::Tensor> attn_mask;
+  if (mask.defined()) attn_mask = mask;
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, attn_mask, /*dropout_p=*/0.0, is_causal);
+#else
+  // 1.13 reads a bool mask as "keep"; callers pass additive float masks only.
+  return std::get<0>(at::_scaled_dot_product_attention(q, k, v, attn_mask, /*dropout_p=*/0.0,
+                                                       /*need_attn_weights=*/false, is_causal));
+#endif
+}
+
+}  // namespace mha

@@ -1,0 +1,219 @@
+#include "mha/model.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <spdlog/spdlog.h>
+
+#include <limits>
+
+#include "mha/attention_ops.h"
+#include "shape_checks.h"
+
+namespace mha {
+namespace {
+
+at::ScalarType ToScalarType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return at::kFloat;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+  }
+  return at::kFloat;
+}
+
+StatusOr<c10::Device> ResolveDevice(const std::string& name) {
+  if (name == "auto") return at::hasCUDA() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  try {
+    c10::Device device(name);
+    if (device.is_cuda()) {
+      if (!at::hasCUDA()) {
+        return FailedPrecondition("device '" + name +
+                                  "' requested but this LibTorch has no CUDA device available");
+      }
+      if (!device.has_index()) device.set_index(0);
+    } else if (!device.is_cpu()) {
+      return InvalidArgument("device '" + name + "' is not supported (cpu, cuda, cuda:N, auto)");
+    }
+    return device;
+  } catch (const c10::Error&) {
+    return InvalidArgument("device '" + name + "' is not a device name (cpu, cuda, cuda:N, auto)");
+  }
+}
+
+// Each present mask made additive ([.., .., T, S]), then summed; the columns that add_bias_kv /
+// add_zero_attn append are padded with zeros, as PyTorch pads attn_mask and key_padding_mask.
+at::Tensor BuildAdditiveMask(const ForwardInputs& in, bool include_causal, int64_t batch,
+                             int64_t heads, int64_t extra_keys, const at::TensorOptions& opts) {
+  const int64_t tgt = in.query.size(1);
+  const int64_t src = in.key.defined() ? in.key.size(1) : tgt;
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  auto additive = [&](const at::Tensor& m) {
+    at::Tensor on_device = m.to(opts.device());
+    if (m.scalar_type() == at::kBool) return at::zeros(m.sizes(), opts).masked_fill_(on_device, neg_inf);
+    return on_device.to(opts.dtype());
+  };
+  at::Tensor mask;
+  auto add = [&mask](at::Tensor term) { mask = mask.defined() ? mask + term : std::move(term); };
+  if (in.attn_mask.defined()) {
+    at::Tensor a = additive(in.attn_mask);
+    add(in.attn_mask.dim() == 2 ? a.view({1, 1, tgt, src}) : a.view({batch, heads, tgt, src}));
+  }
+  if (in.key_padding_mask.defined()) add(additive(in.key_padding_mask).view({batch, 1, 1, src}));
+  if (include_causal) add(at::full({tgt, src}, neg_inf, opts).triu(1).view({1, 1, tgt, src}));
+  if (mask.defined() && extra_keys > 0) mask = at::constant_pad_nd(mask, {0, extra_keys}, 0);
+  return mask;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<MhaModel>> MhaModel::Create(const MhaOptions& options,
+                                                     MhaWeights weights) {
+  MHA_RETURN_IF_ERROR(options.Validate());
+  MHA_RETURN_IF_ERROR(CheckWeightShapes(options, weights));
+  auto device = ResolveDevice(options.device);
+  if (!device.ok()) return device.status();
+
+  std::unique_ptr<MhaModel> model(new MhaModel());
+  model->options_ = options;
+  model->device_name_ = device->str();
+  model->compute_dtype_ = options.dtype;
+  try {
+    c10::InferenceMode guard;
+    model->PlaceWeights(weights, *device, ToScalarType(options.dtype));
+    if (options.dtype != DType::kFloat32 && !model->ProbeKernels().ok()) {
+      // LibTorch 1.13 on CPU lacks some half-precision kernels (addmm for float16): compute in
+      // float32 and cast the outputs back, rather than failing every request.
+      spdlog::warn("{} kernels missing on {}: computing in float32, outputs cast to {}",
+                   DTypeName(options.dtype), model->device_name_, DTypeName(options.dtype));
+      model->compute_dtype_ = DType::kFloat32;
+      model->PlaceWeights(weights, *device, at::kFloat);
+    }
+  } catch (const c10::Error& e) {
+    return Internal("placing weights on " + model->device_name_ + ": " + e.what_without_backtrace());
+  }
+  return model;
+}
+
+void MhaModel::PlaceWeights(const MhaWeights& source, const c10::Device& device,
+                            at::ScalarType dtype) {
+  auto place = [&](const at::Tensor& t) {
+    return t.defined() ? t.to(device, dtype).contiguous() : at::Tensor();
+  };
+  const MhaWeights& w = source;
+  weights_ = MhaWeights{place(w.q_weight), place(w.k_weight), place(w.v_weight),
+                        place(w.q_bias),   place(w.k_bias),   place(w.v_bias),
+                        place(w.out_weight), place(w.out_bias), place(w.bias_k),
+                        place(w.bias_v)};
+  in_proj_weight_ = at::Tensor();
+  in_proj_bias_ = at::Tensor();
+  if (options_.same_embed_dim()) {
+    // One GEMM for q, k and v in self-attention (seeds 001/002); q/k/v become views into it.
+    const int64_t e = options_.embed_dim;
+    in_proj_weight_ = at::cat({weights_.q_weight, weights_.k_weight, weights_.v_weight}, 0);
+    weights_.q_weight = in_proj_weight_.narrow(0, 0, e);
+    weights_.k_weight = in_proj_weight_.narrow(0, e, e);
+    weights_.v_weight = in_proj_weight_.narrow(0, 2 * e, e);
+    if (weights_.q_bias.defined()) {
+      in_proj_bias_ = at::cat({weights_.q_bias, weights_.k_bias, weights_.v_bias}, 0);
+      weights_.q_bias = in_proj_bias_.narrow(0, 0, e);
+      weights_.k_bias = in_proj_bias_.narrow(0, e, e);
+      weights_.v_bias = in_proj_bias_.narrow(0, 2 * e, e);
+    }
+  }
+  compute_scalar_type_ = dtype;
+  device_ = device;
+}
+
+Status MhaModel::ProbeKernels() const {
+  ForwardInputs probe;
+  probe.query = at::zeros({1, 2, options_.embed_dim});
+  if (!options_.same_embed_dim()) {
+    probe.key = at::zeros({1, 2, options_.key_dim()});
+    probe.value = at::zeros({1, 2, options_.value_dim()});
+  }
+  ForwardOutputs out;
+  for (bool need_weights : {false, true}) {
+    probe.need_weights = need_weights;
+    MHA_RETURN_IF_ERROR(Forward(probe, &out));
+  }
+  return Status::Ok();
+}
+
+Status MhaModel::ValidateInputs(const ForwardInputs& inputs) const {
+  return CheckForwardInputs(options_, inputs);
+}
+
+Status MhaModel::Forward(const ForwardInputs& in, ForwardOutputs* out) const {
+  MHA_RETURN_IF_ERROR(ValidateInputs(in));
+  try {
+    c10::InferenceMode guard;
+    RunForward(in, out);
+  } catch (const c10::Error& e) {
+    return Internal(std::string("forward pass failed: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Internal(std::string("forward pass failed: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
+  const auto opts = at::TensorOptions().device(device_).dtype(compute_scalar_type_);
+  auto to_compute = [&](const at::Tensor& t) { return t.to(device_, compute_scalar_type_); };
+  const int64_t batch = in.query.size(0), heads = options_.num_heads, embed = options_.embed_dim;
+  const MhaWeights& w = weights_;
+
+  // Projection: one fused GEMM for self-attention, separate GEMMs for cross-attention.
+  at::Tensor query = to_compute(in.query), q, k, v;
+  if (!in.key.defined() && in_proj_weight_.defined()) {
+    std::vector<at::Tensor> qkv = at::linear(query, in_proj_weight_, in_proj_bias_).chunk(3, -1);
+    q = qkv[0], k = qkv[1], v = qkv[2];
+  } else {
+    at::Tensor key = in.key.defined() ? to_compute(in.key) : query;
+    at::Tensor value = in.value.defined() ? to_compute(in.value) : query;
+    q = at::linear(query, w.q_weight, w.q_bias);
+    k = at::linear(key, w.k_weight, w.k_bias);
+    v = at::linear(value, w.v_weight, w.v_bias);
+  }
+  if (options_.add_bias_kv) {
+    k = at::cat({k, w.bias_k.expand({batch, 1, embed})}, 1);
+    v = at::cat({v, w.bias_v.expand({batch, 1, embed})}, 1);
+  }
+  at::Tensor qh = split_heads(q, heads), kh = split_heads(k, heads), vh = split_heads(v, heads);
+  if (options_.add_zero_attn) {
+    at::Tensor zeros = at::zeros({batch, heads, 1, options_.head_dim()}, opts);
+    kh = at::cat({kh, zeros}, 2);
+    vh = at::cat({vh, zeros}, 2);
+  }
+  const int64_t extra_keys = (options_.add_bias_kv ? 1 : 0) + (options_.add_zero_attn ? 1 : 0);
+  const bool has_other_mask = in.attn_mask.defined() || in.key_padding_mask.defined();
+  // The fused kernel applies causality itself when it is the only mask and no key was appended.
+  const bool kernel_causal =
+      !in.need_weights && in.is_causal && !has_other_mask && extra_keys == 0;
+  at::Tensor mask = BuildAdditiveMask(in, in.is_causal && !kernel_causal, batch, heads,
+                                      extra_keys, opts);
+
+  at::Tensor attn_weights, per_head;
+  if (in.need_weights) {
+    per_head = attention_with_weights(qh, kh, vh, mask, &attn_weights);
+  } else {
+    per_head = fused_attention(qh, kh, vh, mask, kernel_causal);
+  }
+  at::Tensor output = at::linear(combine_heads(per_head), w.out_weight, w.out_bias);
+
+  if (in.need_weights && in.average_attn_weights) attn_weights = attn_weights.sum(1) / heads;
+  const at::ScalarType out_type = ToScalarType(options_.dtype);
+  out->output = output.to(out_type);
+  out->attn_weights = in.need_weights ? attn_weights.to(out_type) : at::Tensor();
+}
+
+int64_t MhaModel::parameter_count() const {
+  int64_t count = 0;
+  const MhaWeights& w = weights_;
+  for (const at::Tensor* t : {&w.q_weight, &w.k_weight, &w.v_weight, &w.q_bias, &w.k_bias,
+                              &w.v_bias, &w.out_weight, &w.out_bias, &w.bias_k, &w.bias_v}) {
+    if (t->defined()) count += t->numel();
+  }
+  return count;
+}
+
+}  // namespace mha

@@ -1,0 +1,21 @@
+// Shape and dtype checks run before any tensor op: every failure is INVALID_ARGUMENT naming the
+// field, what was expected and what was given.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+#include "mha/model.h"
+#include "mha/options.h"
+#include "mha/status.h"
+#include "mha/weights.h"
+
+namespace mha {
+
+std::string ShapeString(c10::IntArrayRef sizes);  // "[2, 5, 16]"
+
+Status CheckWeightShapes(const MhaOptions& options, const MhaWeights& weights);
+Status CheckForwardInputs(const MhaOptions& options, const ForwardInputs& inputs);
+
+}  // namespace mha

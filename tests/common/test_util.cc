@@ -1,0 +1,114 @@
+#include "test_util.h"
+
+#include <ATen/ATen.h>
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "mha/loader.h"
+
+namespace mha::testing {
+namespace {
+
+at::Tensor AsDouble(const at::Tensor& t) { return t.detach().to(at::kCPU).to(at::kDouble); }
+
+bool SameShape(const at::Tensor& a, const at::Tensor& b) { return a.sizes().equals(b.sizes()); }
+
+StatusOr<nlohmann::json> ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot open " + path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    return InvalidArgument(path + ": " + e.what());
+  }
+}
+
+std::string ShapeString(const at::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+}  // namespace
+
+double MaxAbsDiff(const at::Tensor& actual, const at::Tensor& expected) {
+  if (!actual.defined() || !expected.defined() || !SameShape(actual, expected)) {
+    return std::numeric_limits<double>::infinity();
+  }
+  at::Tensor a = AsDouble(actual), e = AsDouble(expected);
+  if (!at::equal(at::isnan(a), at::isnan(e))) return std::numeric_limits<double>::infinity();
+  if (a.numel() == 0) return 0.0;
+  at::Tensor finite = ~at::isnan(e);
+  return (a - e).abs().masked_select(finite).max().item<double>();
+}
+
+double RelativeError(const at::Tensor& actual, const at::Tensor& expected) {
+  if (!actual.defined() || !expected.defined() || !SameShape(actual, expected)) {
+    return std::numeric_limits<double>::infinity();
+  }
+  at::Tensor a = AsDouble(actual), e = AsDouble(expected);
+  if (a.numel() == 0) return 0.0;
+  return ((a - e).norm() / e.norm().clamp_min(1e-30)).item<double>();
+}
+
+::testing::AssertionResult TensorsNear(const at::Tensor& actual, const at::Tensor& expected,
+                                       double atol) {
+  if (!actual.defined() || !expected.defined()) {
+    return ::testing::AssertionFailure()
+           << "undefined tensor (actual defined: " << actual.defined()
+           << ", expected defined: " << expected.defined() << ")";
+  }
+  if (!SameShape(actual, expected)) {
+    return ::testing::AssertionFailure() << "shape " << ShapeString(actual) << " != expected "
+                                         << ShapeString(expected);
+  }
+  const double diff = MaxAbsDiff(actual, expected);
+  if (diff <= atol) return ::testing::AssertionSuccess() << "max abs diff " << diff;
+  return ::testing::AssertionFailure() << "max abs diff " << diff << " > " << atol << " (shape "
+                                       << ShapeString(actual) << ")";
+}
+
+std::string FixturePath(const std::string& relative) {
+  return std::string(MHA_FIXTURES_DIR) + "/" + relative;
+}
+
+std::vector<std::string> FixtureCaseNames() {
+  auto index = ReadJson(FixturePath("cases/index.json"));
+  if (!index.ok()) return {};
+  return index.value().at("cases").get<std::vector<std::string>>();
+}
+
+StatusOr<FixtureCase> LoadFixtureCase(const std::string& name) {
+  FixtureCase c;
+  c.name = name;
+  c.dir = FixturePath("cases/" + name);
+  auto meta = ReadJson(c.dir + "/case.json");
+  if (!meta.ok()) return meta.status();
+  c.meta = std::move(meta.value());
+  c.weights_path = c.dir + "/" + c.meta.at("weights_file").get<std::string>();
+
+  auto io = ReadSafetensors(c.dir + "/io.safetensors");
+  if (!io.ok()) return io.status();
+  auto get = [&](const char* key) {
+    auto it = io->find(key);
+    return it == io->end() ? at::Tensor() : it->second;
+  };
+  c.inputs.query = get("query");
+  c.inputs.key = get("key");
+  c.inputs.value = get("value");
+  c.inputs.key_padding_mask = get("key_padding_mask");
+  c.inputs.attn_mask = get("attn_mask");
+  c.inputs.is_causal = c.meta.value("is_causal", false);
+  c.inputs.need_weights = c.meta.value("need_weights", false);
+  c.inputs.average_attn_weights = c.meta.value("average_attn_weights", true);
+  c.expected_output = get("output");
+  c.expected_weights = get("attn_weights");
+  if (!c.inputs.query.defined() || !c.expected_output.defined()) {
+    return InvalidArgument(c.dir + "/io.safetensors lacks query or output");
+  }
+  return c;
+}
+
+}  // namespace mha::testing
