@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages mha-serve needs, only those missing. Idempotent.
+#   scripts/install-deps.sh build   # compiler, CMake, gRPC, LibTorch, ... (enough to build and serve)
+#   scripts/install-deps.sh test    # build + what the test suite runs against (PyTorch, Prometheus)
+# Runs apt-get as root, or through sudo when not root.
+set -euo pipefail
+
+build_pkgs=(
+  g++ cmake ninja-build pkg-config ca-certificates
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libtorch-dev libopenblas0-pthread libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev
+  libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+)
+test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps)
+
+mode=${1:-build}
+case "$mode" in
+  build) wanted=("${build_pkgs[@]}") ;;
+  test) wanted=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  *) echo "usage: $0 [build|test]" >&2; exit 2 ;;
+esac
+
+missing=()
+for pkg in "${wanted[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#wanted[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "install-deps: missing ${missing[*]}; run as root or install sudo" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
