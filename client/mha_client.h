@@ -1,0 +1,102 @@
+// mha_client: a typed C++ client for mha.v1.AttentionService (and grpc.health.v1.Health).
+// Tensors go in and come out as at::Tensor (CPU); every call has a deadline; errors come back as
+// mha::Status with the server's code and message.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "mha/model.h"
+#include "mha/status.h"
+#include "mha/v1/attention.grpc.pb.h"
+
+namespace mha::client {
+
+struct ClientOptions {
+  std::string target = "localhost:8500";
+  std::chrono::milliseconds timeout{30000};  // per call (a whole stream for ForwardStream)
+};
+
+struct ForwardOptions {
+  std::string model;                         // "" = the server's default model
+  std::optional<bool> average_attn_weights;  // unset = server default (true, as PyTorch)
+  v1::DataType output_dtype = v1::DATA_TYPE_UNSPECIFIED;
+  std::optional<std::chrono::milliseconds> timeout;  // unset = ClientOptions::timeout
+  std::string request_id;                            // sent as x-request-id when not empty
+};
+
+struct ForwardResult {
+  at::Tensor output;        // [B, T, E]
+  at::Tensor attn_weights;  // undefined unless need_weights
+  std::string model;
+  std::string model_version;
+  std::string request_id;  // echoed by the server (initial metadata)
+  int64_t queue_us = 0;
+  int64_t compute_us = 0;
+};
+
+// ForwardInputs (flags included: is_causal, need_weights, average_attn_weights) -> request.
+// average_attn_weights is always sent explicitly; options.average_attn_weights overrides it.
+StatusOr<v1::ForwardRequest> MakeForwardRequest(const ForwardInputs& inputs,
+                                                const ForwardOptions& options);
+StatusOr<ForwardResult> ParseForwardResponse(const v1::ForwardResponse& response);
+
+class AttentionClient {
+ public:
+  explicit AttentionClient(ClientOptions options);
+
+  StatusOr<v1::ListModelsResponse> ListModels();
+  StatusOr<v1::ModelInfo> GetModel(const std::string& name);
+
+  StatusOr<ForwardResult> Forward(const ForwardInputs& inputs, const ForwardOptions& options = {});
+  // The raw call, for callers that build requests themselves. `request_id` receives the echo.
+  StatusOr<v1::ForwardResponse> ForwardRaw(const v1::ForwardRequest& request,
+                                           std::optional<std::chrono::milliseconds> timeout = {},
+                                           std::string* request_id = nullptr);
+
+  // Non-blocking: `done` runs on a gRPC thread with the status and the filled `response`.
+  // The caller owns `context` (fresh for each call; deadline set here), `request` and `response`,
+  // keeps them alive until `done` has run, and destroys the context only after that.
+  void ForwardAsync(grpc::ClientContext* context, const v1::ForwardRequest* request,
+                    v1::ForwardResponse* response, std::chrono::milliseconds timeout,
+                    std::function<void(grpc::Status)> done);
+
+  void GetModelAsync(grpc::ClientContext* context, const v1::GetModelRequest* request,
+                     v1::ModelInfo* response, std::chrono::milliseconds timeout,
+                     std::function<void(grpc::Status)> done);
+
+  // Sends every request on one stream (a writer thread) and collects the answers in order. On
+  // failure `responses` holds the answers received before the stream ended.
+  Status ForwardStreamRaw(const std::vector<v1::ForwardRequest>& requests,
+                          std::vector<v1::ForwardResponse>* responses,
+                          std::optional<std::chrono::milliseconds> timeout = {});
+  StatusOr<std::vector<ForwardResult>> ForwardStream(const std::vector<ForwardInputs>& inputs,
+                                                     const ForwardOptions& options = {});
+
+  // grpc.health.v1.Health/Check: SERVING, NOT_SERVING, ... ("" = the whole server).
+  StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
+      const std::string& service = "");
+
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  void Prepare(grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout,
+               const std::string& request_id = "") const;
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::AttentionService::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+}  // namespace mha::client

@@ -1,0 +1,64 @@
+// The runner interface between the RPC handlers and the compute. The handler builds an
+// InferenceTask and calls Submit; it never knows what is behind it (DirectRunner today, a dynamic
+// batcher wrapping the same interface next).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "mha/model.h"
+#include "mha/status.h"
+
+namespace mha::serve {
+
+using Clock = std::chrono::steady_clock;
+
+struct InferenceTask {
+  std::shared_ptr<const MhaModel> model;
+  std::string model_name;  // for logs (and, later, batching keys)
+  // Already validated by the handler (Forward validates again). The tensors may borrow the
+  // request's bytes: a runner drops the task before it calls `done` (after which the call, and
+  // the request with it, may be gone) and never writes to the inputs.
+  ForwardInputs inputs;
+  Clock::time_point deadline = Clock::time_point::max();
+  std::function<bool()> is_cancelled;  // empty = never cancelled; must be cheap and thread-safe
+  Clock::time_point enqueue_time = Clock::now();
+  std::string request_id;
+};
+
+struct InferenceResult {
+  Status status;
+  ForwardOutputs outputs;  // set when status is OK
+  int64_t queue_us = 0;    // enqueue -> compute start (or -> drop)
+  int64_t compute_us = 0;  // Forward itself
+};
+
+using DoneCallback = std::function<void(InferenceResult)>;
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  // Calls `done` exactly once, on some thread: inline on the caller's thread when the task is
+  // refused at once (RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE after Shutdown),
+  // otherwise on a worker once the forward pass ran or the task was dropped (DEADLINE_EXCEEDED,
+  // CANCELLED). `done` must not block for long and must not throw.
+  virtual void Submit(InferenceTask task, DoneCallback done) = 0;
+
+  // Stops accepting, completes every accepted task, joins the workers. Idempotent.
+  virtual void Shutdown() = 0;
+
+  // Tasks waiting for a worker right now.
+  virtual size_t queue_depth() const = 0;
+};
+
+// Microseconds between two steady-clock points (0 if negative).
+inline int64_t MicrosBetween(Clock::time_point from, Clock::time_point to) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
+  return us > 0 ? us : 0;
+}
+
+}  // namespace mha::serve

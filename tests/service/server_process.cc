@@ -1,0 +1,210 @@
+#include "server_process.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "mha_client.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace mha::testing {
+namespace {
+
+int DecodeWaitStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/mha-svc-test-XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp failed for " << pattern;
+    return;
+  }
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+ModelRepositoryDir::ModelRepositoryDir(const std::vector<std::string>& cases,
+                                       const std::string& broken_fixture) {
+  for (const auto& name : cases) {
+    std::error_code ec;
+    fs::create_directory_symlink(FixturePath("cases/" + name), fs::path(path()) / name, ec);
+    if (ec) ADD_FAILURE() << "cannot link fixture case " << name << ": " << ec.message();
+  }
+  if (!broken_fixture.empty()) {
+    const fs::path broken = fs::path(path()) / "broken";
+    std::error_code ec;
+    fs::create_directory(broken, ec);
+    fs::copy(FixturePath("bad/" + broken_fixture), broken, fs::copy_options::recursive, ec);
+    if (ec) ADD_FAILURE() << "cannot copy bad fixture " << broken_fixture << ": " << ec.message();
+  }
+}
+
+std::string ServerProcess::BinaryPath() { return MHA_SERVER_BINARY; }
+
+int ServerProcess::PickFreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+::testing::AssertionResult ServerProcess::Start(const std::vector<std::string>& args,
+                                                bool wait_until_serving,
+                                                const std::map<std::string, std::string>& env,
+                                                std::chrono::seconds timeout) {
+  if (running()) return ::testing::AssertionFailure() << "server already running";
+  const std::string port_file = work_dir() + "/port";
+  const std::string log_file = work_dir() + "/server.log";
+  std::vector<std::string> argv_strings = {BinaryPath(), "--port-file", port_file};
+  bool has_address = false;
+  for (const auto& a : args) has_address = has_address || a == "--grpc-address";
+  if (!has_address) argv_strings.insert(argv_strings.end(), {"--grpc-address", "127.0.0.1:0"});
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  // The environment is built here: between fork and exec only async-signal-safe calls.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (env.count(entry.substr(0, entry.find('='))) == 0) env_strings.push_back(entry);
+  }
+  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return ::testing::AssertionFailure() << "fork failed";
+  if (pid == 0) {
+    // Child: die with the test process; output to the log file.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    const int fd = open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  pid_ = pid;
+  if (!wait_until_serving) return ::testing::AssertionSuccess();
+
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      exit_code_ = DecodeWaitStatus(status);
+      return ::testing::AssertionFailure()
+             << "mha-server exited with " << exit_code_ << " before serving; log:\n"
+             << log();
+    }
+    const std::string text = ReadFile(port_file);
+    if (!text.empty() && text.back() == '\n') {
+      port_ = std::atoi(text.c_str());
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  if (port_ <= 0) {
+    return ::testing::AssertionFailure() << "no port file after " << timeout.count() << " s; log:\n"
+                                         << log();
+  }
+  client::AttentionClient client({target(), std::chrono::milliseconds(5000)});
+  auto health = client.CheckHealth("");
+  if (!health.ok() || *health != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return ::testing::AssertionFailure()
+           << "port file written but health is not SERVING ("
+           << (health.ok() ? std::to_string(*health) : health.status().ToString()) << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void ServerProcess::Signal(int signal) const {
+  if (pid_ > 0) kill(pid_, signal);
+}
+
+int ServerProcess::WaitForExit(std::chrono::seconds timeout) {
+  if (pid_ <= 0) return exit_code_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) break;
+    if (r < 0) {
+      pid_ = -1;
+      return -1;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ADD_FAILURE() << "mha-server (pid " << pid_ << ") did not exit in " << timeout.count()
+                    << " s; SIGKILL. Log:\n"
+                    << log();
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  pid_ = -1;
+  exit_code_ = DecodeWaitStatus(status);
+  return exit_code_;
+}
+
+int ServerProcess::Stop(int signal, std::chrono::seconds timeout) {
+  if (pid_ <= 0) return exit_code_;
+  Signal(signal);
+  return WaitForExit(timeout);
+}
+
+ServerProcess::~ServerProcess() {
+  if (running()) Stop(SIGTERM, std::chrono::seconds(30));
+}
+
+std::string ServerProcess::log() const { return ReadFile(work_dir() + "/server.log"); }
+
+}  // namespace mha::testing

@@ -1,0 +1,113 @@
+// Helpers shared by the service tests: wire tensors built by hand (to send malformed ones on
+// purpose), fixture inputs as client requests, and the "server still answers" check.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mha_client.h"
+#include "server_process.h"
+#include "tensor_codec.h"
+#include "test_util.h"
+
+namespace mha::testing {
+
+// A FLOAT32 wire tensor of `shape` (all elements `value`); `bytes` overrides the data size.
+inline v1::Tensor WireFloat(const std::vector<int64_t>& shape, float value = 0.5f,
+                            int64_t bytes = -1) {
+  v1::Tensor t;
+  t.set_dtype(v1::FLOAT32);
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    t.add_shape(d);
+    n *= d;
+  }
+  std::vector<float> data(static_cast<size_t>(n > 0 ? n : 0), value);
+  std::string raw(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
+  if (bytes >= 0) raw.resize(static_cast<size_t>(bytes));
+  t.set_data(raw);
+  return t;
+}
+
+inline v1::Tensor WireBool(const std::vector<int64_t>& shape, unsigned char value = 0) {
+  v1::Tensor t;
+  t.set_dtype(v1::BOOL);
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    t.add_shape(d);
+    n *= d;
+  }
+  t.set_data(std::string(static_cast<size_t>(n), static_cast<char>(value)));
+  return t;
+}
+
+// Self-attention request for a model with embed dim `e`.
+inline v1::ForwardRequest SelfAttentionRequest(const std::string& model, int64_t b, int64_t t,
+                                               int64_t e) {
+  v1::ForwardRequest r;
+  r.set_model(model);
+  *r.mutable_query() = WireFloat({b, t, e});
+  return r;
+}
+
+// The fixture case's inputs and flags as a request for model `model`.
+inline v1::ForwardRequest CaseRequest(const FixtureCase& c, const std::string& model) {
+  client::ForwardOptions options;
+  options.model = model;
+  auto request = client::MakeForwardRequest(c.inputs, options);
+  EXPECT_TRUE(request.ok()) << request.status().ToString();
+  return request.ok() ? request.value() : v1::ForwardRequest();
+}
+
+// The answer to `c` (decoded) matches PyTorch's expected output/weights within atol.
+inline void ExpectMatchesCase(const v1::ForwardResponse& response, const FixtureCase& c,
+                              double atol = 1e-5) {
+  auto result = client::ParseForwardResponse(response);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(TensorsNear(result->output, c.expected_output, atol)) << c.name << " output";
+  if (c.inputs.need_weights) {
+    EXPECT_TRUE(TensorsNear(result->attn_weights, c.expected_weights, atol))
+        << c.name << " attn_weights";
+  } else {
+    EXPECT_FALSE(response.has_attn_weights()) << c.name << ": weights sent though not asked for";
+  }
+}
+
+}  // namespace mha::testing
+
+namespace mha::testing {
+
+// One mha-server (and its repository) shared by the tests of a suite: started in
+// SetUpTestSuite, stopped in TearDownTestSuite (which also checks the clean exit code 0).
+struct SharedServer {
+  std::unique_ptr<ModelRepositoryDir> repository;
+  std::unique_ptr<ServerProcess> server;
+  std::string error;
+
+  void Start(const std::vector<std::string>& cases, const std::string& broken,
+             std::vector<std::string> args) {
+    repository = std::make_unique<ModelRepositoryDir>(cases, broken);
+    args.insert(args.begin(), {"--model-repository", repository->path()});
+    server = std::make_unique<ServerProcess>();
+    auto started = server->Start(args);
+    if (!started) error = started.message();
+  }
+  void Stop() {
+    if (server && server->running()) {
+      const int code = server->Stop();
+      EXPECT_EQ(code, 0) << "mha-server did not exit cleanly on SIGTERM; log:\n" << server->log();
+    }
+    server.reset();
+    repository.reset();
+  }
+  std::unique_ptr<client::AttentionClient> Client(int timeout_ms = 60000) const {
+    return std::make_unique<client::AttentionClient>(
+        client::ClientOptions{server->target(), std::chrono::milliseconds(timeout_ms)});
+  }
+};
+
+}  // namespace mha::testing
