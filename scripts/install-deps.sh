@@ -11,7 +11,10 @@ build_pkgs=(
   libtorch-dev libopenblas0-pthread libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
 )
-test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps)
+test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps python3-yaml)
+# kubectl (kustomize) for tests/deploy, unless one is installed already: dpkg refuses a second
+# owner of /usr/bin/kubectl.
+command -v kubectl >/dev/null || test_pkgs+=(kubernetes-client)
 
 mode=${1:-build}
 case "$mode" in
