@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "mha/attention_ops.h"
 #include "mha/model.h"
 #include "mha/runtime.h"
 
@@ -81,6 +82,22 @@ void BM_Forward(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Forward)->ArgName("need_weights")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The attention step alone, [B, H, T, D] = [8, 8, 128, 64]: the fused kernel against the explicit
+// softmax path, to show what each costs on this LibTorch and device.
+void BM_AttentionStep(benchmark::State& state) {
+  const bool fused = state.range(0) != 0;
+  const int64_t d = kEmbed / kHeads;
+  at::Tensor q = at::randn({kBatch, kHeads, kSeq, d}), k = at::randn({kBatch, kHeads, kSeq, d}),
+             v = at::randn({kBatch, kHeads, kSeq, d});
+  at::Tensor weights;
+  for (auto _ : state) {
+    at::Tensor out = fused ? mha::fused_attention(q, k, v, at::Tensor(), false)
+                           : mha::attention_with_weights(q, k, v, at::Tensor(), &weights);
+    Synchronize(out);
+  }
+}
+BENCHMARK(BM_AttentionStep)->ArgName("fused")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The reference rate: a 1024^2 matmul on the same device and dtype as the model.
 void BM_Matmul1024(benchmark::State& state) {

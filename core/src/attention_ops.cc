@@ -42,4 +42,12 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 #endif
 }
 
+bool fused_kernel_preferred(const at::Tensor& q) {
+#if TORCH_VERSION_MAJOR >= 2
+  return true;
+#else
+  return q.is_cuda();
+#endif
+}
+
 }  // namespace mha

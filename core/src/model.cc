@@ -185,18 +185,18 @@ void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
     vh = at::cat({vh, zeros}, 2);
   }
   const int64_t extra_keys = (options_.add_bias_kv ? 1 : 0) + (options_.add_zero_attn ? 1 : 0);
+  const bool use_kernel = !in.need_weights && fused_kernel_preferred(qh);
   const bool has_other_mask = in.attn_mask.defined() || in.key_padding_mask.defined();
   // The fused kernel applies causality itself when it is the only mask and no key was appended.
-  const bool kernel_causal =
-      !in.need_weights && in.is_causal && !has_other_mask && extra_keys == 0;
+  const bool kernel_causal = use_kernel && in.is_causal && !has_other_mask && extra_keys == 0;
   at::Tensor mask = BuildAdditiveMask(in, in.is_causal && !kernel_causal, batch, heads,
                                       extra_keys, opts);
 
   at::Tensor attn_weights, per_head;
-  if (in.need_weights) {
-    per_head = attention_with_weights(qh, kh, vh, mask, &attn_weights);
-  } else {
+  if (use_kernel) {
     per_head = fused_attention(qh, kh, vh, mask, kernel_causal);
+  } else {
+    per_head = attention_with_weights(qh, kh, vh, mask, &attn_weights);
   }
   at::Tensor output = at::linear(combine_heads(per_head), w.out_weight, w.out_bias);
 

@@ -27,4 +27,11 @@ at::Tensor attention_with_weights(const at::Tensor& q, const at::Tensor& k, cons
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& mask, bool is_causal);
 
+// Whether the fused kernel is the faster choice for tensors like `q`. True on LibTorch 2.x and on
+// CUDA. False on LibTorch 1.13's CPU build, whose "fused" op is a composite of the same matmul /
+// softmax steps plus copies: measured ~30% slower than attention_with_weights at
+// [8, 8, 128, 64] (bench/mha_core_bench BM_AttentionStep), so there the explicit path runs and
+// its weights are dropped.
+bool fused_kernel_preferred(const at::Tensor& q);
+
 }  // namespace mha
