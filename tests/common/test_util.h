@@ -25,6 +25,23 @@ double RelativeError(const at::Tensor& actual, const at::Tensor& expected);
 ::testing::AssertionResult TensorsNear(const at::Tensor& actual, const at::Tensor& expected,
                                        double atol);
 
+// EXPECT_TRUE(Contains(message, part)) with both strings in the failure message.
+::testing::AssertionResult Contains(const std::string& text, const std::string& part);
+
+// A fresh folder under $TMPDIR (or /tmp), removed with everything in it by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
 // Absolute path of a file under tests/fixtures.
 std::string FixturePath(const std::string& relative);
 

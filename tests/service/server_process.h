@@ -12,20 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 namespace mha::testing {
-
-// A fresh folder under $TMPDIR (or /tmp), removed with everything in it by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // A model repository: symlinks to fixture case folders, plus copies of broken ones.
 class ModelRepositoryDir {

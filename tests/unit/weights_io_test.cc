@@ -6,38 +6,17 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "mha/loader.h"
+#include "test_util.h"
 
 namespace mha {
 namespace {
 
 namespace fs = std::filesystem;
 
-// EXPECT_TRUE(Contains(message, part)) with both strings in the failure message.
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
-}
-
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("mha_weights_io_test_" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing::Contains;
+using testing::TempDir;
 
 TEST(Safetensors, RoundTripsEveryDType) {
   TempDir dir;
