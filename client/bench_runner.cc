@@ -1,69 +1,49 @@
 #include "bench_runner.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
-#include <climits>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
 #include <vector>
 
-#include "status_convert.h"
+#include "bench_tally.h"
 
 namespace mha::client {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
-  return sorted[std::min(sorted.size() - 1, rank > 0 ? rank - 1 : 0)];
+// Serialized once: every call sends the same bytes (the server still parses each one).
+std::vector<grpc::ByteBuffer> Serialize(const std::vector<v1::ForwardRequest>& requests) {
+  std::vector<grpc::ByteBuffer> buffers;
+  for (const auto& request : requests) {
+    const std::string bytes = request.SerializeAsString();
+    grpc::Slice slice(bytes);
+    buffers.emplace_back(&slice, 1);
+  }
+  return buffers;
 }
 
-// queue_us and compute_us of a serialized ForwardResponse, reading nothing else: the tensors
-// are skipped in place (no copy), which keeps the load generator light on a shared box.
-bool ReadTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* compute_us) {
-  grpc::ProtoBufferReader reader(buffer);
-  google::protobuf::io::CodedInputStream input(&reader);
-  input.SetTotalBytesLimit(INT_MAX);
-  using google::protobuf::internal::WireFormatLite;
-  const uint32_t queue_tag = WireFormatLite::MakeTag(v1::ForwardResponse::kQueueUsFieldNumber,
-                                                     WireFormatLite::WIRETYPE_VARINT);
-  const uint32_t compute_tag = WireFormatLite::MakeTag(v1::ForwardResponse::kComputeUsFieldNumber,
-                                                       WireFormatLite::WIRETYPE_VARINT);
-  for (uint32_t tag = input.ReadTag(); tag != 0; tag = input.ReadTag()) {
-    uint64_t value = 0;
-    if (tag == queue_tag || tag == compute_tag) {
-      if (!input.ReadVarint64(&value)) return false;
-      *(tag == queue_tag ? queue_us : compute_us) = static_cast<int64_t>(value);
-    } else if (!WireFormatLite::SkipField(&input, tag)) {
-      return false;
-    }
-  }
-  return true;
-}
+constexpr char kForwardMethod[] = "/mha.v1.AttentionService/Forward";
 
 class ClosedLoop {
  public:
-  ClosedLoop(AttentionClient& client, const v1::ForwardRequest& request,
+  ClosedLoop(AttentionClient& client, const std::vector<v1::ForwardRequest>& requests,
              const BenchOptions& options)
       : client_(client),
         generic_(client.channel()),
         options_(options),
-        lanes_(options.concurrency) {
-    ping_request_.set_name(request.model());
-    // Serialized once: every call sends the same bytes (the server still parses each one).
-    const std::string bytes = request.SerializeAsString();
-    grpc::Slice slice(bytes);
-    request_bytes_ = grpc::ByteBuffer(&slice, 1);
+        lanes_(options.concurrency),
+        requests_(Serialize(requests)),
+        rng_(options.seed) {
+    ping_request_.set_name(requests.front().model());
   }
 
   BenchReport Run() {
@@ -75,24 +55,7 @@ class ClosedLoop {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return active_ == 0; });
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
-    std::sort(latencies_.begin(), latencies_.end());
-    report_.seconds = seconds;
-    report_.throughput = seconds > 0 ? report_.ok / seconds : 0;
-    if (!latencies_.empty()) {
-      double sum = 0;
-      for (double v : latencies_) sum += v;
-      report_.latency_mean_us = sum / latencies_.size();
-      report_.latency_p50_us = Percentile(latencies_, 50);
-      report_.latency_p90_us = Percentile(latencies_, 90);
-      report_.latency_p99_us = Percentile(latencies_, 99);
-      report_.latency_max_us = latencies_.back();
-    }
-    if (report_.ok > 0) {
-      report_.server_queue_mean_us = queue_sum_ / report_.ok;
-      report_.server_compute_mean_us = compute_sum_ / report_.ok;
-    }
-    return report_;
+    return tally_.Finish(std::chrono::duration<double>(Clock::now() - start_).count());
   }
 
  private:
@@ -103,8 +66,8 @@ class ClosedLoop {
     Clock::time_point start;
   };
 
-  // Claims the next request slot; false when the run is over.
-  bool Claim() {
+  // Claims the next request slot (and picks its request); false when the run is over.
+  bool Claim(size_t* pick) {
     std::lock_guard<std::mutex> lock(mu_);
     if (options_.requests > 0) {
       if (issued_ >= options_.requests) return false;
@@ -112,11 +75,13 @@ class ClosedLoop {
       return false;
     }
     ++issued_;
+    *pick = requests_.size() > 1 ? rng_() % requests_.size() : 0;
     return true;
   }
 
   void Issue(Lane* lane) {
-    if (!Claim()) {
+    size_t pick = 0;
+    if (!Claim(&pick)) {
       std::lock_guard<std::mutex> lock(mu_);
       if (--active_ == 0) cv_.notify_all();
       return;
@@ -131,57 +96,109 @@ class ClosedLoop {
                             std::move(done));
     } else {
       lane->context->set_deadline(std::chrono::system_clock::now() + options_.timeout);
-      generic_.UnaryCall(lane->context.get(), "/mha.v1.AttentionService/Forward",
-                         grpc::StubOptions(), &request_bytes_, &lane->response, std::move(done));
+      generic_.UnaryCall(lane->context.get(), kForwardMethod, grpc::StubOptions(), &requests_[pick],
+                         &lane->response, std::move(done));
     }
   }
 
   void OnDone(Lane* lane, const grpc::Status& s) {
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - lane->start).count();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      int64_t queue_us = 0, compute_us = 0;
-      if (s.ok() && !options_.ping && !ReadTimings(&lane->response, &queue_us, &compute_us)) {
-        ++report_.errors;
-        ++report_.error_codes["BAD_RESPONSE"];
-      } else if (s.ok()) {
-        ++report_.ok;
-        latencies_.push_back(us);
-        queue_sum_ += queue_us;
-        compute_sum_ += compute_us;
-      } else {
-        ++report_.errors;
-        ++report_.error_codes[codec::GrpcCodeName(s.error_code())];
-        if (report_.first_error.empty()) {
-          report_.first_error =
-              std::string(codec::GrpcCodeName(s.error_code())) + ": " + s.error_message();
-        }
-      }
-    }
+    tally_.Record(s, us, options_.ping ? nullptr : &lane->response);
     Issue(lane);  // closed loop: next request right away
   }
 
   AttentionClient& client_;
   grpc::GenericStub generic_;
-  grpc::ByteBuffer request_bytes_;
   v1::GetModelRequest ping_request_;
   const BenchOptions options_;
   std::vector<Lane> lanes_;
+  const std::vector<grpc::ByteBuffer> requests_;
   std::mutex mu_;
   std::condition_variable cv_;
+  std::mt19937_64 rng_;
   int active_ = 0;
   int64_t issued_ = 0;
   Clock::time_point start_, end_;
-  std::vector<double> latencies_;
-  double queue_sum_ = 0, compute_sum_ = 0;
-  BenchReport report_;
+  BenchTally tally_;
+};
+
+// Open loop: one sender thread issues calls at the scheduled times; answers arrive on gRPC's
+// threads. Every call's state lives until the end of the run (answers are cleared on arrival).
+class OpenLoop {
+ public:
+  OpenLoop(AttentionClient& client, const std::vector<v1::ForwardRequest>& requests,
+           const BenchOptions& options)
+      : generic_(client.channel()), options_(options), requests_(Serialize(requests)) {}
+
+  BenchReport Run() {
+    std::mt19937_64 rng(options_.seed);
+    std::exponential_distribution<double> gap_s(options_.rate);
+    const auto start = Clock::now();
+    const auto end =
+        start + std::chrono::microseconds(static_cast<int64_t>(options_.duration_s * 1e6));
+    double offset_s = 0;
+    int64_t sent = 0;
+    for (;; ++sent) {
+      if (options_.requests > 0 && sent >= options_.requests) break;
+      const auto when = start + std::chrono::microseconds(static_cast<int64_t>(offset_s * 1e6));
+      if (options_.requests == 0 && when >= end) break;
+      std::this_thread::sleep_until(when);
+      calls_.emplace_back();
+      Call* call = &calls_.back();  // std::deque: stays put while more are added
+      call->intended = when;
+      call->context.set_deadline(std::chrono::system_clock::now() + options_.timeout);
+      const size_t pick = requests_.size() > 1 ? rng() % requests_.size() : 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++outstanding_;
+      }
+      generic_.UnaryCall(&call->context, kForwardMethod, grpc::StubOptions(), &requests_[pick],
+                         &call->response, [this, call](grpc::Status s) { OnDone(call, s); });
+      offset_s += options_.poisson ? gap_s(rng) : 1.0 / options_.rate;
+    }
+    const double send_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return outstanding_ == 0; });
+    }
+    BenchReport report = tally_.Finish(std::chrono::duration<double>(Clock::now() - start).count());
+    report.offered_rate = send_seconds > 0 ? sent / send_seconds : 0;
+    return report;
+  }
+
+ private:
+  struct Call {
+    grpc::ClientContext context;
+    grpc::ByteBuffer response;
+    Clock::time_point intended;
+  };
+
+  void OnDone(Call* call, const grpc::Status& s) {
+    const double us =
+        std::chrono::duration<double, std::micro>(Clock::now() - call->intended).count();
+    tally_.Record(s, us, &call->response);
+    call->response.Clear();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--outstanding_ == 0) cv_.notify_all();
+  }
+
+  grpc::GenericStub generic_;
+  const BenchOptions options_;
+  const std::vector<grpc::ByteBuffer> requests_;
+  std::deque<Call> calls_;  // touched by the sender thread only
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t outstanding_ = 0;
+  BenchTally tally_;
 };
 
 }  // namespace
 
-BenchReport RunBench(AttentionClient& client, const v1::ForwardRequest& request,
+BenchReport RunBench(AttentionClient& client, const std::vector<v1::ForwardRequest>& requests,
                      const BenchOptions& options) {
+  if (requests.empty()) return BenchReport();
   for (int64_t i = 0; i < options.warmup; ++i) {
+    const v1::ForwardRequest& request = requests[i % requests.size()];
     if (options.ping) {
       (void)client.GetModel(request.model());
     } else {
@@ -190,7 +207,8 @@ BenchReport RunBench(AttentionClient& client, const v1::ForwardRequest& request,
   }
   BenchOptions o = options;
   o.concurrency = std::max(1, o.concurrency);
-  ClosedLoop loop(client, request, o);
+  if (o.rate > 0 && !o.ping) return OpenLoop(client, requests, o).Run();
+  ClosedLoop loop(client, requests, o);
   return loop.Run();
 }
 
@@ -200,12 +218,17 @@ std::string BenchReportText(const BenchReport& r) {
                 "requests: %lld ok, %lld errors in %.2f s\n"
                 "throughput: %.2f req/s\n"
                 "latency (ms): mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n"
-                "server mean (ms): queue %.3f  compute %.3f\n",
+                "server (ms): queue mean %.3f p50 %.3f  compute mean %.3f p50 %.3f\n",
                 static_cast<long long>(r.ok), static_cast<long long>(r.errors), r.seconds,
                 r.throughput, r.latency_mean_us / 1e3, r.latency_p50_us / 1e3,
                 r.latency_p90_us / 1e3, r.latency_p99_us / 1e3, r.latency_max_us / 1e3,
-                r.server_queue_mean_us / 1e3, r.server_compute_mean_us / 1e3);
+                r.server_queue_mean_us / 1e3, r.server_queue_p50_us / 1e3,
+                r.server_compute_mean_us / 1e3, r.server_compute_p50_us / 1e3);
   std::string text = buf;
+  if (r.offered_rate > 0) {
+    std::snprintf(buf, sizeof(buf), "open loop: offered %.2f req/s\n", r.offered_rate);
+    text += buf;
+  }
   for (const auto& [code, count] : r.error_codes) {
     text += "errors " + code + ": " + std::to_string(count) + "\n";
   }
@@ -229,6 +252,9 @@ std::string BenchReportJson(const BenchReport& r) {
         {"max", r.latency_max_us}}},
       {"server_queue_mean_us", r.server_queue_mean_us},
       {"server_compute_mean_us", r.server_compute_mean_us},
+      {"server_queue_p50_us", r.server_queue_p50_us},
+      {"server_compute_p50_us", r.server_compute_p50_us},
+      {"offered_rate_rps", r.offered_rate},
   };
   return j.dump();
 }

@@ -1,10 +1,14 @@
-// Closed-loop load generator for `mha-client bench`: `concurrency` calls always in flight (async
-// callback API, no thread per call), each answer immediately followed by the next request.
+// Load generator for `mha-client bench` (async callback API, no thread per call):
+//   closed loop: `concurrency` calls always in flight, each answer followed by the next request;
+//   open loop (rate > 0): requests sent at `rate` per second (Poisson or fixed intervals) whatever
+//   the answers do; latency counts from the intended send time (no coordinated omission).
+// Each call sends one request picked at random from the given pool (e.g. one per length).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "mha_client.h"
 
@@ -16,7 +20,10 @@ struct BenchOptions {
   int64_t requests = 0;      // total timed requests; 0 = run for duration_s
   int64_t warmup = 4;        // untimed requests first (sequential)
   std::chrono::milliseconds timeout{60000};
-  bool ping = false;  // time GetModel round trips instead: the RPC cost without a forward pass
+  bool ping = false;    // time GetModel round trips instead: the RPC cost without a forward pass
+  double rate = 0;      // > 0: open loop at this many requests per second
+  bool poisson = true;  // open loop: exponential gaps (Poisson arrivals), else fixed 1/rate
+  uint64_t seed = 0;    // request picks and Poisson gaps
 };
 
 struct BenchReport {
@@ -30,10 +37,16 @@ struct BenchReport {
          latency_max_us = 0;
   double server_queue_mean_us = 0;    // from the responses' queue_us
   double server_compute_mean_us = 0;  // from the responses' compute_us
+  double server_queue_p50_us = 0, server_compute_p50_us = 0;
+  double offered_rate = 0;  // open loop: requests sent per second (0 = closed loop)
 };
 
-BenchReport RunBench(AttentionClient& client, const v1::ForwardRequest& request,
+BenchReport RunBench(AttentionClient& client, const std::vector<v1::ForwardRequest>& requests,
                      const BenchOptions& options);
+inline BenchReport RunBench(AttentionClient& client, const v1::ForwardRequest& request,
+                            const BenchOptions& options) {
+  return RunBench(client, std::vector<v1::ForwardRequest>{request}, options);
+}
 
 std::string BenchReportText(const BenchReport& report);
 std::string BenchReportJson(const BenchReport& report);  // one JSON object

@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   ShapeFlags bf;
   mha::client::BenchOptions bench_options;
   bool json = false;
-  auto* bench = app.add_subcommand("bench", "Closed-loop throughput and latency");
+  auto* bench = app.add_subcommand("bench", "Throughput and latency (closed or open loop)");
   AddShapeFlags(bench, &bf);
   bench->add_option("-c,--concurrency", bench_options.concurrency, "Calls in flight")
       ->capture_default_str();
@@ -162,6 +162,19 @@ int main(int argc, char** argv) {
   bench->add_flag("--json", json, "Print one JSON object");
   bench->add_flag("--ping", bench_options.ping,
                   "Time GetModel round trips instead of Forward (transport cost alone)");
+  bench
+      ->add_option("--rate", bench_options.rate,
+                   "Open loop: send this many requests per second whatever the answers do "
+                   "(0 = closed loop with --concurrency)")
+      ->check(CLI::NonNegativeNumber);
+  std::string arrival = "poisson";
+  bench->add_option("--arrival", arrival, "Open loop: poisson (exponential gaps) or fixed")
+      ->check(CLI::IsMember({"poisson", "fixed"}))
+      ->capture_default_str();
+  int64_t seq_min = 0, seq_max = 0;
+  bench->add_option("--seq-min", seq_min, "Random query length per request: smallest T");
+  bench->add_option("--seq-max", seq_max,
+                    "Random query length per request: largest T (uniform in [min, max])");
 
   ShapeFlags lf;
   mha::client::LocalBenchOptions local_options;
@@ -252,19 +265,45 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*bench) {
-    auto request = BuildRequest(client, bf);
-    if (!request.ok()) return Fail(request.status());
+    // One request per query length in [seq-min, seq-max] (or just --seq); each call picks one.
+    if (seq_min > 0 || seq_max > 0) {
+      if (seq_min <= 0 || seq_max < seq_min) {
+        return Fail(mha::InvalidArgument("--seq-min/--seq-max: need 0 < min <= max"));
+      }
+    } else {
+      seq_min = seq_max = bf.seq;
+    }
+    std::vector<mha::v1::ForwardRequest> requests;
+    for (int64_t t = seq_min; t <= seq_max; ++t) {
+      ShapeFlags flags = bf;
+      flags.seq = t;
+      if (seq_max > seq_min) flags.seed = bf.seed + static_cast<uint64_t>(t);
+      auto request = BuildRequest(client, flags);
+      if (!request.ok()) return Fail(request.status());
+      requests.push_back(std::move(request.value()));
+      if (!bf.input_file.empty()) break;  // inputs from a file: one request
+    }
     bench_options.timeout = client_options.timeout;
-    const auto report = mha::client::RunBench(client, *request, bench_options);
+    bench_options.poisson = arrival == "poisson";
+    bench_options.seed = bf.seed;
+    const auto report = mha::client::RunBench(client, requests, bench_options);
+    const mha::v1::ForwardRequest& first = requests.front();
     if (json) {
       std::printf("%s\n", mha::client::BenchReportJson(report).c_str());
     } else {
-      std::printf(
-          "bench: B=%lld T=%lld S=%lld need_weights=%d concurrency=%d\n%s",
-          (long long)request->query().shape(0), (long long)request->query().shape(1),
-          (long long)(request->has_key() ? request->key().shape(1) : request->query().shape(1)),
-          request->need_weights(), bench_options.concurrency,
-          mha::client::BenchReportText(report).c_str());
+      const std::string t = requests.size() > 1
+                                ? std::to_string(seq_min) + ".." + std::to_string(seq_max)
+                                : std::to_string(first.query().shape(1));
+      char load[96];
+      if (bench_options.rate > 0) {
+        std::snprintf(load, sizeof(load), "rate=%g/s %s", bench_options.rate, arrival.c_str());
+      } else {
+        std::snprintf(load, sizeof(load), "concurrency=%d", bench_options.concurrency);
+      }
+      std::printf("bench: B=%lld T=%s S=%s need_weights=%d %s\n%s",
+                  (long long)first.query().shape(0), t.c_str(),
+                  first.has_key() ? std::to_string(first.key().shape(1)).c_str() : "T",
+                  first.need_weights(), load, mha::client::BenchReportText(report).c_str());
     }
     return report.ok > 0 && report.errors == 0 ? 0 : 1;
   }

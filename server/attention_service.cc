@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "forward_stream.h"
+#include "metrics.h"
 #include "status_convert.h"
 
 namespace mha::serve {
@@ -15,6 +16,20 @@ void FinishCall(grpc::ServerUnaryReactor* reactor, const RequestLog& log, const 
 }
 
 }  // namespace
+
+std::string MetricsModelName(const ModelRepository* repository, const std::string& requested) {
+  if (repository) {
+    auto entry = repository->Find(requested.empty() ? repository->default_name() : requested);
+    if (entry) return entry->name;
+  }
+  return "unknown";
+}
+
+void AttentionServiceImpl::RecordForward(const std::string& model, const Status& status,
+                                         Clock::time_point start) const {
+  if (!options_.metrics) return;
+  options_.metrics->RecordRequest(model, status.code(), MicrosBetween(start, Clock::now()) * 1e-6);
+}
 
 InferenceTask MakeTask(PreparedForward prepared, grpc::CallbackServerContext* context,
                        const RequestLog& log) {
@@ -51,15 +66,18 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerCont
   // The request outlives the task (the call is open until `done`): its tensors are borrowed.
   auto prepared = PrepareForward(*request, repository.get(), options_.limits, /*borrow=*/true);
   if (!prepared.ok()) {
+    RecordForward(MetricsModelName(repository.get(), request->model()), prepared.status(),
+                  log.start);
     FinishCall(reactor, log, prepared.status());
     return reactor;
   }
   ResponseSpec spec = MakeResponseSpec(*prepared);
   InferenceTask task = MakeTask(std::move(prepared.value()), context, log);
   // `done` runs on a runner worker (or inline when refused); the call stays open until then.
-  runner_->Submit(std::move(task), [reactor, response, log = std::move(log),
+  runner_->Submit(std::move(task), [this, reactor, response, log = std::move(log),
                                     spec = std::move(spec)](InferenceResult result) {
     const Status status = BuildResponse(result, spec, response);
+    RecordForward(spec.model, status, log.start);
     FinishCall(reactor, log, status,
                "model=" + spec.model + " queue_us=" + std::to_string(result.queue_us) +
                    " compute_us=" + std::to_string(result.compute_us));

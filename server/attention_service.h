@@ -15,9 +15,12 @@
 
 namespace mha::serve {
 
+class Metrics;
+
 struct ServiceOptions {
   RequestLimits limits;
-  int stream_window = 4;  // requests of one ForwardStream submitted but not yet written
+  int stream_window = 4;       // requests of one ForwardStream submitted but not yet written
+  Metrics* metrics = nullptr;  // forward requests' codes and durations; not owned, may be null
 };
 
 class AttentionServiceImpl final : public v1::AttentionService::CallbackService {
@@ -30,6 +33,9 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
 
   ModelRunner* runner() const { return runner_; }
   const ServiceOptions& options() const { return options_; }
+  // mha_requests_total{model,code} and mha_request_duration_seconds of one forward request (a
+  // Forward call or one ForwardStream message) that started at `start`.
+  void RecordForward(const std::string& model, const Status& status, Clock::time_point start) const;
 
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
                                     const v1::ForwardRequest* request,
@@ -49,6 +55,10 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
   mutable std::mutex mu_;
   std::shared_ptr<const ModelRepository> repository_;  // null until loading starts
 };
+
+// The metrics label of a request that names `requested` ("" = the default model): the model's
+// name when the repository knows it, else "unknown" (unknown names must not make new series).
+std::string MetricsModelName(const ModelRepository* repository, const std::string& requested);
 
 // The runner task for a prepared request of `context` (deadline, cancellation, request id).
 InferenceTask MakeTask(PreparedForward prepared, grpc::CallbackServerContext* context,

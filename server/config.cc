@@ -61,7 +61,8 @@ std::optional<int> ParseServerConfig(int argc, char** argv, ServerConfig* c) {
       "each GEMM itself (OpenBLAS): more workers oversubscribe the cores")
       ->check(CLI::Range(0, 1024));
   Add(app, "--max-queue-size", &c->max_queue_size,
-      "Requests waiting for a worker; more are refused with RESOURCE_EXHAUSTED")
+      "Requests waiting for a worker (per model when batching; config.json: max_queue_size); "
+      "more are refused with RESOURCE_EXHAUSTED")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   Add(app, "--max-batch-size", &c->max_batch_size,
       "Largest batch B per request (RESOURCE_EXHAUSTED above)")
@@ -76,6 +77,26 @@ std::optional<int> ParseServerConfig(int argc, char** argv, ServerConfig* c) {
   Add(app, "--stream-window", &c->stream_window,
       "Requests of one ForwardStream in flight at once (answers still come in order)")
       ->check(CLI::Range(1, 1024));
+  Add(app, "--batching", &c->batching,
+      "Dynamic batching: merge concurrent requests of a model into one forward pass (on/off)");
+  Add(app, "--max-batch-rows", &c->max_batch_rows,
+      "Batching: rows (sum of the requests' B) per forward pass (config.json: max_batch_size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  Add(app, "--max-batch-tokens", &c->max_batch_tokens,
+      "Batching: padded tokens per forward pass (config.json: max_batch_tokens)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  Add(app, "--max-queue-delay-us", &c->max_queue_delay_us,
+      "Batching: how long the oldest request may wait for others (config.json: "
+      "max_queue_delay_us)")
+      ->check(CLI::Range(int64_t{0}, int64_t{60000000}));
+  Add(app, "--instances", &c->instances,
+      "Batching: concurrent forward passes per model (config.json: instances)")
+      ->check(CLI::Range(1, 256));
+  Add(app, "--metrics-address", &c->metrics_address,
+      "HTTP host:port for /metrics, /healthz, /readyz; port 0 picks one (written to "
+      "--metrics-port-file); empty = no endpoint");
+  Add(app, "--metrics-port-file", &c->metrics_port_file,
+      "Write the metrics port to this file once the endpoint listens");
   Add(app, "--log-format", &c->log_format, "text or json (one JSON object per line)")
       ->check(CLI::IsMember({"text", "json"}));
   Add(app, "--log-level", &c->log_level,

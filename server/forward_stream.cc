@@ -27,6 +27,7 @@ void ForwardStreamReactor::OnReadDone(bool ok) {
     }
   }
   if (index >= 0) {
+    const Clock::time_point start = Clock::now();
     auto repository = service_->Snapshot();
     auto prepared = PrepareForward(read_buffer_, repository.get(), service_->options().limits);
     if (prepared.ok()) {
@@ -39,12 +40,14 @@ void ForwardStreamReactor::OnReadDone(bool ok) {
         MaybeStartReadLocked();  // pipelining: read the next request while this one runs
       }
       // Outside the lock: a refused task calls back inline. OnResult balances in_flight_.
-      service_->runner()->Submit(std::move(task),
-                                 [this, index, spec = std::move(spec)](InferenceResult result) {
-                                   OnResult(index, std::move(result), spec);
-                                 });
+      service_->runner()->Submit(
+          std::move(task), [this, index, start, spec = std::move(spec)](InferenceResult result) {
+            OnResult(index, std::move(result), spec, start);
+          });
       return;  // OnResult (maybe already run) takes it from here
     }
+    service_->RecordForward(MetricsModelName(repository.get(), read_buffer_.model()),
+                            prepared.status(), start);
     std::lock_guard<std::mutex> lock(mu_);
     processing_ = false;
     --in_flight_;
@@ -59,10 +62,11 @@ void ForwardStreamReactor::OnReadDone(bool ok) {
   if (finish) FinishNow(*finish);
 }
 
-void ForwardStreamReactor::OnResult(int64_t index, InferenceResult result,
-                                    const ResponseSpec& spec) {
+void ForwardStreamReactor::OnResult(int64_t index, InferenceResult result, const ResponseSpec& spec,
+                                    Clock::time_point start) {
   auto response = std::make_unique<v1::ForwardResponse>();
   const Status status = BuildResponse(result, spec, response.get());  // on the worker thread
+  service_->RecordForward(spec.model, status, start);
   std::optional<Status> finish;
   {
     std::lock_guard<std::mutex> lock(mu_);

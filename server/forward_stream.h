@@ -28,7 +28,8 @@ class ForwardStreamReactor final
   void OnDone() override;
 
  private:
-  void OnResult(int64_t index, InferenceResult result, const ResponseSpec& spec);
+  void OnResult(int64_t index, InferenceResult result, const ResponseSpec& spec,
+                Clock::time_point start);
   // Each returns with mu_ held; they start reads/writes and record failures.
   void MaybeStartReadLocked();
   void MaybeWriteLocked();

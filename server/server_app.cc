@@ -20,8 +20,8 @@
 
 #include "attention_service.h"
 #include "default_model.h"
-#include "direct_runner.h"
 #include "mha/runtime.h"
+#include "serving_runtime.h"
 #include "tensor_codec.h"
 
 namespace mha::serve {
@@ -150,11 +150,20 @@ int RunServer(const ServerConfig& c) {
   }
   ConfigureThreads({c.intra_op_threads, c.inter_op_threads});
   const int workers = c.ResolvedWorkers();
-  DirectRunner runner({workers, static_cast<size_t>(c.max_queue_size)});
+  ServingRuntime runtime(c);  // runner (batching or direct), metrics, HTTP endpoint
+  ModelRunner& runner = *runtime.runner();
   ServiceOptions service_options;
   service_options.limits = {c.max_batch_size, c.max_sequence_length, c.max_message_bytes};
   service_options.stream_window = c.stream_window;
+  service_options.metrics = runtime.metrics();
   AttentionServiceImpl service(&runner, service_options);
+  if (const Status http = runtime.StartHttp(); !http.ok()) {
+    spdlog::error("{}", http.message());
+    return 1;
+  }
+  if (!c.metrics_port_file.empty() && !WritePortFile(c.metrics_port_file, runtime.metrics_port())) {
+    spdlog::error("cannot write --metrics-port-file {}", c.metrics_port_file);
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -220,6 +229,7 @@ int RunServer(const ServerConfig& c) {
   auto repository = std::make_shared<const ModelRepository>(entries, default_name);
   service.Publish(repository);
   for (const auto& e : repository->entries()) LogModel(*e, e->name == default_name);
+  runtime.OnModelsLoaded(*repository);
   if (default_name.empty()) {
     spdlog::warn("no default model ({} models, no --default-model): requests must name one",
                  entries.size());
@@ -228,6 +238,7 @@ int RunServer(const ServerConfig& c) {
   if (sig == 0 && repository->ready_count() > 0) {
     health->SetServingStatus(true);
     health->SetServingStatus(kServiceName, true);
+    runtime.SetReady(true);
     spdlog::info("SERVING {} of {} models on port {}", repository->ready_count(), entries.size(),
                  port);
     if (!c.port_file.empty() && !WritePortFile(c.port_file, port)) {
@@ -242,10 +253,12 @@ int RunServer(const ServerConfig& c) {
                c.grace_period_s);
   health->SetServingStatus(false);
   health->SetServingStatus(kServiceName, false);
+  runtime.SetReady(false);
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(c.grace_period_s * 1000));
   server->Shutdown(std::chrono::system_clock::now() + grace);
   runner.Shutdown();
   server->Wait();
+  runtime.StopHttp();
   spdlog::info("mha-server stopped");
   return 0;
 }

@@ -51,10 +51,11 @@ TEST(ServerConfig, BadFlagValuesAreRejected) {
 TEST(ServerConfig, UnknownDefaultModelStopsTheServerWithTheModelNames) {
   ModelRepositoryDir repository({"self_basic"});
   std::string out;
-  const int code =
-      RunCommand(ServerProcess::BinaryPath() + " --grpc-address 127.0.0.1:0 --model-repository " +
-                     repository.path() + " --default-model nope",
-                 &out);
+  const int code = RunCommand(
+      ServerProcess::BinaryPath() +
+          " --grpc-address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --model-repository " +
+          repository.path() + " --default-model nope",
+      &out);
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find("--default-model 'nope'"), std::string::npos) << out;
   EXPECT_NE(out.find("self_basic"), std::string::npos) << out;

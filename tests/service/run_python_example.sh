@@ -21,7 +21,7 @@ models="format_safetensors format_torch_save format_torchscript kdim_vdim"
 for m in $models; do ln -s "$src/tests/fixtures/cases/$m" "$work/repo/$m"; done
 "$src/client/python/gen_stubs.sh" "$work/stubs" >/dev/null
 
-"$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" \
+"$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
   --model-repository "$work/repo" --default-model format_safetensors >"$work/server.log" 2>&1 &
 pid=$!
 i=0

@@ -37,24 +37,6 @@ std::string ReadFile(const std::string& path) {
 
 }  // namespace
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base ? base : "/tmp") + "/mha-svc-test-XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp failed for " << pattern;
-    return;
-  }
-  path_ = buf.data();
-}
-
-TempDir::~TempDir() {
-  if (path_.empty()) return;
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
 ModelRepositoryDir::ModelRepositoryDir(const std::vector<std::string>& cases,
                                        const std::string& broken_fixture) {
   for (const auto& name : cases) {
@@ -97,9 +79,16 @@ int ServerProcess::PickFreePort() {
   const std::string port_file = work_dir() + "/port";
   const std::string log_file = work_dir() + "/server.log";
   std::vector<std::string> argv_strings = {BinaryPath(), "--port-file", port_file};
-  bool has_address = false;
-  for (const auto& a : args) has_address = has_address || a == "--grpc-address";
+  bool has_address = false, has_metrics_address = false;
+  for (const auto& a : args) {
+    has_address = has_address || a == "--grpc-address";
+    has_metrics_address = has_metrics_address || a == "--metrics-address";
+  }
   if (!has_address) argv_strings.insert(argv_strings.end(), {"--grpc-address", "127.0.0.1:0"});
+  // Not the default 0.0.0.0:8502: servers of concurrent tests must not collide.
+  if (!has_metrics_address) {
+    argv_strings.insert(argv_strings.end(), {"--metrics-address", "127.0.0.1:0"});
+  }
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& s : argv_strings) argv.push_back(s.data());

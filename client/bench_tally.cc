@@ -1,0 +1,97 @@
+#include "bench_tally.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <numeric>
+
+#include "status_convert.h"
+
+namespace mha::client {
+namespace {
+
+double Mean(const std::vector<double>& values) {
+  if (values.empty()) return 0;
+  return std::accumulate(values.begin(), values.end(), 0.0) / values.size();
+}
+
+}  // namespace
+
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
+  return sorted[std::min(sorted.size() - 1, rank > 0 ? rank - 1 : 0)];
+}
+
+bool ReadTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* compute_us) {
+  grpc::ProtoBufferReader reader(buffer);
+  google::protobuf::io::CodedInputStream input(&reader);
+  input.SetTotalBytesLimit(INT_MAX);
+  using google::protobuf::internal::WireFormatLite;
+  const uint32_t queue_tag = WireFormatLite::MakeTag(v1::ForwardResponse::kQueueUsFieldNumber,
+                                                     WireFormatLite::WIRETYPE_VARINT);
+  const uint32_t compute_tag = WireFormatLite::MakeTag(v1::ForwardResponse::kComputeUsFieldNumber,
+                                                       WireFormatLite::WIRETYPE_VARINT);
+  for (uint32_t tag = input.ReadTag(); tag != 0; tag = input.ReadTag()) {
+    uint64_t value = 0;
+    if (tag == queue_tag || tag == compute_tag) {
+      if (!input.ReadVarint64(&value)) return false;
+      *(tag == queue_tag ? queue_us : compute_us) = static_cast<int64_t>(value);
+    } else if (!WireFormatLite::SkipField(&input, tag)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void BenchTally::Record(const grpc::Status& s, double latency_us, grpc::ByteBuffer* response) {
+  int64_t queue_us = 0, compute_us = 0;
+  const bool timings = !s.ok() || !response || ReadTimings(response, &queue_us, &compute_us);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (s.ok() && !timings) {
+    ++report_.errors;
+    ++report_.error_codes["BAD_RESPONSE"];
+  } else if (s.ok()) {
+    ++report_.ok;
+    latencies_.push_back(latency_us);
+    if (response) {
+      queue_us_.push_back(static_cast<double>(queue_us));
+      compute_us_.push_back(static_cast<double>(compute_us));
+    }
+  } else {
+    ++report_.errors;
+    ++report_.error_codes[codec::GrpcCodeName(s.error_code())];
+    if (report_.first_error.empty()) {
+      report_.first_error =
+          std::string(codec::GrpcCodeName(s.error_code())) + ": " + s.error_message();
+    }
+  }
+}
+
+BenchReport BenchTally::Finish(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  BenchReport r = report_;
+  r.seconds = seconds;
+  r.throughput = seconds > 0 ? r.ok / seconds : 0;
+  std::sort(latencies_.begin(), latencies_.end());
+  if (!latencies_.empty()) {
+    r.latency_mean_us = Mean(latencies_);
+    r.latency_p50_us = Percentile(latencies_, 50);
+    r.latency_p90_us = Percentile(latencies_, 90);
+    r.latency_p99_us = Percentile(latencies_, 99);
+    r.latency_max_us = latencies_.back();
+  }
+  std::sort(queue_us_.begin(), queue_us_.end());
+  std::sort(compute_us_.begin(), compute_us_.end());
+  r.server_queue_mean_us = Mean(queue_us_);
+  r.server_queue_p50_us = Percentile(queue_us_, 50);
+  r.server_compute_mean_us = Mean(compute_us_);
+  r.server_compute_p50_us = Percentile(compute_us_, 50);
+  return r;
+}
+
+}  // namespace mha::client

@@ -1,0 +1,37 @@
+// What both load loops of `mha-client bench` (closed and open) record per answered call, and the
+// report made from it: counts and codes, client latency percentiles, and the server's own
+// queue/compute split read from each response's queue_us / compute_us.
+#pragma once
+
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bench_runner.h"
+
+namespace mha::client {
+
+// Nearest-rank percentile of sorted values (0 when empty).
+double Percentile(const std::vector<double>& sorted, double p);
+
+// queue_us and compute_us of a serialized ForwardResponse, reading nothing else: the tensors
+// are skipped in place (no copy), which keeps the load generator light on a shared box.
+bool ReadTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* compute_us);
+
+class BenchTally {
+ public:
+  // One finished call; `response` is null for GetModel pings. Thread-safe.
+  void Record(const grpc::Status& status, double latency_us, grpc::ByteBuffer* response);
+  BenchReport Finish(double seconds);
+
+ private:
+  std::mutex mu_;
+  BenchReport report_;
+  std::vector<double> latencies_, queue_us_, compute_us_;
+};
+
+}  // namespace mha::client
