@@ -16,7 +16,8 @@ p.add_argument("--build", default="build")
 p.add_argument("--rounds", type=int, default=12)
 p.add_argument("--seconds", default="2")
 p.add_argument("server_args", nargs="*")
-a = p.parse_args()
+a, extra = p.parse_known_args()
+a.server_args += [x for x in extra if x != "--"]
 client = os.path.join(a.build, "client", "mha-client")
 port_file = os.path.join(tempfile.mkdtemp(), "port")
 server = subprocess.Popen([os.path.join(a.build, "server", "mha-server"), "--grpc-address",
