@@ -121,16 +121,8 @@ InferenceResult DirectRunner::Run(InferenceTask& task) {
   InferenceResult result;
   const auto start = Clock::now();
   result.queue_us = MicrosBetween(task.enqueue_time, start);
-  if (start >= task.deadline) {
-    result.status = DeadlineExceeded("deadline passed after " + std::to_string(result.queue_us) +
-                                     " us in the queue, before the forward pass");
-    return result;
-  }
-  if (task.is_cancelled && task.is_cancelled()) {
-    result.status = Cancelled("request cancelled after " + std::to_string(result.queue_us) +
-                              " us in the queue, before the forward pass");
-    return result;
-  }
+  result.status = DropBeforeCompute(task, start);
+  if (!result.status.ok()) return result;
   if (!task.model) {
     result.status = Internal("task without a model");
     return result;

@@ -107,16 +107,7 @@ void DynamicBatcher::PublishDepthLocked() const {
 
 void DynamicBatcher::SweepLocked(Clock::time_point now, std::vector<Dropped>* dropped) {
   for (auto it = queue_.begin(); it != queue_.end();) {
-    const InferenceTask& task = it->task;
-    Status status;
-    const int64_t waited = MicrosBetween(task.enqueue_time, now);
-    if (now >= task.deadline) {
-      status = DeadlineExceeded("deadline passed after " + std::to_string(waited) +
-                                " us in the queue, before the forward pass");
-    } else if (task.is_cancelled && task.is_cancelled()) {
-      status = Cancelled("request cancelled after " + std::to_string(waited) +
-                         " us in the queue, before the forward pass");
-    }
+    Status status = DropBeforeCompute(it->task, now);
     if (status.ok()) {
       ++it;
       continue;

@@ -61,4 +61,19 @@ inline int64_t MicrosBetween(Clock::time_point from, Clock::time_point to) {
   return us > 0 ? us : 0;
 }
 
+// Why a queued task must be dropped before compute at `now`: DEADLINE_EXCEEDED when its deadline
+// has passed, CANCELLED when its call was cancelled; OK when it should run.
+inline Status DropBeforeCompute(const InferenceTask& task, Clock::time_point now) {
+  const std::string waited = std::to_string(MicrosBetween(task.enqueue_time, now));
+  if (now >= task.deadline) {
+    return DeadlineExceeded("deadline passed after " + waited +
+                            " us in the queue, before the forward pass");
+  }
+  if (task.is_cancelled && task.is_cancelled()) {
+    return Cancelled("request cancelled after " + waited +
+                     " us in the queue, before the forward pass");
+  }
+  return Status::Ok();
+}
+
 }  // namespace mha::serve
