@@ -17,7 +17,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import promql_names  # noqa: E402
+import procs  # noqa: E402
 
 # Made by Prometheus, not by the server.
 PROMETHEUS_SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped",
@@ -136,13 +136,7 @@ def main():
     try:
         return check_server(args, proc, port_file, metrics_port_file, log_path, used, recorded, env)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        procs.stop(proc, timeout=30)
         log.close()
 
 

@@ -14,7 +14,6 @@ typo would silently do nothing. This test:
 import argparse
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_k8s import render  # noqa: E402
+import procs  # noqa: E402
 
 
 def parse_toml_flat(path):
@@ -110,13 +110,7 @@ def main():
                     time.sleep(0.1)
                 started = proc.poll() is None and os.path.exists(port_file)
             finally:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-                    try:
-                        proc.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
+                procs.stop(proc, timeout=60)
         text = open(log_path, errors="replace").read()
     if not started:
         print(f"FAIL: mha-server did not start with --config {toml_path}:\n{text[-3000:]}")
