@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "mha_client.h"
+#include "client/mha_client.h"
 
 namespace mha::client {
 

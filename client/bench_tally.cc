@@ -9,7 +9,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "status_convert.h"
+#include "wire/status_convert.h"
 
 namespace mha::client {
 namespace {

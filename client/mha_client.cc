@@ -1,4 +1,4 @@
-#include "mha_client.h"
+#include "client/mha_client.h"
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -6,18 +6,10 @@
 
 #include <thread>
 
-#include "status_convert.h"
-#include "tensor_codec.h"
+#include "wire/status_convert.h"
 
 namespace mha::client {
 namespace {
-
-Status Encode(const at::Tensor& t, const char* field, v1::Tensor* out) {
-  if (!t.defined()) return Status::Ok();
-  const Status s = codec::EncodeTensor(t, v1::DATA_TYPE_UNSPECIFIED, out);
-  if (!s.ok()) return InvalidArgument(std::string(field) + ": " + s.message());
-  return s;
-}
 
 std::string InitialMetadata(const grpc::ClientContext& context, const char* key) {
   const auto& metadata = context.GetServerInitialMetadata();
@@ -26,45 +18,6 @@ std::string InitialMetadata(const grpc::ClientContext& context, const char* key)
 }
 
 }  // namespace
-
-StatusOr<v1::ForwardRequest> MakeForwardRequest(const ForwardInputs& in,
-                                                const ForwardOptions& options) {
-  v1::ForwardRequest r;
-  r.set_model(options.model);
-  MHA_RETURN_IF_ERROR(Encode(in.query, "query", r.mutable_query()));
-  if (in.key.defined()) MHA_RETURN_IF_ERROR(Encode(in.key, "key", r.mutable_key()));
-  if (in.value.defined()) MHA_RETURN_IF_ERROR(Encode(in.value, "value", r.mutable_value()));
-  if (in.key_padding_mask.defined()) {
-    MHA_RETURN_IF_ERROR(
-        Encode(in.key_padding_mask, "key_padding_mask", r.mutable_key_padding_mask()));
-  }
-  if (in.attn_mask.defined()) {
-    MHA_RETURN_IF_ERROR(Encode(in.attn_mask, "attn_mask", r.mutable_attn_mask()));
-  }
-  r.set_is_causal(in.is_causal);
-  r.set_need_weights(in.need_weights);
-  r.set_average_attn_weights(options.average_attn_weights.value_or(in.average_attn_weights));
-  r.set_output_dtype(options.output_dtype);
-  return r;
-}
-
-StatusOr<ForwardResult> ParseForwardResponse(const v1::ForwardResponse& response) {
-  ForwardResult result;
-  if (!response.has_output()) return Internal("response without output");
-  auto output = codec::DecodeTensor(response.output(), "output");
-  if (!output.ok()) return Internal(output.status().message());
-  result.output = std::move(output.value());
-  if (response.has_attn_weights()) {
-    auto weights = codec::DecodeTensor(response.attn_weights(), "attn_weights");
-    if (!weights.ok()) return Internal(weights.status().message());
-    result.attn_weights = std::move(weights.value());
-  }
-  result.model = response.model();
-  result.model_version = response.model_version();
-  result.queue_us = response.queue_us();
-  result.compute_us = response.compute_us();
-  return result;
-}
 
 AttentionClient::AttentionClient(ClientOptions options) : options_(std::move(options)) {
   grpc::ChannelArguments args;
@@ -114,18 +67,6 @@ StatusOr<v1::ForwardResponse> AttentionClient::ForwardRaw(
   return response;
 }
 
-StatusOr<ForwardResult> AttentionClient::Forward(const ForwardInputs& inputs,
-                                                 const ForwardOptions& options) {
-  auto request = MakeForwardRequest(inputs, options);
-  if (!request.ok()) return request.status();
-  std::string request_id = options.request_id;
-  auto response = ForwardRaw(*request, options.timeout, &request_id);
-  if (!response.ok()) return response.status();
-  auto result = ParseForwardResponse(*response);
-  if (result.ok()) result->request_id = request_id;
-  return result;
-}
-
 void AttentionClient::ForwardAsync(grpc::ClientContext* context, const v1::ForwardRequest* request,
                                    v1::ForwardResponse* response, std::chrono::milliseconds timeout,
                                    std::function<void(grpc::Status)> done) {
@@ -160,26 +101,6 @@ Status AttentionClient::ForwardStreamRaw(const std::vector<v1::ForwardRequest>& 
   while (stream->Read(&response)) responses->push_back(response);
   writer.join();
   return codec::FromGrpcStatus(stream->Finish());
-}
-
-StatusOr<std::vector<ForwardResult>> AttentionClient::ForwardStream(
-    const std::vector<ForwardInputs>& inputs, const ForwardOptions& options) {
-  std::vector<v1::ForwardRequest> requests;
-  requests.reserve(inputs.size());
-  for (const auto& in : inputs) {
-    auto request = MakeForwardRequest(in, options);
-    if (!request.ok()) return request.status();
-    requests.push_back(std::move(request.value()));
-  }
-  std::vector<v1::ForwardResponse> responses;
-  MHA_RETURN_IF_ERROR(ForwardStreamRaw(requests, &responses, options.timeout));
-  std::vector<ForwardResult> results;
-  for (const auto& response : responses) {
-    auto result = ParseForwardResponse(response);
-    if (!result.ok()) return result.status();
-    results.push_back(std::move(result.value()));
-  }
-  return results;
 }
 
 StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> AttentionClient::CheckHealth(

@@ -1,9 +1,9 @@
-// mha_client: a typed C++ client for mha.v1.AttentionService (and grpc.health.v1.Health).
-// Tensors go in and come out as at::Tensor (CPU); every call has a deadline; errors come back as
-// mha::Status with the server's code and message.
+// mha_client: a C++ client for mha.v1.AttentionService (and grpc.health.v1.Health) with no Torch
+// in it: requests and responses are the wire messages (tensors as dtype + shape + bytes, see
+// wire/tensor_header.h); every call has a deadline; errors come back as mha::Status with the
+// server's code and message. The at::Tensor convenience layer is tensor_client.h.
 #pragma once
 
-#include <ATen/core/Tensor.h>
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 
@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "mha/model.h"
 #include "mha/status.h"
 #include "mha/v1/attention.grpc.pb.h"
 
@@ -26,38 +25,14 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{30000};  // per call (a whole stream for ForwardStream)
 };
 
-struct ForwardOptions {
-  std::string model;                         // "" = the server's default model
-  std::optional<bool> average_attn_weights;  // unset = server default (true, as PyTorch)
-  v1::DataType output_dtype = v1::DATA_TYPE_UNSPECIFIED;
-  std::optional<std::chrono::milliseconds> timeout;  // unset = ClientOptions::timeout
-  std::string request_id;                            // sent as x-request-id when not empty
-};
-
-struct ForwardResult {
-  at::Tensor output;        // [B, T, E]
-  at::Tensor attn_weights;  // undefined unless need_weights
-  std::string model;
-  std::string model_version;
-  std::string request_id;  // echoed by the server (initial metadata)
-  int64_t queue_us = 0;
-  int64_t compute_us = 0;
-};
-
-// ForwardInputs (flags included: is_causal, need_weights, average_attn_weights) -> request.
-// average_attn_weights is always sent explicitly; options.average_attn_weights overrides it.
-StatusOr<v1::ForwardRequest> MakeForwardRequest(const ForwardInputs& inputs,
-                                                const ForwardOptions& options);
-StatusOr<ForwardResult> ParseForwardResponse(const v1::ForwardResponse& response);
-
 class AttentionClient {
  public:
   explicit AttentionClient(ClientOptions options);
+  virtual ~AttentionClient() = default;
 
   StatusOr<v1::ListModelsResponse> ListModels();
   StatusOr<v1::ModelInfo> GetModel(const std::string& name);
 
-  StatusOr<ForwardResult> Forward(const ForwardInputs& inputs, const ForwardOptions& options = {});
   // The raw call, for callers that build requests themselves. `request_id` receives the echo.
   StatusOr<v1::ForwardResponse> ForwardRaw(const v1::ForwardRequest& request,
                                            std::optional<std::chrono::milliseconds> timeout = {},
@@ -79,8 +54,6 @@ class AttentionClient {
   Status ForwardStreamRaw(const std::vector<v1::ForwardRequest>& requests,
                           std::vector<v1::ForwardResponse>* responses,
                           std::optional<std::chrono::milliseconds> timeout = {});
-  StatusOr<std::vector<ForwardResult>> ForwardStream(const std::vector<ForwardInputs>& inputs,
-                                                     const ForwardOptions& options = {});
 
   // grpc.health.v1.Health/Check: SERVING, NOT_SERVING, ... ("" = the whole server).
   StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(

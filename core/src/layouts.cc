@@ -6,6 +6,8 @@
 // bias, and the missing ones are represented as zeros -- the same function, and a single flag.
 #include "layouts.h"
 
+#include "mha/shape_string.h"
+
 #include <ATen/ATen.h>
 
 #include <set>
@@ -62,14 +64,6 @@ constexpr LayoutNames kLayouts[] = {
      "out_proj.weight",
      "out_proj.bias"},
 };
-
-std::string ShapeString(at::IntArrayRef sizes) {
-  std::ostringstream out;
-  out << '[';
-  for (size_t i = 0; i < sizes.size(); ++i) out << (i ? ", " : "") << sizes[i];
-  out << ']';
-  return out.str();
-}
 
 // Looks keys up, checks dtype and shape, and remembers which keys were used.
 class Reader {

@@ -8,85 +8,31 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "layouts.h"
+#include "mha/model_config.h"
 
 namespace mha {
 namespace {
 
-// The keys of config.json that LoadWeights reads (others are ignored).
-struct ConfigFile {
-  std::string path;  // empty: no config
-  std::optional<int64_t> num_heads;
-  std::optional<bool> add_zero_attn;
-  std::optional<std::string> prefix;
-  std::optional<DType> dtype;
-  std::optional<std::string> device;
-  nlohmann::json json;
-};
-
-std::string DefaultConfigPath(const std::string& weights_path) {
-  const std::filesystem::path candidate =
-      std::filesystem::path(weights_path).parent_path() / "config.json";
-  std::error_code ec;
-  return std::filesystem::is_regular_file(candidate, ec) ? candidate.string() : "";
-}
-
-Status ReadConfig(const std::string& path, ConfigFile* config) {
-  config->path = path;
-  std::ifstream in(path);
-  if (!in) return NotFound(path + ": cannot open config file");
-  config->json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  const nlohmann::json& json = config->json;
-  if (json.is_discarded() || !json.is_object()) {
-    return InvalidArgument(path + ": config is not a JSON object");
-  }
-  auto wrong_type = [&](const char* key, const char* type) {
-    return InvalidArgument(path + ": '" + key + "' must be " + type + ", got " +
-                           json.at(key).dump());
-  };
-  if (json.contains("num_heads")) {
-    if (!json["num_heads"].is_number_integer()) return wrong_type("num_heads", "an integer");
-    config->num_heads = json["num_heads"].get<int64_t>();
-  }
-  if (json.contains("add_zero_attn")) {
-    if (!json["add_zero_attn"].is_boolean()) return wrong_type("add_zero_attn", "a boolean");
-    config->add_zero_attn = json["add_zero_attn"].get<bool>();
-  }
-  for (const char* key : {"prefix", "dtype", "device"}) {
-    if (json.contains(key) && !json[key].is_string()) return wrong_type(key, "a string");
-  }
-  if (json.contains("prefix")) config->prefix = json["prefix"].get<std::string>();
-  if (json.contains("device")) config->device = json["device"].get<std::string>();
-  if (json.contains("dtype")) {
-    auto dtype = ParseDType(json["dtype"].get<std::string>());
-    if (!dtype.ok()) return InvalidArgument(path + ": " + dtype.status().message());
-    config->dtype = dtype.value();
-  }
-  return Status::Ok();
-}
-
 // config.json may also state the shapes; they must agree with what the tensors say.
-Status CheckConfigShapes(const ConfigFile& config, const MhaOptions& options) {
-  if (config.path.empty()) return Status::Ok();
-  const std::pair<const char*, int64_t> dims[] = {
-      {"embed_dim", options.embed_dim}, {"kdim", options.key_dim()}, {"vdim", options.value_dim()}};
-  for (const auto& [key, inferred] : dims) {
-    auto it = config.json.find(key);
-    if (it != config.json.end() && it->is_number_integer() && it->get<int64_t>() > 0 &&
-        it->get<int64_t>() != inferred) {
-      return InvalidArgument(config.path + ": '" + key + "' is " + it->dump() +
-                             " but the weights have " + std::to_string(inferred));
+Status CheckConfigShapes(const ModelConfig& config, const MhaOptions& options) {
+  const std::pair<const char*, std::pair<std::optional<int64_t>, int64_t>> dims[] = {
+      {"embed_dim", {config.embed_dim, options.embed_dim}},
+      {"kdim", {config.kdim, options.key_dim()}},
+      {"vdim", {config.vdim, options.value_dim()}}};
+  for (const auto& [key, values] : dims) {
+    if (values.first && *values.first != values.second) {
+      return InvalidArgument(config.path + ": '" + key + "' is " + std::to_string(*values.first) +
+                             " but the weights have " + std::to_string(values.second));
     }
   }
-  const std::pair<const char*, bool> flags[] = {{"bias", options.bias},
-                                                {"add_bias_kv", options.add_bias_kv}};
-  for (const auto& [key, inferred] : flags) {
-    auto it = config.json.find(key);
-    if (it != config.json.end() && it->is_boolean() && it->get<bool>() != inferred) {
-      return InvalidArgument(config.path + ": '" + key + "' is " + it->dump() +
-                             " but the weights say " + (inferred ? "true" : "false"));
+  const std::pair<const char*, std::pair<std::optional<bool>, bool>> flags[] = {
+      {"bias", {config.bias, options.bias}}, {"add_bias_kv", {config.add_bias_kv, options.add_bias_kv}}};
+  for (const auto& [key, values] : flags) {
+    if (values.first && *values.first != values.second) {
+      return InvalidArgument(config.path + ": '" + key + "' is " +
+                             (*values.first ? "true" : "false") + " but the weights say " +
+                             (values.second ? "true" : "false"));
     }
   }
   return Status::Ok();
@@ -137,10 +83,20 @@ StatusOr<LoadedWeights> LoadWeightsImpl(const LoadOptions& options) {
   auto format = DetectWeightsFormat(path);
   if (!format.ok()) return format.status();
 
-  ConfigFile config;
-  const std::string config_path =
-      options.config_path.empty() ? DefaultConfigPath(path) : options.config_path;
-  if (!config_path.empty()) MHA_RETURN_IF_ERROR(ReadConfig(config_path, &config));
+  ModelConfig config;
+  if (options.config) {
+    config = *options.config;
+  } else {
+    const std::string config_path =
+        !options.config_path.empty()
+            ? options.config_path
+            : ModelConfigPathIn(std::filesystem::path(path).parent_path().string());
+    if (!config_path.empty()) {
+      auto read = ReadModelConfig(config_path);
+      if (!read.ok()) return read.status();
+      config = std::move(read.value());
+    }
+  }
 
   std::map<std::string, int64_t> attributes;
   auto tensors = ReadTensors(path, format.value(), &attributes);

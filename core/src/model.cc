@@ -7,19 +7,11 @@
 #include <limits>
 
 #include "mha/attention_ops.h"
+#include "mha/tensor_util.h"
 #include "shape_checks.h"
 
 namespace mha {
 namespace {
-
-at::ScalarType ToScalarType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return at::kFloat;
-    case DType::kFloat16: return at::kHalf;
-    case DType::kBFloat16: return at::kBFloat16;
-  }
-  return at::kFloat;
-}
 
 StatusOr<c10::Device> ResolveDevice(const std::string& name) {
   if (name == "auto") return at::hasCUDA() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
@@ -48,9 +40,7 @@ at::Tensor BuildAdditiveMask(const ForwardInputs& in, bool include_causal, int64
   const int64_t src = in.key.defined() ? in.key.size(1) : tgt;
   const double neg_inf = -std::numeric_limits<double>::infinity();
   auto additive = [&](const at::Tensor& m) {
-    at::Tensor on_device = m.to(opts.device());
-    if (m.scalar_type() == at::kBool) return at::zeros(m.sizes(), opts).masked_fill_(on_device, neg_inf);
-    return on_device.to(opts.dtype());
+    return ToAdditiveMask(m, c10::typeMetaToScalarType(opts.dtype()), opts.device());
   };
   at::Tensor mask;
   auto add = [&mask](at::Tensor term) { mask = mask.defined() ? mask + term : std::move(term); };
@@ -145,6 +135,10 @@ Status MhaModel::ValidateInputs(const ForwardInputs& inputs) const {
 
 Status MhaModel::Forward(const ForwardInputs& in, ForwardOutputs* out) const {
   MHA_RETURN_IF_ERROR(ValidateInputs(in));
+  return ForwardValidated(in, out);
+}
+
+Status MhaModel::ForwardValidated(const ForwardInputs& in, ForwardOutputs* out) const {
   try {
     c10::InferenceMode guard;
     RunForward(in, out);

@@ -64,14 +64,6 @@ Status ExpectShape(const char* field, const at::Tensor& t, const std::vector<int
 
 }  // namespace
 
-std::string ShapeString(c10::IntArrayRef sizes) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < sizes.size(); ++i) out << (i ? ", " : "") << sizes[i];
-  out << "]";
-  return out.str();
-}
-
 Status CheckWeightShapes(const MhaOptions& o, const MhaWeights& w) {
   const int64_t e = o.embed_dim;
   MHA_RETURN_IF_ERROR(CheckParam("q_weight", w.q_weight, {e, e}, true));

@@ -8,12 +8,11 @@
 
 #include "mha/model.h"
 #include "mha/options.h"
+#include "mha/shape_string.h"
 #include "mha/status.h"
 #include "mha/weights.h"
 
 namespace mha {
-
-std::string ShapeString(c10::IntArrayRef sizes);  // "[2, 5, 16]"
 
 Status CheckWeightShapes(const MhaOptions& options, const MhaWeights& weights);
 Status CheckForwardInputs(const MhaOptions& options, const ForwardInputs& inputs);

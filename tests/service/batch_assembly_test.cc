@@ -2,7 +2,7 @@
 // must equal the same request run alone (fp32, 1e-5), with mixed lengths, bool/float masks (2D
 // and 3D), causal, cross-attention, kdim/vdim, add_bias_kv/add_zero_attn, weights off/averaged/
 // per head, on the PyTorch fixture models.
-#include "batch_assembly.h"
+#include "serving/scheduling/batch_assembly.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "batch_test_util.h"
-#include "dynamic_batcher.h"
+#include "serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve {
 namespace {
@@ -99,28 +99,6 @@ TEST(CountTokensTest, RealAndPadded) {
   EXPECT_EQ(CountTokens({{1, 10, 10}, {2, 20, 20}}, false).padded, 60);
   EXPECT_EQ(CountTokens({{1, 10, 5}, {1, 4, 7}}, true).real, 26);
   EXPECT_EQ(CountTokens({{1, 10, 5}, {1, 4, 7}}, true).padded, 34);
-}
-
-TEST(MergeableShapeTest, RejectsWhatCannotBeMerged) {
-  MhaOptions o;
-  o.embed_dim = 8;
-  o.num_heads = 2;
-  auto gen = MakeGenerator(2);
-  ForwardInputs in = MakeRequest(o, {2, 5, 7, MaskKind::kBool, MaskKind::kFloat3d}, gen);
-  EXPECT_TRUE(MergeableShape(in));
-  ForwardInputs bad = in;
-  bad.value = at::Tensor();
-  EXPECT_FALSE(MergeableShape(bad));
-  bad = in;
-  bad.key_padding_mask = at::zeros({2, 6}, at::kBool);
-  EXPECT_FALSE(MergeableShape(bad));
-  bad = in;
-  bad.query = at::zeros({2, 5}, at::kFloat);
-  EXPECT_FALSE(MergeableShape(bad));
-  bad = in;
-  bad.attn_mask = at::zeros({5, 6});
-  EXPECT_FALSE(MergeableShape(bad));
-  EXPECT_FALSE(MergeableShape(ForwardInputs()));
 }
 
 // (fixture model, cross-attention, causal, weights mode: 0 none, 1 averaged, 2 per head)
@@ -253,8 +231,7 @@ TEST(BatchAssemblyTest, ThroughTheBatcherAnswersEqualUnbatched) {
   BatcherOptions o;
   o.max_queue_delay_us = 100000;
   o.instances = 1;
-  DynamicBatcher batcher("m", MakeBatchModelInfo(*model), forward, o, nullptr,
-                         [&](const ForwardInputs& in) { return model->ValidateInputs(in); });
+  DynamicBatcher batcher("m", MakeBatchModelInfo(*model), forward, o, nullptr);
   auto gen = MakeGenerator(11);
   std::mt19937 rng(5);
   std::vector<ForwardInputs> requests;

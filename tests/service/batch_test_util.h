@@ -12,6 +12,7 @@
 
 #include "mha/loader.h"
 #include "mha/model.h"
+#include "serving/repository/default_model.h"
 #include "test_util.h"
 
 namespace mha::testing {
@@ -24,6 +25,17 @@ struct RequestSpec {
   MaskKind attn = MaskKind::kNone;  // kBool/kFloat: [T, S]; kBool3d/kFloat3d: [B*H, T, S]
   bool causal = false, need_weights = false, average = true;
 };
+
+// The server's built-in deterministic weights at E=16, H=4, on the CPU.
+inline std::shared_ptr<const MhaModel> SmallModel() {
+  MhaOptions o;
+  o.embed_dim = 16;
+  o.num_heads = 4;
+  o.device = "cpu";
+  auto model = MhaModel::Create(o, serve::DefaultModelWeights(16));
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  return model.ok() ? std::shared_ptr<const MhaModel>(std::move(model.value())) : nullptr;
+}
 
 inline std::shared_ptr<const MhaModel> LoadFixtureModel(const std::string& case_name) {
   auto c = LoadFixtureCase(case_name);

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "batch_test_util.h"
-#include "dynamic_batcher.h"
+#include "serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve {
 namespace {
@@ -288,21 +288,6 @@ TEST(DynamicBatcherTest, FailedBatchIsRetriedOneByOne) {
   EXPECT_EQ(results.Get(2).status.code(), StatusCode::kInternal);
   EXPECT_EQ(fake.calls().size(), 4u);  // the merged pass, then each alone
   for (int id = 1; id <= 3; ++id) EXPECT_EQ(results.Callbacks(id), 1);
-}
-
-TEST(DynamicBatcherTest, MalformedTaskRunsAloneAndFailsAlone) {
-  FakeModel fake;
-  auto batcher = MakeBatcher(fake, Options(64, 100000));
-  Results results;
-  batcher->Submit(Task(1, 4), results.For(1));
-  InferenceTask bad = Task(2, 4);
-  bad.inputs.query = at::ones({4, kEmbed});  // rank 2: never merged
-  batcher->Submit(std::move(bad), results.For(2));
-  batcher->Submit(Task(3, 4), results.For(3));
-  ASSERT_TRUE(results.WaitFor(3));
-  EXPECT_EQ(results.Get(2).status.code(), StatusCode::kInvalidArgument);
-  ExpectAnswerFor(results, 1, 4);
-  ExpectAnswerFor(results, 3, 4);
 }
 
 TEST(DynamicBatcherTest, ExactlyOneCallbackPerTaskUnderLoad) {

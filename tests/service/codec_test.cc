@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "service_test_util.h"
-#include "tensor_codec.h"
+#include "wire/tensor_codec.h"
 
 namespace mha::testing {
 namespace {
@@ -15,7 +15,7 @@ TEST(TensorCodec, ChecksHappenBeforeDecodingWithPreciseMessages) {
   ASSERT_FALSE(decoded.ok());
   EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(decoded.status().message(),
-            "query: data has 100 bytes, shape [2,5,16] float32 needs 640");
+            "query: data has 100 bytes, shape [2, 5, 16] float32 needs 640");
 
   t = WireFloat({1, 1, 1});
   t.set_shape(0, int64_t{1} << 62);

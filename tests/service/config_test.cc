@@ -70,7 +70,7 @@ TEST(ServerConfig, FlagsFromEnvironmentAndConfigFileWithJsonLogs) {
   ASSERT_TRUE(server.Start({"--model-repository", repository.path(), "--config", config},
                            /*wait_until_serving=*/true,
                            {{"MHA_MAX_BATCH_SIZE", "2"}, {"MHA_LOG_FORMAT", "json"}}));
-  client::AttentionClient client({server.target(), std::chrono::seconds(60)});
+  client::TensorClient client({server.target(), std::chrono::seconds(60)});
   auto big_batch = client.ForwardRaw(SelfAttentionRequest("", 3, 2, 16));
   ASSERT_FALSE(big_batch.ok());
   EXPECT_EQ(big_batch.status().code(), StatusCode::kResourceExhausted);

@@ -46,7 +46,7 @@ class ErrorServer : public ::testing::Test {
   }
 
   static SharedServer* shared_;
-  std::unique_ptr<client::AttentionClient> client_;
+  std::unique_ptr<client::TensorClient> client_;
 };
 SharedServer* ErrorServer::shared_ = nullptr;
 
@@ -54,13 +54,13 @@ TEST_F(ErrorServer, ByteCountDifferentFromShapeTimesDtypeSize) {
   v1::ForwardRequest r = SelfAttentionRequest("self_basic", 2, 5, kE);
   *r.mutable_query() = WireFloat({2, 5, 16}, 0.5f, 100);
   ExpectError(r, StatusCode::kInvalidArgument,
-              {"query: data has 100 bytes, shape [2,5,16] float32 needs 640"});
+              {"query: data has 100 bytes, shape [2, 5, 16] float32 needs 640"});
 }
 
 TEST_F(ErrorServer, WrongRank) {
   v1::ForwardRequest r;
   *r.mutable_query() = WireFloat({5, kE});
-  ExpectError(r, StatusCode::kInvalidArgument, {"query", "rank 3", "[5,16]"});
+  ExpectError(r, StatusCode::kInvalidArgument, {"query", "rank 3", "[5, 16]"});
 }
 
 TEST_F(ErrorServer, EmbeddingDimensionMismatch) {

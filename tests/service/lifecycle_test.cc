@@ -23,7 +23,7 @@ using HealthStatus = grpc::health::v1::HealthCheckResponse;
 // Fires `count` Forward calls at once (async) and collects every status.
 class Burst {
  public:
-  Burst(client::AttentionClient& client, const v1::ForwardRequest& request, int count)
+  Burst(client::TensorClient& client, const v1::ForwardRequest& request, int count)
       : request_(request), responses_(count) {
     for (int i = 0; i < count; ++i) contexts_.push_back(std::make_unique<grpc::ClientContext>());
     for (int i = 0; i < count; ++i) {
@@ -81,7 +81,7 @@ TEST(ServiceLifecycle, HealthIsNotServingUntilModelsAreLoaded) {
     ASSERT_TRUE(server.running()) << server.log();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  client::AttentionClient client({"127.0.0.1:" + std::to_string(port), std::chrono::seconds(5)});
+  client::TensorClient client({"127.0.0.1:" + std::to_string(port), std::chrono::seconds(5)});
   auto first = client.CheckHealth("");
   ASSERT_TRUE(first.ok()) << first.status().ToString() << "\n" << server.log();
   EXPECT_EQ(*first, HealthStatus::NOT_SERVING);
@@ -114,7 +114,7 @@ TEST(ServiceLifecycle, FullQueueIsResourceExhaustedAndTheServerRecovers) {
   // path is tested deterministically with a fake model in batcher_test.)
   ServerProcess server;
   ASSERT_TRUE(server.Start({"--batching", "off", "--workers", "1", "--max-queue-size", "1"}));
-  client::AttentionClient client({server.target(), std::chrono::seconds(120)});
+  client::TensorClient client({server.target(), std::chrono::seconds(120)});
   Burst burst(client, SelfAttentionRequest("", 4, 1024, 512), 12);
   ASSERT_TRUE(burst.WaitFor(burst.size(), std::chrono::seconds(300)));
   int ok = 0, exhausted = 0;
@@ -139,7 +139,7 @@ TEST(ServiceLifecycle, SigtermDuringABurstAnswersEveryCallAndExitsZero) {
   ServerProcess server;
   ASSERT_TRUE(
       server.Start({"--workers", "1", "--max-queue-size", "64", "--grace-period-s", "120"}));
-  client::AttentionClient client({server.target(), std::chrono::seconds(120)});
+  client::TensorClient client({server.target(), std::chrono::seconds(120)});
   Burst burst(client, SelfAttentionRequest("", 8, 128, 512), 16);
   ASSERT_TRUE(burst.WaitFor(1, std::chrono::seconds(120)));  // the others are queued or running
   server.Signal(SIGTERM);
@@ -163,7 +163,7 @@ TEST(ServiceLifecycle, BuiltInDefaultModelIsDeterministicAcrossRuns) {
   for (int run = 0; run < 2; ++run) {
     ServerProcess server;
     ASSERT_TRUE(server.Start({}));
-    client::AttentionClient client({server.target(), std::chrono::seconds(60)});
+    client::TensorClient client({server.target(), std::chrono::seconds(60)});
     auto info = client.GetModel("");
     ASSERT_TRUE(info.ok()) << info.status().ToString();
     EXPECT_EQ(info->name(), "default");
@@ -186,7 +186,7 @@ TEST(ServiceLifecycle, SeveralModelsWithoutDefaultNeedANameInEachRequest) {
   ModelRepositoryDir repository({"self_basic", "causal"});
   ServerProcess server;
   ASSERT_TRUE(server.Start({"--model-repository", repository.path()}));
-  client::AttentionClient client({server.target(), std::chrono::seconds(60)});
+  client::TensorClient client({server.target(), std::chrono::seconds(60)});
   auto models = client.ListModels();
   ASSERT_TRUE(models.ok());
   EXPECT_EQ(models->default_model(), "");

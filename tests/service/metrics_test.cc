@@ -1,7 +1,7 @@
 // Metrics: recording methods -> exposition text with the contract's series names and values;
 // the HTTP endpoint (/metrics, /healthz, /readyz); the batcher and the instrumented runner
 // feeding it.
-#include "metrics.h"
+#include "serving/observability/metrics.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -11,9 +11,10 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "dynamic_batcher.h"
-#include "instrumented_runner.h"
-#include "metrics_http.h"
+#include "serving/scheduling/dynamic_batcher.h"
+#include "batch_test_util.h"
+#include "serving/scheduling/direct_runner.h"
+#include "serving/observability/metrics_http.h"
 
 namespace mha::serve {
 namespace {
@@ -141,7 +142,7 @@ TEST(MetricsTest, BatcherRecordsBatchesAndQueueDepth) {
   };
   BatcherOptions o;
   o.max_queue_delay_us = 200000;
-  DynamicBatcher batcher("enc", BatchModelInfo{}, forward, o, &metrics);
+  DynamicBatcher batcher("enc", BatchModelInfo{}, forward, o, metrics.ForModel("enc"));
   std::atomic<int> done{0};
   for (int64_t t : {10, 12, 14}) {  // one bucket: one pass, 36 real / 42 padded tokens
     InferenceTask task;
@@ -159,45 +160,28 @@ TEST(MetricsTest, BatcherRecordsBatchesAndQueueDepth) {
   EXPECT_EQ(Sample(text, R"(mha_queue_depth{model="enc"})"), 0);
 }
 
-// Answers every task at once with fixed timings.
-class ImmediateRunner : public ModelRunner {
- public:
-  void Submit(InferenceTask task, DoneCallback done) override {
-    InferenceResult r;
-    if (task.inputs.is_causal) {
-      r.status = ResourceExhausted("queue full");  // refused at once: no timings
-    } else {
-      r.outputs.output = task.inputs.query;
-      r.queue_us = 1500;
-      r.compute_us = 2500;
-    }
-    done(std::move(r));
-  }
-  void Shutdown() override {}
-  size_t queue_depth() const override { return 0; }
-};
-
-TEST(MetricsTest, InstrumentedRunnerRecordsTimingsAndInflight) {
+// With batching off each pass is a batch of one: the DirectRunner records it and the queue depth
+// (per-request timings and inflight are ServerCore's, see server_core_test.cc).
+TEST(MetricsTest, DirectRunnerRecordsEachPassAsABatchOfOne) {
   Metrics metrics(TestBuild());
-  ImmediateRunner inner;
-  InstrumentedRunner runner(&inner, &metrics, /*records_batches=*/false);
-  int answered = 0;
-  for (bool refuse : {false, false, true}) {
+  std::shared_ptr<const MhaModel> shared = testing::SmallModel();
+  ASSERT_NE(shared, nullptr);
+  DirectRunner runner({1, 4}, metrics.ForModel("enc"));
+  std::atomic<int> answered{0};
+  for (int64_t t : {5, 5}) {
     InferenceTask task;
+    task.model = shared;
     task.model_name = "enc";
-    task.inputs.query = at::ones({2, 5, 4});
-    task.inputs.is_causal = refuse;
-    runner.Submit(std::move(task), [&answered](InferenceResult) { ++answered; });
+    task.inputs.query = at::ones({2, t, 16});
+    runner.Submit(std::move(task), [&answered](InferenceResult r) { answered += r.status.ok(); });
   }
-  EXPECT_EQ(answered, 3);
+  runner.Shutdown();
+  EXPECT_EQ(answered.load(), 2);
   const std::string text = metrics.Serialize();
-  EXPECT_EQ(Sample(text, R"(mha_inflight_requests{model="enc"})"), 0);
-  EXPECT_EQ(Sample(text, R"(mha_queue_duration_seconds_count{model="enc"})"), 2);
-  EXPECT_NEAR(Sample(text, R"(mha_queue_duration_seconds_sum{model="enc"})"), 0.003, 1e-12);
-  EXPECT_EQ(Sample(text, R"(mha_compute_duration_seconds_count{model="enc"})"), 2);
   EXPECT_EQ(Sample(text, R"(mha_batch_size_count{model="enc"})"), 2);
   EXPECT_EQ(Sample(text, R"(mha_batch_rows_sum{model="enc"})"), 4);
   EXPECT_EQ(Sample(text, R"(mha_padding_efficiency_sum{model="enc"})"), 2);
+  EXPECT_EQ(Sample(text, R"(mha_queue_depth{model="enc"})"), 0);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ class ParityServer : public ::testing::Test {
   }
 
   static SharedServer* shared_;
-  std::unique_ptr<client::AttentionClient> client_;
+  std::unique_ptr<client::TensorClient> client_;
 };
 SharedServer* ParityServer::shared_ = nullptr;
 
@@ -105,7 +105,7 @@ TEST_F(ParityServer, ConcurrentClientsAllGetTheirOwnCorrectAnswers) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      client::AttentionClient client({shared_->server->target(), std::chrono::seconds(60)});
+      client::TensorClient client({shared_->server->target(), std::chrono::seconds(60)});
       for (int i = 0; i < kPerThread; ++i) {
         const size_t k = (t * 5 + i * 3) % cases.size();
         auto response = client.ForwardRaw(CaseRequest(cases[k], cases[k].name));

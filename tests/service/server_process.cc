@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "mha_client.h"
+#include "client/tensor_client.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -144,7 +144,7 @@ int ServerProcess::PickFreePort() {
     return ::testing::AssertionFailure() << "no port file after " << timeout.count() << " s; log:\n"
                                          << log();
   }
-  client::AttentionClient client({target(), std::chrono::milliseconds(5000)});
+  client::TensorClient client({target(), std::chrono::milliseconds(5000)});
   auto health = client.CheckHealth("");
   if (!health.ok() || *health != grpc::health::v1::HealthCheckResponse::SERVING) {
     return ::testing::AssertionFailure()

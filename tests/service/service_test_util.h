@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "mha_client.h"
+#include "client/tensor_client.h"
 #include "server_process.h"
-#include "tensor_codec.h"
+#include "wire/tensor_codec.h"
 #include "test_util.h"
 
 namespace mha::testing {
@@ -104,8 +104,8 @@ struct SharedServer {
     server.reset();
     repository.reset();
   }
-  std::unique_ptr<client::AttentionClient> Client(int timeout_ms = 60000) const {
-    return std::make_unique<client::AttentionClient>(
+  std::unique_ptr<client::TensorClient> Client(int timeout_ms = 60000) const {
+    return std::make_unique<client::TensorClient>(
         client::ClientOptions{server->target(), std::chrono::milliseconds(timeout_ms)});
   }
 };

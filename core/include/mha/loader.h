@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mha/model_config.h"
 #include "mha/options.h"
 #include "mha/status.h"
 #include "mha/weights.h"
@@ -38,6 +39,8 @@ struct LoadOptions {
   std::string prefix;
   // Defaults to config.json beside the weights file when that exists; "" and no file = none.
   std::string config_path;
+  // An already read config.json (ReadModelConfig): used instead of reading config_path.
+  const ModelConfig* config = nullptr;
   // Caller's values win over config.json; config.json wins over what the file carries.
   std::optional<int64_t> num_heads;
   std::optional<bool> add_zero_attn;

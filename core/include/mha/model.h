@@ -7,28 +7,12 @@
 #include <memory>
 #include <string>
 
+#include "mha/forward_io.h"
 #include "mha/options.h"
 #include "mha/status.h"
 #include "mha/weights.h"
 
 namespace mha {
-
-// Batch-first inputs. Undefined tensors mean "absent".
-struct ForwardInputs {
-  at::Tensor query;             // [B, T, E]
-  at::Tensor key;               // [B, S, kdim]  (absent with value: self-attention)
-  at::Tensor value;             // [B, S, vdim]
-  at::Tensor key_padding_mask;  // [B, S]: bool (true = ignore) or float (additive)
-  at::Tensor attn_mask;         // [T, S] or [B*H, T, S]: bool (true = masked) or float (additive)
-  bool is_causal = false;       // adds triu(ones(T, S), 1) as -inf (top-left aligned)
-  bool need_weights = false;
-  bool average_attn_weights = true;  // weights [B, T, S] if true, per head [B, H, T, S] if false
-};
-
-struct ForwardOutputs {
-  at::Tensor output;        // [B, T, E], model dtype, model device
-  at::Tensor attn_weights;  // undefined unless need_weights
-};
 
 class MhaModel {
  public:
@@ -43,6 +27,11 @@ class MhaModel {
 
   // Shape/dtype checks only; Forward calls it first. Exposed for callers that validate early.
   Status ValidateInputs(const ForwardInputs& inputs) const;
+
+  // Forward for inputs that passed ValidateInputs already (the serving layer validates each
+  // request once, at its edge, and merged batches are valid by construction). Inputs that did not
+  // pass it are a caller bug: LibTorch's error then comes back as INTERNAL.
+  Status ForwardValidated(const ForwardInputs& inputs, ForwardOutputs* outputs) const;
 
   const MhaOptions& options() const { return options_; }
   const std::string& device() const { return device_name_; }  // resolved, e.g. "cpu", "cuda:0"

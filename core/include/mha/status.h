@@ -16,12 +16,19 @@ enum class StatusCode {
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
   kNotFound = 5,
-  kFailedPrecondition = 9,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
   kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kAborted = 10,
+  kOutOfRange = 11,
   kUnimplemented = 12,
   kInternal = 13,
   kUnavailable = 14,
+  kDataLoss = 15,
+  kUnauthenticated = 16,
 };
+inline constexpr int kStatusCodeCount = 17;  // every gRPC code, 0..16
 
 const char* StatusCodeName(StatusCode code);
 
@@ -50,6 +57,12 @@ inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented,
 inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
+inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
+inline Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
 
 // A value or the status that explains why there is none.
 template <typename T>

@@ -1,0 +1,145 @@
+#include "app/config.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <thread>
+
+namespace mha::serve {
+namespace {
+
+// --max-queue-size -> MHA_MAX_QUEUE_SIZE
+std::string EnvName(const std::string& flag) {
+  std::string env = "MHA_";
+  for (char c : flag.substr(flag.find_first_not_of('-'))) {
+    env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return env;
+}
+
+template <typename T>
+CLI::Option* Add(CLI::App& app, const std::string& flag, T* value, const std::string& help) {
+  return app.add_option(flag, *value, help)->envname(EnvName(flag))->capture_default_str();
+}
+
+void AddServingFlags(CLI::App& app, ServerConfig* c);
+void AddLimitFlags(CLI::App& app, ServerConfig* c);
+void AddBatchingFlags(CLI::App& app, ServerConfig* c);
+void AddOperationFlags(CLI::App& app, ServerConfig* c);
+
+}  // namespace
+
+int ServerConfig::ResolvedWorkers() const {
+  if (workers > 0) return workers;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, intra_op_threads));
+}
+
+std::optional<int> ParseServerConfig(int argc, char** argv, ServerConfig* c) {
+  CLI::App app{
+      "mha-server: batched multi-head-attention forward passes over gRPC "
+      "(mha.v1.AttentionService, grpc.health.v1.Health, server reflection)"};
+  // CLI11 reads the config file before the environment, so MHA_CONFIG becomes the default name.
+  const char* config_env = std::getenv("MHA_CONFIG");
+  app.set_config("--config", config_env ? config_env : "",
+                 "Read flags from a TOML/INI file (key = value, flag names) (Env:MHA_CONFIG)");
+  app.get_formatter()->column_width(36);
+  AddServingFlags(app, c);
+  AddLimitFlags(app, c);
+  AddBatchingFlags(app, c);
+  AddOperationFlags(app, c);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+void AddServingFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--grpc-address", &c->grpc_address,
+      "Listen address host:port; port 0 picks a free port (logged, and written to --port-file)");
+  Add(app, "--model-repository", &c->model_repository,
+      "Folder of models, one sub-folder per model: <name>/{config.json, model.*}. "
+      "Empty = serve the built-in deterministic model 'default' (E=512, H=8)");
+  Add(app, "--default-model", &c->default_model,
+      "Model used when a request names none (default: the only model, if there is one)");
+  Add(app, "--device", &c->device, "cpu, cuda, cuda:N or auto; empty = each model's config.json");
+  Add(app, "--dtype", &c->dtype,
+      "float32, float16 or bfloat16 for every model; empty = each model's config.json");
+  Add(app, "--intra-op-threads", &c->intra_op_threads,
+      "ATen threads per forward pass (1 is best on small boxes: BLAS threads itself)")
+      ->check(CLI::Range(1, 256));
+  Add(app, "--inter-op-threads", &c->inter_op_threads, "ATen inter-op threads")
+      ->check(CLI::Range(1, 256));
+  Add(app, "--workers", &c->workers,
+      "Batching off: forward-pass worker threads per model; 0 = cores / intra-op threads. Keep "
+      "1 when BLAS threads each GEMM itself (OpenBLAS): more workers oversubscribe the cores")
+      ->check(CLI::Range(0, 1024));
+}
+
+void AddLimitFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--max-queue-size", &c->max_queue_size,
+      "Requests waiting for a worker (per model when batching; config.json: max_queue_size); "
+      "more are refused with RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  Add(app, "--max-batch-size", &c->max_batch_size,
+      "Largest batch B per request (RESOURCE_EXHAUSTED above)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  Add(app, "--max-sequence-length", &c->max_sequence_length,
+      "Largest T and S per request (RESOURCE_EXHAUSTED above)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  Add(app, "--max-message-bytes", &c->max_message_bytes,
+      "Largest request message (RESOURCE_EXHAUSTED above); gRPC's own receive limit is set a "
+      "little higher so that the answer can say why")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
+  Add(app, "--stream-window", &c->stream_window,
+      "Requests of one ForwardStream in flight at once (answers still come in order)")
+      ->check(CLI::Range(1, 1024));
+}
+
+void AddBatchingFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--batching", &c->batching,
+      "Dynamic batching: merge concurrent requests of a model into one forward pass (on/off)");
+  Add(app, "--max-batch-rows", &c->max_batch_rows,
+      "Batching: rows (sum of the requests' B) per forward pass (config.json: max_batch_size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  Add(app, "--max-batch-tokens", &c->max_batch_tokens,
+      "Batching: padded tokens per forward pass (config.json: max_batch_tokens)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  Add(app, "--max-queue-delay-us", &c->max_queue_delay_us,
+      "Batching: how long the oldest request may wait for others (config.json: "
+      "max_queue_delay_us)")
+      ->check(CLI::Range(int64_t{0}, int64_t{60000000}));
+  Add(app, "--instances", &c->instances,
+      "Batching: concurrent forward passes per model (config.json: instances)")
+      ->check(CLI::Range(1, 256));
+}
+
+void AddOperationFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--metrics-address", &c->metrics_address,
+      "HTTP host:port for /metrics, /healthz, /readyz; port 0 picks one (written to "
+      "--metrics-port-file); empty = no endpoint");
+  Add(app, "--metrics-port-file", &c->metrics_port_file,
+      "Write the metrics port to this file once the endpoint listens");
+  Add(app, "--log-format", &c->log_format, "text or json (one JSON object per line)")
+      ->check(CLI::IsMember({"text", "json"}));
+  Add(app, "--log-level", &c->log_level,
+      "trace, debug (one line per request), info, warn, error, critical or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  Add(app, "--grace-period-s", &c->grace_period_s,
+      "On SIGTERM/SIGINT: seconds to finish in-flight calls before cancelling them")
+      ->check(CLI::Range(0.0, 3600.0));
+  Add(app, "--port-file", &c->port_file,
+      "Write the bound port to this file once the server is SERVING");
+  // Test-only: sleep before loading the models so the NOT_SERVING window can be observed.
+  Add(app, "--debug-load-delay-ms", &c->debug_load_delay_ms, "(test only) delay model loading")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}))
+      ->group("");
+}
+
+}  // namespace
+}  // namespace mha::serve

@@ -1,0 +1,113 @@
+#include "client/cli/cli_util.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "client/tensor_client.h"
+#include "mha/loader.h"
+#include "wire/tensor_header.h"
+
+namespace mha::client::cli {
+namespace {
+
+std::string StateName(int state) { return v1::ModelState_Name(state); }
+
+}  // namespace
+
+void AddShapeFlags(CLI::App* cmd, ShapeFlags* f) {
+  cmd->add_option("-m,--model", f->model, "Model name (default: the server's default model)");
+  cmd->add_option("-b,--batch", f->batch, "Batch size B")->capture_default_str();
+  cmd->add_option("-t,--seq", f->seq, "Query length T")->capture_default_str();
+  cmd->add_option("-s,--kv-seq", f->kv_seq, "Key/value length S; 0 = self-attention")
+      ->capture_default_str();
+  cmd->add_flag("-w,--need-weights", f->need_weights, "Ask for attention weights");
+  cmd->add_flag("--per-head", f->per_head,
+                "Per-head weights [B,H,T,S] (average_attn_weights=false)");
+  cmd->add_flag("--causal", f->causal, "is_causal");
+  cmd->add_option("--output-dtype", f->output_dtype, "float32, float16 or bfloat16");
+  cmd->add_option("--seed", f->seed, "Seed of the random inputs")->capture_default_str();
+  cmd->add_option("-i,--input", f->input_file,
+                  "Inputs from a safetensors file (query, key, value, key_padding_mask, attn_mask) "
+                  "instead of random ones");
+}
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+// Builds the request of `forward` and `bench`.
+StatusOr<v1::ForwardRequest> BuildRequest(AttentionClient& client, const ShapeFlags& f) {
+  mha::ForwardInputs in;
+  if (!f.input_file.empty()) {
+    auto tensors = mha::ReadSafetensors(f.input_file);
+    if (!tensors.ok()) return tensors.status();
+    auto get = [&](const char* key) {
+      auto it = tensors->find(key);
+      return it == tensors->end() ? at::Tensor() : it->second;
+    };
+    in.query = get("query");
+    in.key = get("key");
+    in.value = get("value");
+    in.key_padding_mask = get("key_padding_mask");
+    in.attn_mask = get("attn_mask");
+    if (!in.query.defined()) return mha::InvalidArgument(f.input_file + " has no 'query' tensor");
+  } else {
+    auto info = client.GetModel(f.model);
+    if (!info.ok()) return info.status();
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(f.seed);
+    in.query = at::randn({f.batch, f.seq, info->embed_dim()}, gen);
+    if (f.kv_seq > 0) {
+      in.key = at::randn({f.batch, f.kv_seq, info->kdim()}, gen);
+      in.value = at::randn({f.batch, f.kv_seq, info->vdim()}, gen);
+    }
+  }
+  in.is_causal = f.causal;
+  in.need_weights = f.need_weights;
+  in.average_attn_weights = !f.per_head;
+  mha::client::ForwardOptions options;
+  options.model = f.model;
+  if (!f.output_dtype.empty()) {
+    auto dtype = mha::ParseDType(f.output_dtype);
+    if (!dtype.ok()) return dtype.status();
+    options.output_dtype = mha::codec::ToProtoDType(*dtype);
+  }
+  return mha::client::MakeForwardRequest(in, options);
+}
+
+void PrintStats(const char* name, const at::Tensor& t) {
+  const at::Tensor f = t.to(at::kDouble);
+  const at::Tensor finite = f.masked_select(at::isfinite(f));
+  std::ostringstream shape;
+  shape << t.sizes();
+  std::printf("%s: shape %s dtype %s  mean %.6g std %.6g min %.6g max %.6g  non-finite %lld\n",
+              name, shape.str().c_str(), c10::toString(t.scalar_type()),
+              finite.numel() ? finite.mean().item<double>() : 0.0,
+              finite.numel() > 1 ? finite.std().item<double>() : 0.0,
+              finite.numel() ? finite.min().item<double>() : 0.0,
+              finite.numel() ? finite.max().item<double>() : 0.0,
+              static_cast<long long>(f.numel() - finite.numel()));
+}
+
+void PrintModel(const v1::ModelInfo& m) {
+  std::printf("%s%s v%s %s", m.name().c_str(), m.is_default() ? " (default)" : "",
+              m.version().c_str(), StateName(m.state()).c_str());
+  if (m.state() == mha::v1::FAILED) {
+    std::printf(": %s\n", m.error().c_str());
+    return;
+  }
+  std::printf(
+      ": E=%lld H=%lld head_dim=%lld kdim=%lld vdim=%lld bias=%d add_bias_kv=%d "
+      "add_zero_attn=%d dtype=%s compute=%s device=%s format=%s layout=%s params=%lld\n"
+      "    source %s\n",
+      (long long)m.embed_dim(), (long long)m.num_heads(), (long long)m.head_dim(),
+      (long long)m.kdim(), (long long)m.vdim(), m.bias(), m.add_bias_kv(), m.add_zero_attn(),
+      mha::codec::DataTypeName(m.dtype()).c_str(),
+      mha::codec::DataTypeName(m.compute_dtype()).c_str(), m.device().c_str(), m.format().c_str(),
+      m.layout().c_str(), (long long)m.parameter_count(), m.source().c_str());
+}
+
+}  // namespace mha::client::cli

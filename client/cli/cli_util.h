@@ -1,0 +1,37 @@
+// Pieces the mha-client subcommands share: the request-shape flags, building a request from them
+// (random inputs or a safetensors file), printing models and tensors, reporting errors.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "client/mha_client.h"
+#include "mha/status.h"
+
+namespace mha::client::cli {
+
+struct ShapeFlags {
+  std::string model;
+  int64_t batch = 8, seq = 128, kv_seq = 0;  // kv_seq 0 = self-attention
+  bool need_weights = false, per_head = false, causal = false;
+  std::string output_dtype;
+  uint64_t seed = 0;
+  std::string input_file;
+};
+
+void AddShapeFlags(CLI::App* cmd, ShapeFlags* f);
+
+// Prints "error: CODE: message" to stderr; returns 1.
+int Fail(const Status& status);
+
+// The request of `forward` and `bench`: inputs from --input, else random ones of the model's
+// sizes (asked from the server).
+StatusOr<v1::ForwardRequest> BuildRequest(AttentionClient& client, const ShapeFlags& f);
+
+void PrintStats(const char* name, const at::Tensor& t);
+void PrintModel(const v1::ModelInfo& m);
+
+}  // namespace mha::client::cli

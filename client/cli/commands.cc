@@ -1,0 +1,193 @@
+#include "client/cli/commands.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "client/tensor_client.h"
+#include "mha/loader.h"
+
+namespace mha::client::cli {
+
+void InfoCommands::Add(CLI::App& app) {
+  list = app.add_subcommand("list", "List the models");
+  info = app.add_subcommand("info", "Show one model's metadata");
+  info->add_option("model", info_model, "Model name ('' = default)");
+  health = app.add_subcommand("health", "grpc.health.v1 Check ('' = whole server)");
+  health->add_option("service", health_service, "Service name");
+}
+
+int InfoCommands::Run(AttentionClient& client) {
+  if (*list) {
+    auto models = client.ListModels();
+    if (!models.ok()) return Fail(models.status());
+    for (const auto& m : models->models()) PrintModel(m);
+    return 0;
+  }
+  if (*info) {
+    auto m = client.GetModel(info_model);
+    if (!m.ok()) return Fail(m.status());
+    PrintModel(*m);
+    return 0;
+  }
+  if (*health) {
+    auto s = client.CheckHealth(health_service);
+    if (!s.ok()) return Fail(s.status());
+    std::printf("%s\n", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*s).c_str());
+    return *s == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 3;
+  }
+  return -1;
+}
+
+void ForwardCommand::Add(CLI::App& app) {
+  cmd = app.add_subcommand("forward", "One forward pass; prints shapes and stats");
+  AddShapeFlags(cmd, &shape);
+  cmd->add_option("-o,--output", output_file, "Write output (+attn_weights) as safetensors");
+}
+
+int ForwardCommand::Run(AttentionClient& client) {
+  auto request = BuildRequest(client, shape);
+  if (!request.ok()) return Fail(request.status());
+  const auto start = std::chrono::steady_clock::now();
+  std::string request_id;
+  auto response = client.ForwardRaw(*request, std::nullopt, &request_id);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!response.ok()) return Fail(response.status());
+  auto result = ParseForwardResponse(*response);
+  if (!result.ok()) return Fail(result.status());
+  std::printf("model %s v%s  request_id %s  latency %.3f ms (queue %.3f, compute %.3f)\n",
+              result->model.c_str(), result->model_version.c_str(), request_id.c_str(), ms,
+              result->queue_us / 1e3, result->compute_us / 1e3);
+  PrintStats("output", result->output);
+  if (result->attn_weights.defined()) PrintStats("attn_weights", result->attn_weights);
+  if (!output_file.empty()) {
+    TensorMap tensors{{"output", result->output}};
+    if (result->attn_weights.defined()) tensors["attn_weights"] = result->attn_weights;
+    const Status s = WriteSafetensors(output_file, tensors);
+    if (!s.ok()) return Fail(s);
+    std::printf("wrote %s\n", output_file.c_str());
+  }
+  return 0;
+}
+
+void BenchCommand::Add(CLI::App& app) {
+  cmd = app.add_subcommand("bench", "Throughput and latency (closed or open loop)");
+  AddShapeFlags(cmd, &shape);
+  cmd->add_option("-c,--concurrency", options.concurrency, "Calls in flight")
+      ->capture_default_str();
+  cmd->add_option("-d,--duration-s", options.duration_s, "Timed run length")
+      ->capture_default_str();
+  cmd->add_option("-n,--requests", options.requests, "Timed requests (overrides duration)");
+  cmd->add_option("--warmup", options.warmup, "Untimed requests first")->capture_default_str();
+  cmd->add_flag("--json", json, "Print one JSON object");
+  cmd->add_flag("--ping", options.ping,
+                "Time GetModel round trips instead of Forward (transport cost alone)");
+  cmd->add_option("--rate", options.rate,
+                  "Open loop: send this many requests per second whatever the answers do "
+                  "(0 = closed loop with --concurrency)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--arrival", arrival, "Open loop: poisson (exponential gaps) or fixed")
+      ->check(CLI::IsMember({"poisson", "fixed"}))
+      ->capture_default_str();
+  cmd->add_option("--seq-min", seq_min, "Random query length per request: smallest T");
+  cmd->add_option("--seq-max", seq_max,
+                  "Random query length per request: largest T (uniform in [min, max])");
+}
+
+// One request per query length in [seq-min, seq-max] (or just --seq); each call picks one.
+StatusOr<std::vector<v1::ForwardRequest>> BenchRequests(AttentionClient& client,
+                                                      const ShapeFlags& shape, int64_t* seq_min,
+                                                      int64_t* seq_max) {
+  if (*seq_min > 0 || *seq_max > 0) {
+    if (*seq_min <= 0 || *seq_max < *seq_min) {
+      return InvalidArgument("--seq-min/--seq-max: need 0 < min <= max");
+    }
+  } else {
+    *seq_min = *seq_max = shape.seq;
+  }
+  std::vector<v1::ForwardRequest> requests;
+  for (int64_t t = *seq_min; t <= *seq_max; ++t) {
+    ShapeFlags flags = shape;
+    flags.seq = t;
+    if (*seq_max > *seq_min) flags.seed = shape.seed + static_cast<uint64_t>(t);
+    auto request = BuildRequest(client, flags);
+    if (!request.ok()) return request.status();
+    requests.push_back(std::move(request.value()));
+    if (!shape.input_file.empty()) break;  // inputs from a file: one request
+  }
+  return requests;
+}
+
+int BenchCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout) {
+  auto requests = BenchRequests(client, shape, &seq_min, &seq_max);
+  if (!requests.ok()) return Fail(requests.status());
+  options.timeout = timeout;
+  options.poisson = arrival == "poisson";
+  options.seed = shape.seed;
+  const auto report = RunBench(client, *requests, options);
+  const v1::ForwardRequest& first = requests->front();
+  if (json) {
+    std::printf("%s\n", BenchReportJson(report).c_str());
+  } else {
+    const std::string t = requests->size() > 1
+                              ? std::to_string(seq_min) + ".." + std::to_string(seq_max)
+                              : std::to_string(first.query().shape(1));
+    char load[96];
+    if (options.rate > 0) {
+      std::snprintf(load, sizeof(load), "rate=%g/s %s", options.rate, arrival.c_str());
+    } else {
+      std::snprintf(load, sizeof(load), "concurrency=%d", options.concurrency);
+    }
+    std::printf("bench: B=%lld T=%s S=%s need_weights=%d %s\n%s",
+                (long long)first.query().shape(0), t.c_str(),
+                first.has_key() ? std::to_string(first.key().shape(1)).c_str() : "T",
+                first.need_weights(), load, BenchReportText(report).c_str());
+  }
+  return report.ok > 0 && report.errors == 0 ? 0 : 1;
+}
+
+void LocalBenchCommand::Add(CLI::App& app) {
+  cmd = app.add_subcommand(
+      "local-bench", "Baseline without a server: MhaModel::Forward in this process, same shapes");
+  AddShapeFlags(cmd, &shape);
+  cmd->add_option("-E,--embed-dim", embed, "Embedding size")->capture_default_str();
+  cmd->add_option("-H,--num-heads", heads, "Heads")->capture_default_str();
+  cmd->add_option("--threads", options.threads, "Concurrent Forward loops (as workers)")
+      ->capture_default_str();
+  cmd->add_option("--intra-op-threads", options.intra_op_threads, "ATen threads")
+      ->capture_default_str();
+  cmd->add_option("-d,--duration-s", options.duration_s, "Timed run length")
+      ->capture_default_str();
+  cmd->add_option("-n,--requests", options.requests, "Timed passes (overrides duration)");
+  cmd->add_flag("--json", json, "Print one JSON object");
+}
+
+int LocalBenchCommand::Run() {
+  auto model = MakeLocalModel(embed, heads, 0, 0);
+  if (!model.ok()) return Fail(model.status());
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(shape.seed);
+  ForwardInputs in;
+  in.query = at::randn({shape.batch, shape.seq, embed}, gen);
+  if (shape.kv_seq > 0) {
+    in.key = at::randn({shape.batch, shape.kv_seq, embed}, gen);
+    in.value = at::randn({shape.batch, shape.kv_seq, embed}, gen);
+  }
+  in.is_causal = shape.causal;
+  in.need_weights = shape.need_weights;
+  in.average_attn_weights = !shape.per_head;
+  const auto report = RunLocalBench(**model, in, options);
+  if (json) {
+    std::printf("%s\n", BenchReportJson(report).c_str());
+  } else {
+    std::printf("local-bench (in-process): B=%lld T=%lld E=%lld H=%lld threads=%d\n%s",
+                (long long)shape.batch, (long long)shape.seq, (long long)embed, (long long)heads,
+                options.threads, BenchReportText(report).c_str());
+  }
+  return report.ok > 0 && report.errors == 0 ? 0 : 1;
+}
+
+}  // namespace mha::client::cli

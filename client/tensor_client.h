@@ -1,0 +1,50 @@
+// The at::Tensor layer over mha_client: ForwardInputs in, at::Tensor (CPU) out. Needs LibTorch's
+// headers and libraries, not mha_core's code (mha/forward_io.h is header-only).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/mha_client.h"
+#include "mha/forward_io.h"
+
+namespace mha::client {
+
+struct ForwardOptions {
+  std::string model;                         // "" = the server's default model
+  std::optional<bool> average_attn_weights;  // unset = server default (true, as PyTorch)
+  v1::DataType output_dtype = v1::DATA_TYPE_UNSPECIFIED;
+  std::optional<std::chrono::milliseconds> timeout;  // unset = ClientOptions::timeout
+  std::string request_id;                            // sent as x-request-id when not empty
+};
+
+struct ForwardResult {
+  at::Tensor output;        // [B, T, E]
+  at::Tensor attn_weights;  // undefined unless need_weights
+  std::string model;
+  std::string model_version;
+  std::string request_id;  // echoed by the server (initial metadata)
+  int64_t queue_us = 0;
+  int64_t compute_us = 0;
+};
+
+// ForwardInputs (flags included: is_causal, need_weights, average_attn_weights) -> request.
+// average_attn_weights is always sent explicitly; options.average_attn_weights overrides it.
+StatusOr<v1::ForwardRequest> MakeForwardRequest(const ForwardInputs& inputs,
+                                                const ForwardOptions& options);
+StatusOr<ForwardResult> ParseForwardResponse(const v1::ForwardResponse& response);
+
+class TensorClient : public AttentionClient {
+ public:
+  using AttentionClient::AttentionClient;
+
+  StatusOr<ForwardResult> Forward(const ForwardInputs& inputs, const ForwardOptions& options = {});
+  StatusOr<std::vector<ForwardResult>> ForwardStream(const std::vector<ForwardInputs>& inputs,
+                                                     const ForwardOptions& options = {});
+};
+
+}  // namespace mha::client

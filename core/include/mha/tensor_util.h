@@ -1,0 +1,17 @@
+// Small tensor conversions shared by the model and the batcher (one definition each).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "mha/options.h"
+
+namespace mha {
+
+// float32 -> kFloat, float16 -> kHalf, bfloat16 -> kBFloat16.
+at::ScalarType ToScalarType(DType dtype);
+
+// A mask made additive in `dtype` on `device`: bool true -> -inf (false -> 0), a float mask is
+// cast (it is additive already). The conversion PyTorch 2.x applies before summing masks.
+at::Tensor ToAdditiveMask(const at::Tensor& mask, at::ScalarType dtype, c10::Device device);
+
+}  // namespace mha

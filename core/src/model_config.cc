@@ -1,0 +1,129 @@
+#include "mha/model_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace mha {
+namespace {
+
+using Json = nlohmann::json;
+
+class Reader {
+ public:
+  Reader(const std::string& path, const Json& json) : path_(path), json_(json) {}
+
+  Status Int(const char* key, int64_t minimum, int64_t maximum, std::optional<int64_t>* out) {
+    const Json* v = Find(key);
+    if (!v) return Status::Ok();
+    if (!v->is_number_integer() || v->get<int64_t>() < minimum || v->get<int64_t>() > maximum ||
+        (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(maximum))) {
+      return Error(key, "an integer in [" + std::to_string(minimum) + ", " +
+                            std::to_string(maximum) + "]");
+    }
+    *out = v->get<int64_t>();
+    return Status::Ok();
+  }
+  Status Bool(const char* key, std::optional<bool>* out) {
+    const Json* v = Find(key);
+    if (!v) return Status::Ok();
+    if (!v->is_boolean()) return Error(key, "a boolean");
+    *out = v->get<bool>();
+    return Status::Ok();
+  }
+  Status String(const char* key, std::optional<std::string>* out) {
+    const Json* v = Find(key);
+    if (!v) return Status::Ok();
+    if (!v->is_string()) return Error(key, "a string");
+    *out = v->get<std::string>();
+    return Status::Ok();
+  }
+  // A string, or an integer written as one ("version": 3).
+  Status Label(const char* key, std::optional<std::string>* out) {
+    const Json* v = Find(key);
+    if (!v) return Status::Ok();
+    if (v->is_number_integer()) {
+      *out = std::to_string(v->get<int64_t>());
+      return Status::Ok();
+    }
+    return String(key, out);
+  }
+  Status Error(const char* key, const std::string& wanted) const {
+    return InvalidArgument(path_ + ": '" + key + "' must be " + wanted + ", got " +
+                           json_.at(key).dump());
+  }
+
+ private:
+  const Json* Find(const char* key) const {
+    auto it = json_.find(key);
+    return it == json_.end() ? nullptr : &*it;
+  }
+  const std::string& path_;
+  const Json& json_;
+};
+
+constexpr int64_t kMaxDim = int64_t{1} << 32;
+constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
+
+const char* const kKnownKeys[] = {
+    "num_heads",      "add_zero_attn",  "prefix",          "dtype",              "device",
+    "embed_dim",      "kdim",           "vdim",            "bias",               "add_bias_kv",
+    "version",        "max_batch_size", "max_batch_tokens", "max_queue_delay_us", "max_queue_size",
+    "instances"};
+
+Status ReadKeys(const std::string& path, const Json& json, ModelConfig* c) {
+  Reader r(path, json);
+  MHA_RETURN_IF_ERROR(r.Int("num_heads", 1, kMaxDim, &c->num_heads));
+  MHA_RETURN_IF_ERROR(r.Bool("add_zero_attn", &c->add_zero_attn));
+  MHA_RETURN_IF_ERROR(r.String("prefix", &c->prefix));
+  MHA_RETURN_IF_ERROR(r.String("device", &c->device));
+  std::optional<std::string> dtype;
+  MHA_RETURN_IF_ERROR(r.String("dtype", &dtype));
+  if (dtype) {
+    auto parsed = ParseDType(*dtype);
+    if (!parsed.ok()) return InvalidArgument(path + ": " + parsed.status().message());
+    c->dtype = *parsed;
+  }
+  MHA_RETURN_IF_ERROR(r.Int("embed_dim", 1, kMaxDim, &c->embed_dim));
+  MHA_RETURN_IF_ERROR(r.Int("kdim", 1, kMaxDim, &c->kdim));
+  MHA_RETURN_IF_ERROR(r.Int("vdim", 1, kMaxDim, &c->vdim));
+  MHA_RETURN_IF_ERROR(r.Bool("bias", &c->bias));
+  MHA_RETURN_IF_ERROR(r.Bool("add_bias_kv", &c->add_bias_kv));
+  MHA_RETURN_IF_ERROR(r.Label("version", &c->version));
+  MHA_RETURN_IF_ERROR(r.Int("max_batch_size", 1, kBig, &c->max_batch_size));
+  MHA_RETURN_IF_ERROR(r.Int("max_batch_tokens", 1, kBig, &c->max_batch_tokens));
+  MHA_RETURN_IF_ERROR(r.Int("max_queue_delay_us", 0, int64_t{3600} * 1000000,
+                            &c->max_queue_delay_us));
+  MHA_RETURN_IF_ERROR(r.Int("max_queue_size", 1, int64_t{1} << 20, &c->max_queue_size));
+  MHA_RETURN_IF_ERROR(r.Int("instances", 1, 256, &c->instances));
+  for (const auto& item : json.items()) {
+    bool known = false;
+    for (const char* key : kKnownKeys) known = known || item.key() == key;
+    if (!known) c->unknown_keys.push_back(item.key());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path + ": cannot open config file");
+  const Json json = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    return InvalidArgument(path + ": config is not a JSON object");
+  }
+  ModelConfig config;
+  config.path = path;
+  MHA_RETURN_IF_ERROR(ReadKeys(path, json, &config));
+  return config;
+}
+
+std::string ModelConfigPathIn(const std::string& dir) {
+  const std::filesystem::path candidate = std::filesystem::path(dir) / "config.json";
+  std::error_code ec;
+  return std::filesystem::is_regular_file(candidate, ec) ? candidate.string() : "";
+}
+
+}  // namespace mha

@@ -1,0 +1,97 @@
+#include "frontends/grpc_v1/attention_service.h"
+
+#include <utility>
+
+#include "frontends/grpc_v1/forward_stream.h"
+#include "wire/status_convert.h"
+
+namespace mha::serve {
+namespace {
+
+void FinishCall(grpc::ServerUnaryReactor* reactor, const RequestLog& log, const Status& status,
+                const std::string& detail = "") {
+  LogOutcome(log, status, detail);
+  reactor->Finish(codec::ToGrpcStatus(status));
+}
+
+}  // namespace
+
+StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
+                                      const GrpcFrontendOptions& options, bool borrow,
+                                      grpc::CallbackServerContext* context, const RequestLog& log) {
+  auto decoded = DecodeForwardRequest(request, options.max_message_bytes, borrow);
+  if (!decoded.ok()) return decoded.status();
+  decoded->start = log.start;
+  decoded->deadline = SteadyDeadline(context);
+  decoded->is_cancelled = [context] { return context->IsCancelled(); };
+  decoded->request_id = log.request_id;
+  return decoded;
+}
+
+AttentionServiceImpl::AttentionServiceImpl(InferenceServer* core, GrpcFrontendOptions options)
+    : core_(core), options_(options) {}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerContext* context,
+                                                        const v1::ForwardRequest* request,
+                                                        v1::ForwardResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RequestLog log = StartRequest(context, "Forward");
+  // The request outlives the Infer call (the call is open until `done`): tensors are borrowed.
+  auto decoded = DecodeCall(*request, options_, /*borrow=*/true, context, log);
+  if (!decoded.ok()) {
+    core_->RecordRefused(request->model(), decoded.status(), log.start);
+    FinishCall(reactor, log, decoded.status());
+    return reactor;
+  }
+  const bool need_weights = decoded->inputs.need_weights;
+  // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
+  core_->Infer(std::move(decoded.value()), [reactor, response, need_weights,
+                                            log = std::move(log)](InferenceResponse result) {
+    const Status status = EncodeForwardResponse(result, need_weights, response);
+    FinishCall(reactor, log, status,
+               "model=" + result.model + " queue_us=" + std::to_string(result.queue_us) +
+                   " compute_us=" + std::to_string(result.compute_us));
+  });
+  return reactor;
+}
+
+grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse>*
+AttentionServiceImpl::ForwardStream(grpc::CallbackServerContext* context) {
+  return new ForwardStreamReactor(this, context);
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(grpc::CallbackServerContext* context,
+                                                           const v1::ListModelsRequest* request,
+                                                           v1::ListModelsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RequestLog log = StartRequest(context, "ListModels");
+  auto repository = core_->repository();
+  response->set_default_model(repository->default_name());
+  for (const auto& entry : repository->entries()) {
+    FillModelInfo(*entry, entry->name == repository->default_name(), response->add_models());
+  }
+  FinishCall(reactor, log, Status::Ok());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::GetModel(grpc::CallbackServerContext* context,
+                                                         const v1::GetModelRequest* request,
+                                                         v1::ModelInfo* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RequestLog log = StartRequest(context, "GetModel");
+  auto repository = core_->repository();
+  auto entry = repository->Find(request->name());
+  if (!entry) {
+    // Resolve words the NOT_FOUND (unknown name, or no default model) and lists the names.
+    auto resolved = repository->Resolve(request->name());
+    FinishCall(
+        reactor, log,
+        resolved.ok() ? NotFound("model '" + request->name() + "' not found") : resolved.status());
+    return reactor;
+  }
+  FillModelInfo(*entry, entry->name == repository->default_name(), response);
+  FinishCall(reactor, log, Status::Ok());
+  return reactor;
+}
+
+}  // namespace mha::serve

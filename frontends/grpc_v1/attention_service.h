@@ -1,0 +1,51 @@
+// mha.v1.AttentionService on gRPC's callback API. Handlers only translate: decode the request
+// (forward_request), call the serving core (InferenceServer::Infer), encode the answer and map the
+// status (wire/status_convert). No handler blocks a gRPC thread: forward passes run on the
+// schedulers' workers, which also finish the calls.
+#pragma once
+
+#include <cstdint>
+
+#include "frontends/grpc_v1/forward_request.h"
+#include "frontends/grpc_v1/request_log.h"
+#include "mha/v1/attention.grpc.pb.h"
+#include "serving/inference_server.h"
+
+namespace mha::serve {
+
+struct GrpcFrontendOptions {
+  int64_t max_message_bytes = 64 << 20;  // a request above it is RESOURCE_EXHAUSTED
+  int stream_window = 4;  // requests of one ForwardStream submitted but not yet written
+};
+
+class AttentionServiceImpl final : public v1::AttentionService::CallbackService {
+ public:
+  // `core` is not owned and must outlive the service.
+  AttentionServiceImpl(InferenceServer* core, GrpcFrontendOptions options);
+
+  InferenceServer* core() const { return core_; }
+  const GrpcFrontendOptions& options() const { return options_; }
+
+  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
+                                    const v1::ForwardRequest* request,
+                                    v1::ForwardResponse* response) override;
+  grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse>* ForwardStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
+                                     const v1::GetModelRequest* request,
+                                     v1::ModelInfo* response) override;
+
+ private:
+  InferenceServer* const core_;
+  const GrpcFrontendOptions options_;
+};
+
+// Decodes `request` and adds what the call knows: deadline, cancellation, request id, start.
+StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
+                                      const GrpcFrontendOptions& options, bool borrow,
+                                      grpc::CallbackServerContext* context, const RequestLog& log);
+
+}  // namespace mha::serve

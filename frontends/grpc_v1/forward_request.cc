@@ -1,0 +1,119 @@
+#include "frontends/grpc_v1/forward_request.h"
+
+#include <ATen/ATen.h>
+
+#include <string_view>
+#include <utility>
+
+#include "wire/tensor_codec.h"
+
+namespace mha::serve {
+namespace {
+
+Status Decode(const v1::Tensor& t, const char* field, bool borrow, at::Tensor* out) {
+  const bool is_mask = std::string_view(field).find("mask") != std::string_view::npos;
+  if (!is_mask && t.dtype() == v1::BOOL) {  // the wire contract: only masks may be BOOL
+    return InvalidArgument(std::string(field) +
+                           ": dtype bool is not allowed (use FLOAT32, FLOAT16 or BFLOAT16)");
+  }
+  auto decoded = codec::DecodeTensor(t, field, borrow);
+  if (!decoded.ok()) return decoded.status();
+  *out = std::move(decoded.value());
+  return Status::Ok();
+}
+
+Status DecodeInputs(const v1::ForwardRequest& r, bool borrow, ForwardInputs* in) {
+  if (!r.has_query()) return InvalidArgument("query: required");
+  MHA_RETURN_IF_ERROR(Decode(r.query(), "query", borrow, &in->query));
+  if (r.has_key()) MHA_RETURN_IF_ERROR(Decode(r.key(), "key", borrow, &in->key));
+  if (r.has_value()) MHA_RETURN_IF_ERROR(Decode(r.value(), "value", borrow, &in->value));
+  if (r.has_key_padding_mask()) {
+    MHA_RETURN_IF_ERROR(
+        Decode(r.key_padding_mask(), "key_padding_mask", borrow, &in->key_padding_mask));
+  }
+  if (r.has_attn_mask()) {
+    MHA_RETURN_IF_ERROR(Decode(r.attn_mask(), "attn_mask", borrow, &in->attn_mask));
+  }
+  in->is_causal = r.is_causal();
+  in->need_weights = r.need_weights();
+  // Unset = PyTorch's default (average over heads).
+  in->average_attn_weights = r.has_average_attn_weights() ? r.average_attn_weights() : true;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& r,
+                                                int64_t max_message_bytes, bool borrow) {
+  const size_t bytes = r.ByteSizeLong();
+  if (static_cast<int64_t>(bytes) > max_message_bytes) {
+    return ResourceExhausted("request is " + std::to_string(bytes) +
+                             " bytes, over --max-message-bytes " +
+                             std::to_string(max_message_bytes));
+  }
+  InferenceRequest request;
+  request.model = r.model();
+  if (r.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
+    auto dtype = codec::FromProtoDType(r.output_dtype());
+    if (!dtype.ok()) return InvalidArgument("output_dtype: " + dtype.status().message());
+    request.output_dtype = *dtype;
+  }
+  MHA_RETURN_IF_ERROR(DecodeInputs(r, borrow, &request.inputs));
+  return request;
+}
+
+Status EncodeForwardResponse(const InferenceResponse& r, bool need_weights,
+                             v1::ForwardResponse* out) {
+  if (!r.status.ok()) return r.status;
+  const v1::DataType dtype = codec::ToProtoDType(r.output_dtype);
+  MHA_RETURN_IF_ERROR(codec::EncodeTensor(r.outputs.output, dtype, out->mutable_output()));
+  if (need_weights) {
+    if (!r.outputs.attn_weights.defined()) {
+      return Internal("need_weights was set but the model returned no attention weights");
+    }
+    MHA_RETURN_IF_ERROR(
+        codec::EncodeTensor(r.outputs.attn_weights, dtype, out->mutable_attn_weights()));
+  }
+  out->set_model(r.model);
+  out->set_model_version(r.model_version);
+  out->set_queue_us(r.queue_us);
+  out->set_compute_us(r.compute_us);
+  return Status::Ok();
+}
+
+void FillModelInfo(const ModelEntry& e, bool is_default, v1::ModelInfo* info) {
+  info->set_name(e.name);
+  info->set_version(e.version);
+  switch (e.state) {
+    case ModelState::kLoading:
+      info->set_state(v1::LOADING);
+      break;
+    case ModelState::kReady:
+      info->set_state(v1::READY);
+      break;
+    case ModelState::kFailed:
+      info->set_state(v1::FAILED);
+      break;
+  }
+  info->set_error(e.error);
+  info->set_source(e.source);
+  info->set_format(e.format);
+  info->set_layout(e.layout);
+  info->set_is_default(is_default);
+  if (!e.model) return;
+  const MhaOptions& o = e.model->options();
+  info->set_embed_dim(o.embed_dim);
+  info->set_num_heads(o.num_heads);
+  info->set_head_dim(o.head_dim());
+  info->set_kdim(o.key_dim());
+  info->set_vdim(o.value_dim());
+  info->set_bias(o.bias);
+  info->set_add_bias_kv(o.add_bias_kv);
+  info->set_add_zero_attn(o.add_zero_attn);
+  info->set_dtype(codec::ToProtoDType(o.dtype));
+  info->set_compute_dtype(codec::ToProtoDType(e.model->compute_dtype()));
+  info->set_device(e.model->device());
+  info->set_parameter_count(e.model->parameter_count());
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,28 @@
+// mha.v1 ForwardRequest <-> the protocol-neutral InferenceRequest/InferenceResponse. Decoding does
+// the wire's own checks only (message size, required query, tensor headers: dtype, dims > 0,
+// overflow-checked byte count), then builds tensors; shapes, the model and the limits are
+// ServerCore's to validate, once.
+#pragma once
+
+#include <cstdint>
+
+#include "mha/v1/attention.pb.h"
+#include "serving/inference.h"
+#include "serving/repository/model_repository.h"
+
+namespace mha::serve {
+
+// borrow: the input tensors point into `request`'s bytes (no copy) where alignment allows; the
+// request must then outlive the Infer call (true for unary calls, not for a stream's reused
+// buffer).
+StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& request,
+                                                int64_t max_message_bytes, bool borrow);
+
+// Encodes an OK response: output, attn_weights (when need_weights), model, version, timings.
+Status EncodeForwardResponse(const InferenceResponse& response, bool need_weights,
+                             v1::ForwardResponse* out);
+
+// Metadata of one model for ListModels/GetModel.
+void FillModelInfo(const ModelEntry& entry, bool is_default, v1::ModelInfo* info);
+
+}  // namespace mha::serve

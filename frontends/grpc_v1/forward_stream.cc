@@ -1,0 +1,165 @@
+#include "frontends/grpc_v1/forward_stream.h"
+
+#include <utility>
+
+#include "wire/status_convert.h"
+
+namespace mha::serve {
+
+ForwardStreamReactor::ForwardStreamReactor(AttentionServiceImpl* service,
+                                           grpc::CallbackServerContext* context)
+    : service_(service), context_(context), log_(StartRequest(context, "ForwardStream")) {
+  std::lock_guard<std::mutex> lock(mu_);
+  MaybeStartReadLocked();
+}
+
+void ForwardStreamReactor::OnReadDone(bool ok) {
+  int64_t index = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reading_ = false;
+    if (!ok || finishing_ || failure_index_ || broken_) {
+      read_closed_ = true;
+    } else {
+      index = next_read_index_++;
+      processing_ = true;  // read_buffer_ stays ours: no StartRead until we are done with it
+      ++in_flight_;        // and the stream cannot finish under us
+    }
+  }
+  if (index >= 0) {
+    RequestLog message_log = log_;
+    message_log.start = Clock::now();
+    message_log.request_id += "#" + std::to_string(index);
+    auto decoded = DecodeCall(read_buffer_, service_->options(), /*borrow=*/false, context_,
+                              message_log);
+    if (decoded.ok()) {
+      const bool need_weights = decoded->inputs.need_weights;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        processing_ = false;
+        MaybeStartReadLocked();  // pipelining: read the next request while this one runs
+      }
+      // Outside the lock: a refused request calls back inline. OnResult balances in_flight_.
+      service_->core()->Infer(std::move(decoded.value()),
+                              [this, index, need_weights](InferenceResponse result) {
+                                OnResult(index, std::move(result), need_weights);
+                              });
+      return;  // OnResult (maybe already run) takes it from here
+    }
+    service_->core()->RecordRefused(read_buffer_.model(), decoded.status(), message_log.start);
+    std::lock_guard<std::mutex> lock(mu_);
+    processing_ = false;
+    --in_flight_;
+    RecordFailureLocked(index, decoded.status());
+  }
+  std::optional<Status> finish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MaybeStartReadLocked();
+    finish = ShouldFinishLocked();
+  }
+  if (finish) FinishNow(*finish);
+}
+
+void ForwardStreamReactor::OnResult(int64_t index, InferenceResponse result, bool need_weights) {
+  auto response = std::make_unique<v1::ForwardResponse>();
+  // On the worker thread.
+  const Status status = EncodeForwardResponse(result, need_weights, response.get());
+  std::optional<Status> finish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    if (status.ok()) {
+      if (!failure_index_ || index < *failure_index_) ready_.emplace(index, std::move(response));
+    } else {
+      RecordFailureLocked(index, status);
+    }
+    MaybeWriteLocked();
+    MaybeStartReadLocked();
+    finish = ShouldFinishLocked();
+  }
+  if (finish) FinishNow(*finish);  // last statement: OnDone may delete `this` right after
+}
+
+void ForwardStreamReactor::OnWriteDone(bool ok) {
+  std::optional<Status> finish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_.reset();
+    if (ok) {
+      ++next_write_index_;
+      ++answered_;
+    } else {
+      broken_ = true;  // the client went away; nothing more can be written
+      read_closed_ = true;
+    }
+    MaybeWriteLocked();
+    MaybeStartReadLocked();
+    finish = ShouldFinishLocked();
+  }
+  if (finish) FinishNow(*finish);
+}
+
+void ForwardStreamReactor::OnCancel() {
+  std::optional<Status> finish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_ = true;
+    read_closed_ = true;
+    finish = ShouldFinishLocked();
+  }
+  if (finish) FinishNow(*finish);
+}
+
+void ForwardStreamReactor::OnDone() {
+  { std::lock_guard<std::mutex> lock(mu_); }  // let the thread that called Finish unlock first
+  delete this;
+}
+
+void ForwardStreamReactor::MaybeStartReadLocked() {
+  if (reading_ || processing_ || read_closed_ || broken_ || finishing_ || failure_index_) return;
+  const int64_t pending = in_flight_ + static_cast<int64_t>(ready_.size()) + (writing_ ? 1 : 0);
+  if (pending >= service_->options().stream_window) return;  // resumed when answers go out
+  reading_ = true;
+  StartRead(&read_buffer_);
+}
+
+void ForwardStreamReactor::MaybeWriteLocked() {
+  if (writing_ || broken_ || finishing_) return;
+  if (failure_index_ && next_write_index_ >= *failure_index_) return;
+  auto it = ready_.find(next_write_index_);
+  if (it == ready_.end()) return;
+  writing_ = std::move(it->second);
+  ready_.erase(it);
+  StartWrite(writing_.get());
+}
+
+void ForwardStreamReactor::RecordFailureLocked(int64_t index, const Status& status) {
+  if (failure_index_ && *failure_index_ <= index) return;  // an earlier failure wins
+  failure_index_ = index;
+  failure_ = Status(status.code(), "message " + std::to_string(index) + ": " + status.message());
+  read_closed_ = true;  // stop reading; requests after the failure are not answered
+  ready_.erase(ready_.upper_bound(index), ready_.end());
+}
+
+std::optional<Status> ForwardStreamReactor::ShouldFinishLocked() {
+  if (finishing_ || in_flight_ > 0 || writing_) return std::nullopt;
+  Status status = Status::Ok();
+  if (failure_index_) {
+    if (next_write_index_ < *failure_index_ && !broken_) return std::nullopt;
+    status = failure_;
+  } else if (broken_) {
+    status = Cancelled("stream cancelled after " + std::to_string(answered_) + " answers");
+  } else if (!read_closed_ || reading_ || !ready_.empty()) {
+    return std::nullopt;
+  }
+  finishing_ = true;
+  return status;
+}
+
+void ForwardStreamReactor::FinishNow(const Status& status) {
+  LogOutcome(log_, status, "answers=" + std::to_string(answered_));
+  Finish(codec::ToGrpcStatus(status));
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,51 @@
+// The protocol-neutral request and response of ServerCore::Infer. Front ends (gRPC mha.v1, the
+// Open Inference Protocol) decode their wire message into an InferenceRequest and encode the
+// InferenceResponse; nothing here knows a wire format.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "mha/model.h"
+#include "mha/options.h"
+#include "mha/status.h"
+#include "serving/clock.h"
+
+namespace mha::serve {
+
+struct InferenceRequest {
+  std::string model;  // "" = the default model
+  // Decoded but not yet validated: ServerCore::Infer validates once (shapes against the model,
+  // limits). The tensors may borrow the wire message's bytes; the front end keeps the message
+  // alive until `done` has run.
+  ForwardInputs inputs;
+  std::optional<DType> output_dtype;  // unset = the model's dtype
+  Clock::time_point start = Clock::now();  // when the front end received it
+  Clock::time_point deadline = Clock::time_point::max();
+  std::function<bool()> is_cancelled;  // empty = never; must be cheap and thread-safe
+  std::string request_id;
+};
+
+struct InferenceResponse {
+  Status status;
+  ForwardOutputs outputs;  // set when status is OK
+  std::string model;       // the model that answered ("" when none was resolved)
+  std::string model_version;
+  DType output_dtype = DType::kFloat32;  // the request's, else the model's
+  int64_t queue_us = 0;
+  int64_t compute_us = 0;
+};
+
+// Called exactly once per Infer, on some thread (inline when refused at once). Must not block for
+// long and must not throw.
+using InferDone = std::function<void(InferenceResponse)>;
+
+// What a server accepts per request, whatever the protocol.
+struct RequestLimits {
+  int64_t max_batch_size = 64;         // B of one request
+  int64_t max_sequence_length = 4096;  // T and S
+};
+
+}  // namespace mha::serve

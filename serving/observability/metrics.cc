@@ -1,0 +1,251 @@
+#include "serving/observability/metrics.h"
+
+#include <ATen/Context.h>
+#include <prometheus/text_serializer.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#ifdef MHA_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+#ifndef MHA_VERSION
+#define MHA_VERSION "0.1.0"
+#endif
+
+namespace mha::serve {
+namespace {
+
+using prometheus::Histogram;
+
+// 50 us, 100 us, ... doubling up to ~13 s.
+Histogram::BucketBoundaries DurationBuckets() {
+  Histogram::BucketBoundaries buckets;
+  for (double b = 50e-6; b < 14.0; b *= 2) buckets.push_back(b);
+  return buckets;
+}
+
+Histogram::BucketBoundaries CountBuckets() {
+  return {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 512, 1024};
+}
+
+Histogram::BucketBoundaries TokenBuckets() {
+  Histogram::BucketBoundaries buckets;
+  for (double b = 16; b <= 1 << 20; b *= 2) buckets.push_back(b);
+  return buckets;
+}
+
+Histogram::BucketBoundaries EfficiencyBuckets() {
+  return {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0};
+}
+
+template <typename Builder>
+auto& Register(Builder builder, const char* name, const char* help,
+               prometheus::Registry& registry) {
+  return builder.Name(name).Help(help).Register(registry);
+}
+
+prometheus::ClientMetric Sample(prometheus::MetricType type, double value,
+                                std::vector<prometheus::ClientMetric::Label> labels = {}) {
+  prometheus::ClientMetric metric;
+  metric.label = std::move(labels);
+  if (type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  return metric;
+}
+
+}  // namespace
+
+BuildInfo CurrentBuildInfo() {
+  return BuildInfo{MHA_VERSION, TORCH_VERSION, at::hasCUDA() ? "cuda" : "cpu"};
+}
+
+Metrics::Metrics(const BuildInfo& build_info)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      requests_(Register(prometheus::BuildCounter(), "mha_requests_total",
+                         "Forward calls answered, by model and gRPC status code", *registry_)),
+      request_duration_(Register(prometheus::BuildHistogram(), "mha_request_duration_seconds",
+                                 "Forward call duration in the server (handler start to finish)",
+                                 *registry_)),
+      queue_duration_(Register(prometheus::BuildHistogram(), "mha_queue_duration_seconds",
+                               "Time from enqueue to the start of the forward pass", *registry_)),
+      compute_duration_(Register(prometheus::BuildHistogram(), "mha_compute_duration_seconds",
+                                 "Forward pass time (of the whole batch the request ran in)",
+                                 *registry_)),
+      batch_size_(Register(prometheus::BuildHistogram(), "mha_batch_size",
+                           "Requests merged into one forward pass", *registry_)),
+      batch_rows_(Register(prometheus::BuildHistogram(), "mha_batch_rows",
+                           "Batch rows (sum of the requests' B) of one forward pass", *registry_)),
+      batch_tokens_(Register(prometheus::BuildHistogram(), "mha_batch_tokens",
+                             "Padded tokens of one forward pass", *registry_)),
+      padding_efficiency_(Register(prometheus::BuildHistogram(), "mha_padding_efficiency",
+                                   "Real / padded tokens of one forward pass", *registry_)),
+      real_tokens_(Register(prometheus::BuildCounter(), "mha_real_tokens_total",
+                            "Tokens of the requests themselves", *registry_)),
+      padded_tokens_(Register(prometheus::BuildCounter(), "mha_padded_tokens_total",
+                              "Tokens computed, padding included", *registry_)),
+      queue_depth_(Register(prometheus::BuildGauge(), "mha_queue_depth",
+                            "Requests waiting for a forward pass", *registry_)),
+      inflight_(Register(prometheus::BuildGauge(), "mha_inflight_requests",
+                         "Requests accepted and not yet answered", *registry_)),
+      model_loaded_(Register(prometheus::BuildGauge(), "mha_model_loaded",
+                             "1 when the model is READY, 0 when it failed to load", *registry_)),
+      build_info_(Register(prometheus::BuildGauge(), "mha_build_info",
+                           "Always 1; the labels describe the build", *registry_)) {
+  build_info_
+      .Add({{"version", build_info.version},
+            {"torch_version", build_info.torch_version},
+            {"device", build_info.device}})
+      .Set(1);
+}
+
+ModelMetrics::ModelMetrics(const std::string& model_name,
+                           prometheus::Family<prometheus::Counter>* requests)
+    : model(model_name), requests_(requests) {}
+
+void ModelMetrics::RecordRequest(StatusCode code, double seconds) {
+  const int index = static_cast<int>(code);
+  prometheus::Counter* counter = nullptr;
+  if (index >= 0 && index < kCodes) {
+    counter = by_code_[index].load(std::memory_order_acquire);
+    if (!counter) {
+      // Family::Add is thread-safe and returns the same counter for the same labels.
+      counter = &requests_->Add({{"model", model}, {"code", StatusCodeName(code)}});
+      by_code_[index].store(counter, std::memory_order_release);
+    }
+  } else {
+    counter = &requests_->Add({{"model", model}, {"code", StatusCodeName(code)}});
+  }
+  counter->Increment();
+  request_duration->Observe(seconds);
+}
+
+void ModelMetrics::RecordBatch(int64_t requests, int64_t rows, int64_t real, int64_t padded) {
+  batch_size->Observe(static_cast<double>(requests));
+  batch_rows->Observe(static_cast<double>(rows));
+  batch_tokens->Observe(static_cast<double>(padded));
+  if (padded > 0) padding_efficiency->Observe(static_cast<double>(real) / padded);
+  real_tokens->Increment(static_cast<double>(real));
+  padded_tokens->Increment(static_cast<double>(padded));
+}
+
+ModelMetrics* Metrics::ForModel(const std::string& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = series_.find(model);
+  if (it != series_.end()) return it->second.get();
+  const prometheus::Labels labels{{"model", model}};
+  auto s = std::make_unique<ModelMetrics>(model, &requests_);
+  s->request_duration = &request_duration_.Add(labels, DurationBuckets());
+  s->queue_duration = &queue_duration_.Add(labels, DurationBuckets());
+  s->compute_duration = &compute_duration_.Add(labels, DurationBuckets());
+  s->batch_size = &batch_size_.Add(labels, CountBuckets());
+  s->batch_rows = &batch_rows_.Add(labels, CountBuckets());
+  s->batch_tokens = &batch_tokens_.Add(labels, TokenBuckets());
+  s->padding_efficiency = &padding_efficiency_.Add(labels, EfficiencyBuckets());
+  s->real_tokens = &real_tokens_.Add(labels);
+  s->padded_tokens = &padded_tokens_.Add(labels);
+  s->queue_depth = &queue_depth_.Add(labels);
+  s->inflight = &inflight_.Add(labels);
+  return series_.emplace(model, std::move(s)).first->second.get();
+}
+
+void Metrics::SetModelLoaded(const std::string& model, bool loaded) {
+  ForModel(model);  // the model's other series exist from here on, as before
+  prometheus::Gauge* gauge = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = loaded_[model];
+    if (!slot) slot = &model_loaded_.Add({{"model", model}});
+    gauge = slot;
+  }
+  gauge->Set(loaded ? 1 : 0);
+}
+
+std::vector<prometheus::MetricFamily> Metrics::Collect() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (auto& family : CollectProcessMetrics()) families.push_back(std::move(family));
+  return families;
+}
+
+std::string Metrics::Serialize() const { return prometheus::TextSerializer().Serialize(Collect()); }
+
+// The CUDA caching allocator's memory per device (nothing on CPU builds or without a GPU).
+static void AppendGpuMemory(std::vector<prometheus::MetricFamily>* families) {
+#ifdef MHA_WITH_CUDA
+  using prometheus::MetricType;
+  const int devices = static_cast<int>(c10::cuda::device_count());
+  if (devices > 0) {
+    prometheus::MetricFamily allocated{"mha_gpu_memory_allocated_bytes",
+                                       "CUDA caching allocator: bytes allocated",
+                                       MetricType::Gauge,
+                                       {}};
+    prometheus::MetricFamily reserved{"mha_gpu_memory_reserved_bytes",
+                                      "CUDA caching allocator: bytes reserved",
+                                      MetricType::Gauge,
+                                      {}};
+    namespace alloc = c10::cuda::CUDACachingAllocator;
+    constexpr size_t aggregate = 0;  // StatType::AGGREGATE (its namespace moved across versions)
+    for (int d = 0; d < devices; ++d) {
+      const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+      const std::vector<prometheus::ClientMetric::Label> labels{
+          {"device", "cuda:" + std::to_string(d)}};
+      allocated.metric.push_back(
+          Sample(MetricType::Gauge, static_cast<double>(stats.allocated_bytes[aggregate].current),
+                 labels));
+      reserved.metric.push_back(Sample(
+          MetricType::Gauge, static_cast<double>(stats.reserved_bytes[aggregate].current), labels));
+    }
+    families->push_back(std::move(allocated));
+    families->push_back(std::move(reserved));
+  }
+#else
+  (void)families;
+#endif
+}
+
+std::vector<prometheus::MetricFamily> CollectProcessMetrics() {
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily> families;
+  const long page = sysconf(_SC_PAGESIZE);
+  std::ifstream statm("/proc/self/statm");
+  long long size_pages = 0, resident_pages = 0;
+  if (statm >> size_pages >> resident_pages) {
+    families.push_back({"process_resident_memory_bytes",
+                        "Resident memory size in bytes",
+                        MetricType::Gauge,
+                        {Sample(MetricType::Gauge, static_cast<double>(resident_pages) * page)}});
+  }
+  // /proc/self/stat: "pid (comm) state ..." -- comm may hold spaces; fields after ')' start at 3.
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream fields(stat.substr(close + 1));
+    std::string field;
+    double utime = 0, stime = 0;
+    bool ok = true;
+    for (int index = 3; index <= 15 && ok; ++index) {
+      ok = static_cast<bool>(fields >> field);
+      if (ok && index == 14) utime = std::stod(field);
+      if (ok && index == 15) stime = std::stod(field);
+    }
+    const long ticks = sysconf(_SC_CLK_TCK);
+    if (ok && ticks > 0) {
+      families.push_back({"process_cpu_seconds_total",
+                          "Total user and system CPU time spent in seconds",
+                          MetricType::Counter,
+                          {Sample(MetricType::Counter, (utime + stime) / ticks)}});
+    }
+  }
+  AppendGpuMemory(&families);
+  return families;
+}
+
+}  // namespace mha::serve

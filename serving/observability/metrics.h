@@ -1,0 +1,148 @@
+// Prometheus metrics of mha-server. One Metrics object owns the prometheus-cpp registry and every
+// family; handlers, runners and the batcher only call its recording methods. The family names
+// are a contract (dashboards and alerts are written against them):
+//   mha_requests_total{model,code}              counter, code = gRPC status name (OK, ...)
+//   mha_request_duration_seconds{model}         histogram, whole call (handler start -> finish)
+//   mha_queue_duration_seconds{model}           histogram, enqueue -> forward pass start
+//   mha_compute_duration_seconds{model}         histogram, the (batched) forward pass
+//   mha_batch_size{model}                       histogram, requests per forward pass
+//   mha_batch_rows{model}                       histogram, batch rows (sum of B) per pass
+//   mha_batch_tokens{model}                     histogram, padded tokens per pass
+//   mha_padding_efficiency{model}               histogram, real / padded tokens per pass
+//   mha_real_tokens_total{model}, mha_padded_tokens_total{model}   counters
+//   mha_queue_depth{model}, mha_inflight_requests{model}           gauges
+//   mha_model_loaded{model}                     gauge, 1 READY / 0 FAILED
+//   mha_build_info{version,torch_version,device} gauge = 1
+//   process_resident_memory_bytes, process_cpu_seconds_total       read from /proc at scrape
+//   mha_gpu_memory_allocated_bytes{device}, mha_gpu_memory_reserved_bytes{device}  (CUDA only)
+// A "token" is one query row of one batch element, plus one key row for cross-attention.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "mha/status.h"
+
+namespace mha::serve {
+
+struct BuildInfo {
+  std::string version;
+  std::string torch_version;
+  std::string device;  // "cpu" or "cuda"
+};
+// This binary's: project version, TORCH_VERSION, "cuda" when LibTorch sees a GPU else "cpu".
+BuildInfo CurrentBuildInfo();
+
+// The series of one model, looked up once (when the model's handle is made) and then used without
+// any lock: prometheus-cpp's metrics are atomic. Status-code counters are made on first use.
+class ModelMetrics {
+ public:
+  ModelMetrics(const std::string& model, prometheus::Family<prometheus::Counter>* requests);
+  ModelMetrics(const ModelMetrics&) = delete;
+  ModelMetrics& operator=(const ModelMetrics&) = delete;
+
+  // One answered request: mha_requests_total{code} and mha_request_duration_seconds.
+  void RecordRequest(StatusCode code, double seconds);
+  void RecordQueue(double seconds) { queue_duration->Observe(seconds); }
+  void RecordCompute(double seconds) { compute_duration->Observe(seconds); }
+  // One forward pass of `requests` requests, `rows` batch rows in all.
+  void RecordBatch(int64_t requests, int64_t rows, int64_t real_tokens, int64_t padded_tokens);
+  void SetQueueDepth(int64_t depth) { queue_depth->Set(static_cast<double>(depth)); }
+  void AddInflight(int64_t delta) { inflight->Increment(static_cast<double>(delta)); }
+
+  const std::string model;
+  prometheus::Histogram* request_duration = nullptr;
+  prometheus::Histogram* queue_duration = nullptr;
+  prometheus::Histogram* compute_duration = nullptr;
+  prometheus::Histogram* batch_size = nullptr;
+  prometheus::Histogram* batch_rows = nullptr;
+  prometheus::Histogram* batch_tokens = nullptr;
+  prometheus::Histogram* padding_efficiency = nullptr;
+  prometheus::Counter* real_tokens = nullptr;
+  prometheus::Counter* padded_tokens = nullptr;
+  prometheus::Gauge* queue_depth = nullptr;
+  prometheus::Gauge* inflight = nullptr;
+
+ private:
+  static constexpr int kCodes = kStatusCodeCount;
+  prometheus::Family<prometheus::Counter>* const requests_;
+  std::array<std::atomic<prometheus::Counter*>, kCodes> by_code_{};
+};
+
+class Metrics {
+ public:
+  explicit Metrics(const BuildInfo& build_info);
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // The model's series, made on first use; the pointer stays valid as long as this object.
+  ModelMetrics* ForModel(const std::string& model);
+  void SetModelLoaded(const std::string& model, bool loaded);
+
+  // By name (looks the model up each time; tests and one-off callers).
+  void RecordRequest(const std::string& model, StatusCode code, double seconds) {
+    ForModel(model)->RecordRequest(code, seconds);
+  }
+  void RecordQueue(const std::string& model, double seconds) {
+    ForModel(model)->RecordQueue(seconds);
+  }
+  void RecordCompute(const std::string& model, double seconds) {
+    ForModel(model)->RecordCompute(seconds);
+  }
+  void RecordBatch(const std::string& model, int64_t requests, int64_t rows, int64_t real_tokens,
+                   int64_t padded_tokens) {
+    ForModel(model)->RecordBatch(requests, rows, real_tokens, padded_tokens);
+  }
+  void SetQueueDepth(const std::string& model, int64_t depth) {
+    ForModel(model)->SetQueueDepth(depth);
+  }
+  void AddInflight(const std::string& model, int64_t delta) {
+    ForModel(model)->AddInflight(delta);
+  }
+
+  // Everything in the text exposition format: the registry, then the process (and GPU) metrics
+  // read at call time.
+  std::string Serialize() const;
+  // The registry's families plus the scrape-time ones.
+  std::vector<prometheus::MetricFamily> Collect() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& request_duration_;
+  prometheus::Family<prometheus::Histogram>& queue_duration_;
+  prometheus::Family<prometheus::Histogram>& compute_duration_;
+  prometheus::Family<prometheus::Histogram>& batch_size_;
+  prometheus::Family<prometheus::Histogram>& batch_rows_;
+  prometheus::Family<prometheus::Histogram>& batch_tokens_;
+  prometheus::Family<prometheus::Histogram>& padding_efficiency_;
+  prometheus::Family<prometheus::Counter>& real_tokens_;
+  prometheus::Family<prometheus::Counter>& padded_tokens_;
+  prometheus::Family<prometheus::Gauge>& queue_depth_;
+  prometheus::Family<prometheus::Gauge>& inflight_;
+  prometheus::Family<prometheus::Gauge>& model_loaded_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
+
+  std::mutex mu_;  // guards the maps only
+  std::map<std::string, std::unique_ptr<ModelMetrics>> series_;
+  std::map<std::string, prometheus::Gauge*> loaded_;
+};
+
+// Process metrics from /proc/self (resident memory, CPU seconds) and, on CUDA builds with a GPU,
+// the caching allocator's memory per device. Empty families are left out.
+std::vector<prometheus::MetricFamily> CollectProcessMetrics();
+
+}  // namespace mha::serve

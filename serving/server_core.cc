@@ -1,0 +1,268 @@
+#include "serving/server_core.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "serving/repository/default_model.h"
+
+namespace mha::serve {
+namespace {
+
+constexpr char kUnknownModel[] = "unknown";  // the metrics label of names the server does not know
+
+Status CheckLimits(const ForwardInputs& in, const RequestLimits& limits) {
+  const int64_t b = in.query.size(0);
+  if (b > limits.max_batch_size) {
+    return ResourceExhausted("query: batch size " + std::to_string(b) +
+                             " exceeds --max-batch-size " + std::to_string(limits.max_batch_size));
+  }
+  auto check_length = [&](const char* field, int64_t length) {
+    if (length <= limits.max_sequence_length) return Status::Ok();
+    return ResourceExhausted(std::string(field) + ": sequence length " + std::to_string(length) +
+                             " exceeds --max-sequence-length " +
+                             std::to_string(limits.max_sequence_length));
+  };
+  MHA_RETURN_IF_ERROR(check_length("query", in.query.size(1)));
+  if (in.key.defined()) {
+    MHA_RETURN_IF_ERROR(check_length("key", in.key.size(1)));
+    MHA_RETURN_IF_ERROR(check_length("value", in.value.size(1)));
+  }
+  return Status::Ok();
+}
+
+void LogModel(const ModelEntry& e, bool is_default) {
+  if (e.state != ModelState::kReady) {
+    spdlog::error("model {} v{} {}: {} (source {})", e.name, e.version, ModelStateName(e.state),
+                  e.error, e.source);
+    return;
+  }
+  const MhaOptions& o = e.model->options();
+  spdlog::info(
+      "model {}{} v{} READY: embed_dim={} num_heads={} head_dim={} kdim={} vdim={} bias={} "
+      "add_bias_kv={} add_zero_attn={} dtype={} compute_dtype={} device={} format={} layout={} "
+      "parameters={} source={}",
+      e.name, is_default ? " (default)" : "", e.version, o.embed_dim, o.num_heads, o.head_dim(),
+      o.key_dim(), o.value_dim(), o.bias, o.add_bias_kv, o.add_zero_attn, DTypeName(o.dtype),
+      DTypeName(e.model->compute_dtype()), e.model->device(), e.format, e.layout,
+      e.model->parameter_count(), e.source);
+  if (!e.unused_keys.empty()) {
+    spdlog::warn("model {}: {} unused keys in {} (first: {})", e.name, e.unused_keys.size(),
+                 e.source, e.unused_keys.front());
+  }
+  if (!e.config.unknown_keys.empty()) {
+    std::string keys;
+    for (const auto& k : e.config.unknown_keys) keys += (keys.empty() ? "" : ", ") + k;
+    spdlog::warn("model {}: {} has unknown keys (ignored): {}", e.name, e.config.path, keys);
+  }
+}
+
+}  // namespace
+
+ModelHandle::~ModelHandle() {
+  if (scheduler) scheduler->Shutdown();
+}
+
+BatcherOptions BatcherOptionsFor(const ModelConfig& c, const BatcherOptions& defaults) {
+  BatcherOptions o = defaults;
+  if (c.max_batch_size) o.max_batch_rows = *c.max_batch_size;
+  if (c.max_batch_tokens) o.max_batch_tokens = *c.max_batch_tokens;
+  if (c.max_queue_delay_us) o.max_queue_delay_us = *c.max_queue_delay_us;
+  if (c.max_queue_size) o.max_queue_size = static_cast<size_t>(*c.max_queue_size);
+  if (c.instances) o.instances = static_cast<int>(*c.instances);
+  return o;
+}
+
+ServerCore::ServerCore(const ServerCoreOptions& options)
+    : options_(options), metrics_(CurrentBuildInfo()) {}
+
+ServerCore::~ServerCore() { Stop(); }
+
+StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(const ServerCoreOptions& options) {
+  std::vector<ModelEntry> entries;
+  std::string default_name;
+  if (options.model_repository.empty()) {
+    ModelEntry builtin;
+    builtin.name = kDefaultModelName;
+    builtin.source = builtin.format = "builtin";
+    entries.push_back(std::move(builtin));
+    default_name = kDefaultModelName;
+  } else {
+    auto scanned = ScanRepository(options.model_repository);
+    if (!scanned.ok()) return scanned.status();
+    entries = std::move(scanned.value());
+    auto picked = PickDefaultModel(entries, options.default_model);
+    if (!picked.ok()) return picked.status();
+    default_name = *picked;
+  }
+  std::unique_ptr<ServerCore> core(new ServerCore(options));
+  auto state = std::make_shared<State>();
+  state->repository = std::make_shared<const ModelRepository>(entries, default_name);
+  core->Publish(std::move(state));
+  return core;
+}
+
+std::shared_ptr<const ServerCore::State> ServerCore::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+void ServerCore::Publish(std::shared_ptr<const State> state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_ = std::move(state);
+}
+
+std::shared_ptr<const ModelRepository> ServerCore::repository() const {
+  return Current()->repository;
+}
+
+void ServerCore::StartLoading(std::function<void()> on_done) {
+  std::vector<ModelEntry> entries;
+  for (const auto& e : Current()->repository->entries()) entries.push_back(*e);
+  loader_ = std::thread([this, entries = std::move(entries), on_done = std::move(on_done)]() mutable {
+    LoadAll(std::move(entries), std::move(on_done));
+  });
+}
+
+void ServerCore::LoadAll(std::vector<ModelEntry> entries, std::function<void()> on_done) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < entries.size() && !stopping_; i = next++) {
+      ModelEntry& entry = entries[i];
+      if (entry.state != ModelState::kLoading) continue;
+      if (entry.source == "builtin") {
+        entry = MakeDefaultModel(options_.overrides);
+      } else {
+        LoadModelEntry(options_.overrides, &entry);
+      }
+    }
+  };
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::min<size_t>(
+      entries.size(), options_.load_threads > 0 ? options_.load_threads : std::min(cores, 4u));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& thread : pool) thread.join();
+
+  auto state = std::make_shared<State>();
+  const std::string default_name = Current()->repository->default_name();
+  for (auto& entry : entries) {
+    LogModel(entry, entry.name == default_name);
+    if (entry.state != ModelState::kLoading) {
+      metrics_.SetModelLoaded(entry.name, entry.state == ModelState::kReady);
+    }
+    if (entry.state == ModelState::kReady && !stopping_) {
+      const std::string name = entry.name;
+      state->handles[name] = MakeHandle(entry);
+    }
+  }
+  state->repository = std::make_shared<const ModelRepository>(std::move(entries), default_name);
+  Publish(std::move(state));
+  if (on_done) on_done();
+}
+
+std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
+  auto handle = std::make_shared<ModelHandle>();
+  handle->metrics = metrics_.ForModel(entry.name);
+  if (options_.batching) {
+    const BatcherOptions o = BatcherOptionsFor(entry.config, options_.batcher);
+    spdlog::info("model {} batcher: rows={} tokens={} delay_us={} queue={} instances={}",
+                 entry.name, o.max_batch_rows, o.max_batch_tokens, o.max_queue_delay_us,
+                 o.max_queue_size, o.instances);
+    handle->scheduler = DynamicBatcher::ForModel(entry.model, entry.name, o, handle->metrics);
+  } else {
+    DirectRunnerOptions o = options_.direct;
+    if (entry.config.max_queue_size) o.max_queue_size = *entry.config.max_queue_size;
+    handle->scheduler = std::make_unique<DirectRunner>(o, handle->metrics);
+  }
+  handle->entry = std::make_shared<const ModelEntry>(std::move(entry));
+  return handle;
+}
+
+ModelMetrics* ServerCore::MetricsFor(const State* state, const std::string& requested) {
+  if (state) {
+    auto entry = state->repository->Find(requested);
+    if (entry) return metrics_.ForModel(entry->name);
+  }
+  return metrics_.ForModel(kUnknownModel);  // unknown names must not make new series
+}
+
+void ServerCore::RecordRefused(const std::string& model, const Status& status,
+                               Clock::time_point start) {
+  auto state = Current();
+  MetricsFor(state.get(), model)
+      ->RecordRequest(status.code(), MicrosBetween(start, Clock::now()) * 1e-6);
+}
+
+Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& request) const {
+  MHA_RETURN_IF_ERROR(handle.entry->model->ValidateInputs(request.inputs));
+  return CheckLimits(request.inputs, options_.limits);
+}
+
+void ServerCore::Infer(InferenceRequest request, InferDone done) {
+  auto state = Current();
+  auto refuse = [&](ModelMetrics* metrics, Status status, const std::string& model) {
+    metrics->RecordRequest(status.code(), MicrosBetween(request.start, Clock::now()) * 1e-6);
+    request.inputs = ForwardInputs();  // may borrow the wire message: drop before answering
+    InferenceResponse response;
+    response.status = std::move(status);
+    response.model = model;
+    done(std::move(response));
+  };
+  if (stopping_) return refuse(MetricsFor(state.get(), request.model),
+                               Unavailable("server is shutting down"), "");
+  auto entry = state->repository->Resolve(request.model);
+  if (!entry.ok()) return refuse(MetricsFor(state.get(), request.model), entry.status(), "");
+  auto it = state->handles.find((*entry)->name);
+  if (it == state->handles.end()) {
+    return refuse(MetricsFor(state.get(), request.model),
+                  Unavailable("model '" + (*entry)->name + "' is not being served"), "");
+  }
+  std::shared_ptr<ModelHandle> handle = it->second;
+  if (Status valid = Validate(*handle, request); !valid.ok()) {
+    return refuse(handle->metrics, std::move(valid), handle->entry->name);
+  }
+  InferenceTask task;
+  task.model = handle->entry->model;
+  task.model_name = handle->entry->name;
+  task.inputs = std::move(request.inputs);
+  task.deadline = request.deadline;
+  task.is_cancelled = std::move(request.is_cancelled);
+  task.request_id = request.request_id;
+  const DType output_dtype = request.output_dtype.value_or(task.model->options().dtype);
+  const Clock::time_point start = request.start;
+  handle->metrics->AddInflight(1);
+  ModelRunner* scheduler = handle->scheduler.get();
+  scheduler->Submit(std::move(task), [handle = std::move(handle), output_dtype, start,
+                                      done = std::move(done)](InferenceResult result) {
+    ModelMetrics& m = *handle->metrics;
+    const bool computed = result.status.ok() || result.compute_us > 0;
+    const bool refused = result.status.code() == StatusCode::kResourceExhausted ||
+                         result.status.code() == StatusCode::kUnavailable;
+    if (!refused || computed) m.RecordQueue(result.queue_us * 1e-6);
+    if (computed) m.RecordCompute(result.compute_us * 1e-6);
+    m.AddInflight(-1);
+    m.RecordRequest(result.status.code(), MicrosBetween(start, Clock::now()) * 1e-6);
+    InferenceResponse response;
+    response.status = std::move(result.status);
+    response.outputs = std::move(result.outputs);
+    response.model = handle->entry->name;
+    response.model_version = handle->entry->version;
+    response.output_dtype = output_dtype;
+    response.queue_us = result.queue_us;
+    response.compute_us = result.compute_us;
+    done(std::move(response));
+  });
+}
+
+void ServerCore::Stop() {
+  stopping_ = true;
+  if (loader_.joinable() && loader_.get_id() != std::this_thread::get_id()) loader_.join();
+  auto state = Current();
+  if (!state) return;
+  for (const auto& [name, handle] : state->handles) handle->scheduler->Shutdown();
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,102 @@
+// ServerCore: the serving core without a wire protocol (TF Serving's ServerCore, Triton's
+// in-process server API). It owns the model repository (versioned entries with their lifetimes),
+// one scheduler per model handle, and the metrics; front ends call Infer and read the repository
+// snapshot, and only translate between their wire format and these types.
+//
+//   front end --InferenceRequest--> ServerCore::Infer --validate once--> ModelHandle::scheduler
+//   (DirectRunner or DynamicBatcher) --MhaModel::ForwardValidated--> InferDone(InferenceResponse)
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "serving/inference.h"
+#include "serving/inference_server.h"
+#include "serving/observability/metrics.h"
+#include "serving/repository/model_repository.h"
+#include "serving/scheduling/direct_runner.h"
+#include "serving/scheduling/dynamic_batcher.h"
+
+namespace mha::serve {
+
+struct ServerCoreOptions {
+  std::string model_repository;  // "" = the built-in default model
+  std::string default_model;
+  LoadOverrides overrides;  // --dtype / --device over every config.json
+  RequestLimits limits;
+  bool batching = true;
+  BatcherOptions batcher;  // server-wide; config.json keys override them per model
+  DirectRunnerOptions direct;
+  int load_threads = 0;  // models loaded at once; 0 = min(cores, 4)
+};
+
+// One loaded model version as requests reach it: the repository entry, its scheduler and its
+// metrics (looked up once). Shared: in-flight requests hold it; when the last holder lets go the
+// scheduler drains (every accepted task is answered) and its threads end, so a swapped-out
+// version is removed without leaking a scheduler.
+struct ModelHandle {
+  std::shared_ptr<const ModelEntry> entry;
+  std::unique_ptr<ModelRunner> scheduler;  // null unless READY
+  ModelMetrics* metrics = nullptr;
+  ~ModelHandle();
+};
+
+// The batcher settings of one model: its config.json keys over the server's flags.
+BatcherOptions BatcherOptionsFor(const ModelConfig& config, const BatcherOptions& defaults);
+
+class ServerCore final : public InferenceServer {
+ public:
+  // Scans the repository (nothing is loaded yet: every model is LOADING or FAILED). Errors: the
+  // repository is not a folder or holds no model, an unknown --default-model.
+  static StatusOr<std::unique_ptr<ServerCore>> Create(const ServerCoreOptions& options);
+  ~ServerCore() override;
+
+  // Loads every LOADING model on background threads (load_threads at a time), then publishes
+  // the result and calls `on_done` (on a loader thread). Models still waiting when Stop() is
+  // called are left LOADING.
+  void StartLoading(std::function<void()> on_done);
+
+  // Validates `request` once (model, shapes, limits) and hands it to the model's scheduler;
+  // `done` gets the outcome. Metrics: one request outcome per call, inflight, queue and compute.
+  void Infer(InferenceRequest request, InferDone done) override;
+
+  // A request a front end refused before Infer (undecodable message, too big): counted in
+  // mha_requests_total like the others. `model` is the name the request gave.
+  void RecordRefused(const std::string& model, const Status& status,
+                     Clock::time_point start) override;
+
+  // The models as they are now (LOADING entries while loading). Never null after Create.
+  std::shared_ptr<const ModelRepository> repository() const override;
+  Metrics* metrics() { return &metrics_; }
+  const ServerCoreOptions& options() const { return options_; }
+
+  // Stops loading, refuses new requests (UNAVAILABLE), completes every accepted one and joins the
+  // schedulers' threads. Idempotent.
+  void Stop();
+
+ private:
+  struct State {
+    std::shared_ptr<const ModelRepository> repository;
+    std::map<std::string, std::shared_ptr<ModelHandle>> handles;  // READY models only
+  };
+  explicit ServerCore(const ServerCoreOptions& options);
+  std::shared_ptr<const State> Current() const;
+  void Publish(std::shared_ptr<const State> state);
+  void LoadAll(std::vector<ModelEntry> entries, std::function<void()> on_done);
+  std::shared_ptr<ModelHandle> MakeHandle(ModelEntry entry);
+  Status Validate(const ModelHandle& handle, const InferenceRequest& request) const;
+  ModelMetrics* MetricsFor(const State* state, const std::string& requested);
+
+  const ServerCoreOptions options_;
+  Metrics metrics_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const State> state_;
+  std::atomic<bool> stopping_{false};
+  std::thread loader_;
+};
+
+}  // namespace mha::serve
