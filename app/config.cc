@@ -96,6 +96,14 @@ void AddLimitFlags(CLI::App& app, ServerConfig* c) {
       "Largest request message (RESOURCE_EXHAUSTED above); gRPC's own receive limit is set a "
       "little higher so that the answer can say why")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
+  Add(app, "--max-response-bytes", &c->max_response_bytes,
+      "Largest response (output + attention weights), estimated from the shapes before any "
+      "compute (RESOURCE_EXHAUSTED above); at most 2 GiB - 1 MiB (protobuf's limit)")
+      ->check(CLI::Range(int64_t{1024}, (int64_t{2} << 30) - (int64_t{1} << 20)));
+  Add(app, "--max-work-bytes", &c->max_work_bytes,
+      "Largest estimated working memory of one forward pass (projections, scores, masks, "
+      "weights, the encoded response); RESOURCE_EXHAUSTED above; a merged batch stays under it")
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50));
   Add(app, "--stream-window", &c->stream_window,
       "Requests of one ForwardStream in flight at once (answers still come in order)")
       ->check(CLI::Range(1, 1024));
@@ -137,6 +145,11 @@ void AddOperationFlags(CLI::App& app, ServerConfig* c) {
       "Write the bound port to this file once the server is SERVING");
   // Test-only: sleep before loading the models so the NOT_SERVING window can be observed.
   Add(app, "--debug-load-delay-ms", &c->debug_load_delay_ms, "(test only) delay model loading")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}))
+      ->group("");
+  // Test-only: a pass that takes this long whatever the CPU (shutdown tests hold a pass).
+  Add(app, "--debug-forward-delay-ms", &c->debug_forward_delay_ms,
+      "(test only) sleep before each forward pass")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}))
       ->group("");
 }

@@ -25,6 +25,9 @@ struct ServerConfig {
   int64_t max_batch_size = 64;
   int64_t max_sequence_length = 4096;
   int64_t max_message_bytes = 64ll << 20;
+  // Budgets checked from the shapes before any compute (serving/budget.h).
+  int64_t max_response_bytes = 1ll << 30;  // < protobuf's 2 GiB; clients must accept this much
+  int64_t max_work_bytes = 4ll << 30;      // estimated working memory of one pass
   int stream_window = 4;
   // Dynamic batching (server-wide defaults; a model's config.json may override them).
   bool batching = true;  // false: DirectRunner, one forward pass per request
@@ -45,7 +48,8 @@ struct ServerConfig {
   std::string log_level = "info";
   double grace_period_s = 10.0;
   std::string port_file;
-  int64_t debug_load_delay_ms = 0;  // test-only: widens the NOT_SERVING window
+  int64_t debug_load_delay_ms = 0;     // test-only: widens the NOT_SERVING window
+  int64_t debug_forward_delay_ms = 0;  // test-only: each forward pass first sleeps this long
 
   int ResolvedWorkers() const;
 };

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "frontends/grpc_v1/attention_service.h"
 #include "mha/runtime.h"
@@ -43,7 +44,7 @@ StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
     o.overrides.dtype = *dtype;
   }
   if (!c.device.empty()) o.overrides.device = c.device;
-  o.limits = {c.max_batch_size, c.max_sequence_length};
+  o.limits = {c.max_batch_size, c.max_sequence_length, c.max_response_bytes, c.max_work_bytes};
   o.batching = c.batching;
   o.batcher.max_batch_rows = c.max_batch_rows;
   o.batcher.max_batch_tokens = c.max_batch_tokens;
@@ -52,6 +53,7 @@ StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
   o.batcher.instances = c.instances;
   o.direct.workers = c.ResolvedWorkers();
   o.direct.max_queue_size = static_cast<size_t>(c.max_queue_size);
+  o.debug_forward_delay_ms = c.debug_forward_delay_ms;
   return o;
 }
 
@@ -188,6 +190,20 @@ void ServerApp::Stop(int sig) {
   spdlog::info("mha-server stopped");
 }
 
+// After a stop signal the process ends within the grace period plus one second, whatever is still
+// running: calls were told to finish or were cancelled at the grace deadline, so a forward pass
+// still computing then has nobody to answer. Exit code 0: the stop was asked for.
+void StartStopWatchdog(double grace_period_s) {
+  const auto limit = std::chrono::milliseconds(static_cast<int64_t>(grace_period_s * 1000) + 1000);
+  std::thread([limit] {
+    std::this_thread::sleep_for(limit);
+    spdlog::warn("still stopping {} ms after the signal (a forward pass is running): exiting now",
+                 limit.count());
+    spdlog::default_logger()->flush();
+    std::_Exit(0);
+  }).detach();
+}
+
 }  // namespace
 
 int RunServer(const ServerConfig& c) {
@@ -207,6 +223,7 @@ int RunServer(const ServerConfig& c) {
   signals.Start();
   int sig = app.LoadModels(signals);
   if (sig == 0) sig = signals.Wait();
+  StartStopWatchdog(c.grace_period_s);
   app.Stop(sig);
   return 0;
 }

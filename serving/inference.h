@@ -46,6 +46,10 @@ using InferDone = std::function<void(InferenceResponse)>;
 struct RequestLimits {
   int64_t max_batch_size = 64;         // B of one request
   int64_t max_sequence_length = 4096;  // T and S
+  // The encoded response (output + weights): well under protobuf's 2 GiB message limit.
+  int64_t max_response_bytes = int64_t{1} << 30;
+  // The estimated working memory of one pass (serving/budget.h); a merged pass obeys it too.
+  int64_t max_work_bytes = int64_t{4} << 30;
 };
 
 }  // namespace mha::serve

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "serving/budget.h"
 #include "serving/repository/default_model.h"
 
 namespace mha::serve {
@@ -167,13 +168,16 @@ std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
   auto handle = std::make_shared<ModelHandle>();
   handle->metrics = metrics_.ForModel(entry.name);
   if (options_.batching) {
-    const BatcherOptions o = BatcherOptionsFor(entry.config, options_.batcher);
+    BatcherOptions o = BatcherOptionsFor(entry.config, options_.batcher);
+    o.max_batch_work_bytes = options_.limits.max_work_bytes;
     spdlog::info("model {} batcher: rows={} tokens={} delay_us={} queue={} instances={}",
                  entry.name, o.max_batch_rows, o.max_batch_tokens, o.max_queue_delay_us,
                  o.max_queue_size, o.instances);
-    handle->scheduler = DynamicBatcher::ForModel(entry.model, entry.name, o, handle->metrics);
+    handle->scheduler = DynamicBatcher::ForModel(entry.model, entry.name, o, handle->metrics,
+                                                 options_.debug_forward_delay_ms);
   } else {
     DirectRunnerOptions o = options_.direct;
+    o.debug_forward_delay_ms = options_.debug_forward_delay_ms;
     if (entry.config.max_queue_size) o.max_queue_size = *entry.config.max_queue_size;
     handle->scheduler = std::make_unique<DirectRunner>(o, handle->metrics);
   }
@@ -197,8 +201,14 @@ void ServerCore::RecordRefused(const std::string& model, const Status& status,
 }
 
 Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& request) const {
-  MHA_RETURN_IF_ERROR(handle.entry->model->ValidateInputs(request.inputs));
-  return CheckLimits(request.inputs, options_.limits);
+  const MhaModel& model = *handle.entry->model;
+  MHA_RETURN_IF_ERROR(model.ValidateInputs(request.inputs));
+  MHA_RETURN_IF_ERROR(CheckLimits(request.inputs, options_.limits));
+  const PassCost cost =
+      EstimatePassCost(model.options(), model.compute_dtype(),
+                       request.output_dtype.value_or(model.options().dtype), request.inputs);
+  return CheckPassCost(cost, request.inputs, options_.limits.max_response_bytes,
+                       options_.limits.max_work_bytes);
 }
 
 void ServerCore::Infer(InferenceRequest request, InferDone done) {

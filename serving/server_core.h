@@ -32,6 +32,7 @@ struct ServerCoreOptions {
   BatcherOptions batcher;  // server-wide; config.json keys override them per model
   DirectRunnerOptions direct;
   int load_threads = 0;  // models loaded at once; 0 = min(cores, 4)
+  int64_t debug_forward_delay_ms = 0;  // test-only: each pass first sleeps this long
 };
 
 // One loaded model version as requests reach it: the repository entry, its scheduler and its

@@ -12,7 +12,13 @@ namespace mha::serve {
 namespace {
 
 constexpr char kTextFormat[] = "text/plain; version=0.0.4; charset=utf-8";
-constexpr int kHttpThreads = 4;  // Prometheus keeps one connection; a few for probes and curl
+// Prometheus keeps one connection, probes open one each. Enough threads that 64 clients holding
+// half-sent requests (each holds a thread until its read times out) leave probes some, and short
+// timeouts so that such a client lets go of its thread soon.
+constexpr int kHttpThreads = 96;
+constexpr int kReadTimeoutS = 2;
+constexpr int kWriteTimeoutS = 5;
+constexpr int kKeepAliveTimeoutS = 5;
 
 }  // namespace
 
@@ -44,6 +50,10 @@ Status MetricsHttpServer::Start(const std::string& address) {
   }
   server_ = std::make_unique<httplib::Server>();
   server_->new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+  server_->set_read_timeout(kReadTimeoutS, 0);
+  server_->set_write_timeout(kWriteTimeoutS, 0);
+  server_->set_keep_alive_timeout(kKeepAliveTimeoutS);
+  server_->set_keep_alive_max_count(1000);
   // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port
   // silently; SO_REUSEADDR alone (restart while old connections linger) is what we want.
   server_->set_socket_options([](socket_t sock) {

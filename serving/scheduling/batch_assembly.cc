@@ -42,6 +42,7 @@ BatchModelInfo MakeBatchModelInfo(const MhaModel& model) {
   info.num_heads = model.options().num_heads;
   info.extra_keys = (model.options().add_bias_kv ? 1 : 0) + (model.options().add_zero_attn ? 1 : 0);
   info.mask_dtype = ToScalarType(model.compute_dtype());
+  info.embed_dim = model.options().embed_dim;
   return info;
 }
 

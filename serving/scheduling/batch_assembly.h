@@ -19,6 +19,7 @@ struct BatchModelInfo {
   int64_t num_heads = 1;
   int64_t extra_keys = 0;                  // add_bias_kv + add_zero_attn (keys appended after S)
   at::ScalarType mask_dtype = at::kFloat;  // the model's compute dtype (masks are made additive)
+  int64_t embed_dim = 0;                   // with num_heads: the working memory of a pass
 };
 BatchModelInfo MakeBatchModelInfo(const MhaModel& model);
 

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <exception>
+#include <thread>
 #include <utility>
 
 #include "serving/observability/metrics.h"
@@ -135,7 +136,7 @@ void DirectRunner::Complete(DoneCallback& done, InferenceResult result) {
   }
 }
 
-InferenceResult DirectRunner::Run(InferenceTask& task) {
+InferenceResult DirectRunner::Run(InferenceTask& task) const {
   InferenceResult result;
   const auto start = Clock::now();
   result.queue_us = MicrosBetween(task.enqueue_time, start);
@@ -144,6 +145,9 @@ InferenceResult DirectRunner::Run(InferenceTask& task) {
   if (!task.model) {
     result.status = Internal("task without a model");
     return result;
+  }
+  if (options_.debug_forward_delay_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(options_.debug_forward_delay_ms));
   }
   try {
     result.status = task.model->ForwardValidated(task.inputs, &result.outputs);

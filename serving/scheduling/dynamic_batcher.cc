@@ -8,6 +8,7 @@
 #include <exception>
 #include <utility>
 
+#include "serving/budget.h"
 #include "serving/observability/metrics.h"
 
 namespace mha::serve {
@@ -40,10 +41,14 @@ DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, Batc
 std::unique_ptr<DynamicBatcher> DynamicBatcher::ForModel(std::shared_ptr<const MhaModel> model,
                                                          std::string model_name,
                                                          BatcherOptions options,
-                                                         ModelMetrics* metrics) {
+                                                         ModelMetrics* metrics,
+                                                         int64_t debug_forward_delay_ms) {
   const BatchModelInfo info = MakeBatchModelInfo(*model);
   // Tasks were validated by ServerCore and merged batches are valid by construction.
-  auto forward = [model](const ForwardInputs& in, ForwardOutputs* out) {
+  auto forward = [model, debug_forward_delay_ms](const ForwardInputs& in, ForwardOutputs* out) {
+    if (debug_forward_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(debug_forward_delay_ms));
+    }
     return model->ForwardValidated(in, out);
   };
   return std::make_unique<DynamicBatcher>(std::move(model_name), info, std::move(forward), options,
@@ -125,8 +130,13 @@ std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
     const int64_t next_rows = rows + s.rows;
     const int64_t next_t = std::max(t_max, s.t), next_s = std::max(s_max, s.s);
     const int64_t padded = next_rows * (next_t + (key.cross ? next_s : 0));
-    if (!plan.empty() &&
-        (next_rows > options_.max_batch_rows || padded > options_.max_batch_tokens)) {
+    const int64_t work =
+        PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
+                      at::elementSize(info_.mask_dtype), next_rows, next_t,
+                      key.cross ? next_s : next_t, key.need_weights);
+    if (!plan.empty() && (next_rows > options_.max_batch_rows ||
+                          padded > options_.max_batch_tokens ||
+                          work > options_.max_batch_work_bytes)) {
       *full = true;  // keep looking: a smaller task may still fit
       continue;
     }

@@ -36,6 +36,9 @@ struct BatcherOptions {
   int64_t max_queue_delay_us = 1000;  // how long the oldest task may wait for company
   size_t max_queue_size = 64;         // tasks waiting (not counting those being computed)
   int instances = 2;                  // worker threads (concurrent passes) for the model
+  // Estimated working memory of one merged pass (serving/budget.h); one task alone may exceed it
+  // only if it was admitted on its own (ServerCore checks each request against the same limit).
+  int64_t max_batch_work_bytes = int64_t{4} << 30;
 };
 
 // The forward pass a batcher runs: MhaModel::ForwardValidated for a real model, anything in tests.
@@ -49,7 +52,8 @@ class DynamicBatcher final : public ModelRunner {
   // The batcher of a real model: its ForwardValidated and BatchModelInfo.
   static std::unique_ptr<DynamicBatcher> ForModel(std::shared_ptr<const MhaModel> model,
                                                   std::string model_name, BatcherOptions options,
-                                                  ModelMetrics* metrics = nullptr);
+                                                  ModelMetrics* metrics = nullptr,
+                                                  int64_t debug_forward_delay_ms = 0);
   ~DynamicBatcher() override;
 
   void Submit(InferenceTask task, DoneCallback done) override;
