@@ -88,9 +88,10 @@ Status ServerApp::Start(const ServerCoreOptions& options) {
   if (!core.ok()) return core.status();
   core_ = std::move(core.value());
   if (c_.batching) {
-    spdlog::info("dynamic batching on: max_batch_rows={} max_batch_tokens={} "
-                 "max_queue_delay_us={} instances={} (config.json keys override per model)",
-                 c_.max_batch_rows, c_.max_batch_tokens, c_.max_queue_delay_us, c_.instances);
+    spdlog::info(
+        "dynamic batching on: max_batch_rows={} max_batch_tokens={} "
+        "max_queue_delay_us={} instances={} (config.json keys override per model)",
+        c_.max_batch_rows, c_.max_batch_tokens, c_.max_queue_delay_us, c_.instances);
   } else {
     spdlog::info("dynamic batching off: one forward pass per request");
   }
@@ -133,8 +134,8 @@ Status ServerApp::StartGrpc() {
       "workers={} intra_op_threads={} inter_op_threads={} max_queue_size={} "
       "max_batch_size={} max_sequence_length={} max_message_bytes={}",
       c_.grpc_address, port_, c_.ResolvedWorkers(), at::get_num_threads(),
-      at::get_num_interop_threads(), c_.max_queue_size, c_.max_batch_size,
-      c_.max_sequence_length, c_.max_message_bytes);
+      at::get_num_interop_threads(), c_.max_queue_size, c_.max_batch_size, c_.max_sequence_length,
+      c_.max_message_bytes);
   spdlog::info("runtime: {}", RuntimeSummary());
   return Status::Ok();
 }

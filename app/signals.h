@@ -17,7 +17,7 @@ class SignalWatcher {
   void Start();  // the watcher thread (detached)
   // Waits up to `timeout` for a signal, or until Notify(); returns the signal, or 0.
   int WaitFor(std::chrono::milliseconds timeout);
-  int Wait();    // until a signal arrives
+  int Wait();     // until a signal arrives
   void Notify();  // wakes WaitFor early (e.g. models loaded)
 
  private:

@@ -56,7 +56,7 @@ StatusOr<ForwardResult> ParseForwardResponse(const v1::ForwardResponse& response
 }
 
 StatusOr<ForwardResult> TensorClient::Forward(const ForwardInputs& inputs,
-                                                 const ForwardOptions& options) {
+                                              const ForwardOptions& options) {
   auto request = MakeForwardRequest(inputs, options);
   if (!request.ok()) return request.status();
   std::string request_id = options.request_id;

@@ -25,7 +25,9 @@ int64_t Add(int64_t a, int64_t b) {
 
 int64_t Bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
-int64_t ExtraKeys(const MhaOptions& o) { return (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0); }
+int64_t ExtraKeys(const MhaOptions& o) {
+  return (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
+}
 
 }  // namespace
 
@@ -51,8 +53,8 @@ PassCost EstimatePassCost(const MhaOptions& o, DType compute, DType output,
     cost.response_bytes = Add(cost.response_bytes, weights);
   }
   // The encoded response is built beside the tensors it copies.
-  cost.work_bytes = Add(PassWorkBytes(o.embed_dim, o.num_heads, ExtraKeys(o), Bytes(compute), b,
-                                      t, s, in.need_weights),
+  cost.work_bytes = Add(PassWorkBytes(o.embed_dim, o.num_heads, ExtraKeys(o), Bytes(compute), b, t,
+                                      s, in.need_weights),
                         Mul({2, cost.response_bytes}));
   return cost;
 }

@@ -25,8 +25,7 @@ PassCost EstimatePassCost(const MhaOptions& options, DType compute, DType output
 // The working memory of one pass over `rows` rows of t queries and s keys (s' = s + extra_keys),
 // `compute_bytes` per element; the batcher checks merged passes with it.
 int64_t PassWorkBytes(int64_t embed_dim, int64_t num_heads, int64_t extra_keys,
-                      int64_t compute_bytes, int64_t rows, int64_t t, int64_t s,
-                      bool need_weights);
+                      int64_t compute_bytes, int64_t rows, int64_t t, int64_t s, bool need_weights);
 
 // RESOURCE_EXHAUSTED naming the estimate, the limit and what to change; OK when within both.
 Status CheckPassCost(const PassCost& cost, const ForwardInputs& inputs, int64_t max_response_bytes,

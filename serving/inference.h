@@ -21,11 +21,14 @@ struct InferenceRequest {
   // limits). The tensors may borrow the wire message's bytes; the front end keeps the message
   // alive until `done` has run.
   ForwardInputs inputs;
-  std::optional<DType> output_dtype;  // unset = the model's dtype
+  std::optional<DType> output_dtype;       // unset = the model's dtype
   Clock::time_point start = Clock::now();  // when the front end received it
   Clock::time_point deadline = Clock::time_point::max();
   std::function<bool()> is_cancelled;  // empty = never; must be cheap and thread-safe
   std::string request_id;
+  // false: ServerCore does not count this request's outcome in mha_requests_total; the front end
+  // does (InferenceServer::RecordOutcome), e.g. only once the answer has been written.
+  bool count_outcome = true;
 };
 
 struct InferenceResponse {

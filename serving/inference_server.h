@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "serving/inference.h"
@@ -16,8 +17,11 @@ class InferenceServer {
 
   // Validates once and runs `request`; `done` is called exactly once (see InferDone).
   virtual void Infer(InferenceRequest request, InferDone done) = 0;
-  // A request the front end refused before Infer, counted like the others. `model` as requested.
-  virtual void RecordRefused(const std::string& model, const Status& status,
+  // The outcome of a request that the front end counts itself: one it refused before Infer, or
+  // one sent with count_outcome = false (a stream counts only what it answers). `model` as
+  // requested
+  // ("" = the default model); nullopt when the request could not even be read ("unknown").
+  virtual void RecordOutcome(const std::optional<std::string>& model, const Status& status,
                              Clock::time_point start) = 0;
   // The models as they are now; never null.
   virtual std::shared_ptr<const ModelRepository> repository() const = 0;

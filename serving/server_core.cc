@@ -59,6 +59,29 @@ void LogModel(const ModelEntry& e, bool is_default) {
   }
 }
 
+// A scheduler's answer: the request's metrics on its handle, then the front end's `done`.
+void Complete(const ModelHandle& handle, DType output_dtype, Clock::time_point start,
+              bool count_outcome, InferenceResult result, const InferDone& done) {
+  ModelMetrics& m = *handle.metrics;
+  const bool computed = result.status.ok() || result.compute_us > 0;
+  const bool refused = result.status.code() == StatusCode::kResourceExhausted ||
+                       result.status.code() == StatusCode::kUnavailable;
+  if (!refused || computed) m.RecordQueue(result.queue_us * 1e-6);
+  if (computed) m.RecordCompute(result.compute_us * 1e-6);
+  m.AddInflight(-1);
+  if (count_outcome)
+    m.RecordRequest(result.status.code(), MicrosBetween(start, Clock::now()) * 1e-6);
+  InferenceResponse response;
+  response.status = std::move(result.status);
+  response.outputs = std::move(result.outputs);
+  response.model = handle.entry->name;
+  response.model_version = handle.entry->version;
+  response.output_dtype = output_dtype;
+  response.queue_us = result.queue_us;
+  response.compute_us = result.compute_us;
+  done(std::move(response));
+}
+
 }  // namespace
 
 ModelHandle::~ModelHandle() {
@@ -121,9 +144,10 @@ std::shared_ptr<const ModelRepository> ServerCore::repository() const {
 void ServerCore::StartLoading(std::function<void()> on_done) {
   std::vector<ModelEntry> entries;
   for (const auto& e : Current()->repository->entries()) entries.push_back(*e);
-  loader_ = std::thread([this, entries = std::move(entries), on_done = std::move(on_done)]() mutable {
-    LoadAll(std::move(entries), std::move(on_done));
-  });
+  loader_ =
+      std::thread([this, entries = std::move(entries), on_done = std::move(on_done)]() mutable {
+        LoadAll(std::move(entries), std::move(on_done));
+      });
 }
 
 void ServerCore::LoadAll(std::vector<ModelEntry> entries, std::function<void()> on_done) {
@@ -193,10 +217,10 @@ ModelMetrics* ServerCore::MetricsFor(const State* state, const std::string& requ
   return metrics_.ForModel(kUnknownModel);  // unknown names must not make new series
 }
 
-void ServerCore::RecordRefused(const std::string& model, const Status& status,
+void ServerCore::RecordOutcome(const std::optional<std::string>& model, const Status& status,
                                Clock::time_point start) {
   auto state = Current();
-  MetricsFor(state.get(), model)
+  MetricsFor(model ? state.get() : nullptr, model.value_or(""))
       ->RecordRequest(status.code(), MicrosBetween(start, Clock::now()) * 1e-6);
 }
 
@@ -214,15 +238,18 @@ Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& r
 void ServerCore::Infer(InferenceRequest request, InferDone done) {
   auto state = Current();
   auto refuse = [&](ModelMetrics* metrics, Status status, const std::string& model) {
-    metrics->RecordRequest(status.code(), MicrosBetween(request.start, Clock::now()) * 1e-6);
+    if (request.count_outcome) {
+      metrics->RecordRequest(status.code(), MicrosBetween(request.start, Clock::now()) * 1e-6);
+    }
     request.inputs = ForwardInputs();  // may borrow the wire message: drop before answering
     InferenceResponse response;
     response.status = std::move(status);
     response.model = model;
     done(std::move(response));
   };
-  if (stopping_) return refuse(MetricsFor(state.get(), request.model),
-                               Unavailable("server is shutting down"), "");
+  if (stopping_)
+    return refuse(MetricsFor(state.get(), request.model), Unavailable("server is shutting down"),
+                  "");
   auto entry = state->repository->Resolve(request.model);
   if (!entry.ok()) return refuse(MetricsFor(state.get(), request.model), entry.status(), "");
   auto it = state->handles.find((*entry)->name);
@@ -243,28 +270,14 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
   task.request_id = request.request_id;
   const DType output_dtype = request.output_dtype.value_or(task.model->options().dtype);
   const Clock::time_point start = request.start;
+  const bool count_outcome = request.count_outcome;
   handle->metrics->AddInflight(1);
   ModelRunner* scheduler = handle->scheduler.get();
-  scheduler->Submit(std::move(task), [handle = std::move(handle), output_dtype, start,
-                                      done = std::move(done)](InferenceResult result) {
-    ModelMetrics& m = *handle->metrics;
-    const bool computed = result.status.ok() || result.compute_us > 0;
-    const bool refused = result.status.code() == StatusCode::kResourceExhausted ||
-                         result.status.code() == StatusCode::kUnavailable;
-    if (!refused || computed) m.RecordQueue(result.queue_us * 1e-6);
-    if (computed) m.RecordCompute(result.compute_us * 1e-6);
-    m.AddInflight(-1);
-    m.RecordRequest(result.status.code(), MicrosBetween(start, Clock::now()) * 1e-6);
-    InferenceResponse response;
-    response.status = std::move(result.status);
-    response.outputs = std::move(result.outputs);
-    response.model = handle->entry->name;
-    response.model_version = handle->entry->version;
-    response.output_dtype = output_dtype;
-    response.queue_us = result.queue_us;
-    response.compute_us = result.compute_us;
-    done(std::move(response));
-  });
+  scheduler->Submit(
+      std::move(task), [handle = std::move(handle), output_dtype, start, count_outcome,
+                        done = std::move(done)](InferenceResult result) {
+        Complete(*handle, output_dtype, start, count_outcome, std::move(result), done);
+      });
 }
 
 void ServerCore::Stop() {

@@ -31,7 +31,7 @@ struct ServerCoreOptions {
   bool batching = true;
   BatcherOptions batcher;  // server-wide; config.json keys override them per model
   DirectRunnerOptions direct;
-  int load_threads = 0;  // models loaded at once; 0 = min(cores, 4)
+  int load_threads = 0;                // models loaded at once; 0 = min(cores, 4)
   int64_t debug_forward_delay_ms = 0;  // test-only: each pass first sleeps this long
 };
 
@@ -67,7 +67,7 @@ class ServerCore final : public InferenceServer {
 
   // A request a front end refused before Infer (undecodable message, too big): counted in
   // mha_requests_total like the others. `model` is the name the request gave.
-  void RecordRefused(const std::string& model, const Status& status,
+  void RecordOutcome(const std::optional<std::string>& model, const Status& status,
                      Clock::time_point start) override;
 
   // The models as they are now (LOADING entries while loading). Never null after Create.

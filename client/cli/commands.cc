@@ -79,8 +79,7 @@ void BenchCommand::Add(CLI::App& app) {
   AddShapeFlags(cmd, &shape);
   cmd->add_option("-c,--concurrency", options.concurrency, "Calls in flight")
       ->capture_default_str();
-  cmd->add_option("-d,--duration-s", options.duration_s, "Timed run length")
-      ->capture_default_str();
+  cmd->add_option("-d,--duration-s", options.duration_s, "Timed run length")->capture_default_str();
   cmd->add_option("-n,--requests", options.requests, "Timed requests (overrides duration)");
   cmd->add_option("--warmup", options.warmup, "Untimed requests first")->capture_default_str();
   cmd->add_flag("--json", json, "Print one JSON object");
@@ -100,8 +99,8 @@ void BenchCommand::Add(CLI::App& app) {
 
 // One request per query length in [seq-min, seq-max] (or just --seq); each call picks one.
 StatusOr<std::vector<v1::ForwardRequest>> BenchRequests(AttentionClient& client,
-                                                      const ShapeFlags& shape, int64_t* seq_min,
-                                                      int64_t* seq_max) {
+                                                        const ShapeFlags& shape, int64_t* seq_min,
+                                                        int64_t* seq_max) {
   if (*seq_min > 0 || *seq_max > 0) {
     if (*seq_min <= 0 || *seq_max < *seq_min) {
       return InvalidArgument("--seq-min/--seq-max: need 0 < min <= max");
@@ -142,9 +141,8 @@ int BenchCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout
     } else {
       std::snprintf(load, sizeof(load), "concurrency=%d", options.concurrency);
     }
-    std::printf("bench: B=%lld T=%s S=%s need_weights=%d %s\n%s",
-                (long long)first.query().shape(0), t.c_str(),
-                first.has_key() ? std::to_string(first.key().shape(1)).c_str() : "T",
+    std::printf("bench: B=%lld T=%s S=%s need_weights=%d %s\n%s", (long long)first.query().shape(0),
+                t.c_str(), first.has_key() ? std::to_string(first.key().shape(1)).c_str() : "T",
                 first.need_weights(), load, BenchReportText(report).c_str());
   }
   return report.ok > 0 && report.errors == 0 ? 0 : 1;
@@ -160,8 +158,7 @@ void LocalBenchCommand::Add(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--intra-op-threads", options.intra_op_threads, "ATen threads")
       ->capture_default_str();
-  cmd->add_option("-d,--duration-s", options.duration_s, "Timed run length")
-      ->capture_default_str();
+  cmd->add_option("-d,--duration-s", options.duration_s, "Timed run length")->capture_default_str();
   cmd->add_option("-n,--requests", options.requests, "Timed passes (overrides duration)");
   cmd->add_flag("--json", json, "Print one JSON object");
 }

@@ -6,12 +6,12 @@
 // bias, and the missing ones are represented as zeros -- the same function, and a single flag.
 #include "layouts.h"
 
-#include "mha/shape_string.h"
-
 #include <ATen/ATen.h>
 
 #include <set>
 #include <sstream>
+
+#include "mha/shape_string.h"
 
 namespace mha::internal {
 namespace {

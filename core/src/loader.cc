@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+
 #include "layouts.h"
 #include "mha/model_config.h"
 
@@ -27,7 +28,8 @@ Status CheckConfigShapes(const ModelConfig& config, const MhaOptions& options) {
     }
   }
   const std::pair<const char*, std::pair<std::optional<bool>, bool>> flags[] = {
-      {"bias", {config.bias, options.bias}}, {"add_bias_kv", {config.add_bias_kv, options.add_bias_kv}}};
+      {"bias", {config.bias, options.bias}},
+      {"add_bias_kv", {config.add_bias_kv, options.add_bias_kv}}};
   for (const auto& [key, values] : flags) {
     if (values.first && *values.first != values.second) {
       return InvalidArgument(config.path + ": '" + key + "' is " +

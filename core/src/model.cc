@@ -79,7 +79,8 @@ StatusOr<std::unique_ptr<MhaModel>> MhaModel::Create(const MhaOptions& options,
       model->PlaceWeights(weights, *device, at::kFloat);
     }
   } catch (const c10::Error& e) {
-    return Internal("placing weights on " + model->device_name_ + ": " + e.what_without_backtrace());
+    return Internal("placing weights on " + model->device_name_ + ": " +
+                    e.what_without_backtrace());
   }
   return model;
 }
@@ -90,10 +91,9 @@ void MhaModel::PlaceWeights(const MhaWeights& source, const c10::Device& device,
     return t.defined() ? t.to(device, dtype).contiguous() : at::Tensor();
   };
   const MhaWeights& w = source;
-  weights_ = MhaWeights{place(w.q_weight), place(w.k_weight), place(w.v_weight),
-                        place(w.q_bias),   place(w.k_bias),   place(w.v_bias),
-                        place(w.out_weight), place(w.out_bias), place(w.bias_k),
-                        place(w.bias_v)};
+  weights_ = MhaWeights{
+      place(w.q_weight), place(w.k_weight),   place(w.v_weight), place(w.q_bias), place(w.k_bias),
+      place(w.v_bias),   place(w.out_weight), place(w.out_bias), place(w.bias_k), place(w.bias_v)};
   in_proj_weight_ = at::Tensor();
   in_proj_bias_ = at::Tensor();
   if (options_.same_embed_dim()) {
@@ -183,8 +183,8 @@ void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
   const bool has_other_mask = in.attn_mask.defined() || in.key_padding_mask.defined();
   // The fused kernel applies causality itself when it is the only mask and no key was appended.
   const bool kernel_causal = use_kernel && in.is_causal && !has_other_mask && extra_keys == 0;
-  at::Tensor mask = BuildAdditiveMask(in, in.is_causal && !kernel_causal, batch, heads,
-                                      extra_keys, opts);
+  at::Tensor mask =
+      BuildAdditiveMask(in, in.is_causal && !kernel_causal, batch, heads, extra_keys, opts);
 
   at::Tensor attn_weights, per_head;
   if (use_kernel) {

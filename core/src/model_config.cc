@@ -19,8 +19,8 @@ class Reader {
     if (!v) return Status::Ok();
     if (!v->is_number_integer() || v->get<int64_t>() < minimum || v->get<int64_t>() > maximum ||
         (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(maximum))) {
-      return Error(key, "an integer in [" + std::to_string(minimum) + ", " +
-                            std::to_string(maximum) + "]");
+      return Error(
+          key, "an integer in [" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]");
     }
     *out = v->get<int64_t>();
     return Status::Ok();
@@ -66,11 +66,22 @@ class Reader {
 constexpr int64_t kMaxDim = int64_t{1} << 32;
 constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
 
-const char* const kKnownKeys[] = {
-    "num_heads",      "add_zero_attn",  "prefix",          "dtype",              "device",
-    "embed_dim",      "kdim",           "vdim",            "bias",               "add_bias_kv",
-    "version",        "max_batch_size", "max_batch_tokens", "max_queue_delay_us", "max_queue_size",
-    "instances"};
+const char* const kKnownKeys[] = {"num_heads",
+                                  "add_zero_attn",
+                                  "prefix",
+                                  "dtype",
+                                  "device",
+                                  "embed_dim",
+                                  "kdim",
+                                  "vdim",
+                                  "bias",
+                                  "add_bias_kv",
+                                  "version",
+                                  "max_batch_size",
+                                  "max_batch_tokens",
+                                  "max_queue_delay_us",
+                                  "max_queue_size",
+                                  "instances"};
 
 Status ReadKeys(const std::string& path, const Json& json, ModelConfig* c) {
   Reader r(path, json);
@@ -93,8 +104,8 @@ Status ReadKeys(const std::string& path, const Json& json, ModelConfig* c) {
   MHA_RETURN_IF_ERROR(r.Label("version", &c->version));
   MHA_RETURN_IF_ERROR(r.Int("max_batch_size", 1, kBig, &c->max_batch_size));
   MHA_RETURN_IF_ERROR(r.Int("max_batch_tokens", 1, kBig, &c->max_batch_tokens));
-  MHA_RETURN_IF_ERROR(r.Int("max_queue_delay_us", 0, int64_t{3600} * 1000000,
-                            &c->max_queue_delay_us));
+  MHA_RETURN_IF_ERROR(
+      r.Int("max_queue_delay_us", 0, int64_t{3600} * 1000000, &c->max_queue_delay_us));
   MHA_RETURN_IF_ERROR(r.Int("max_queue_size", 1, int64_t{1} << 20, &c->max_queue_size));
   MHA_RETURN_IF_ERROR(r.Int("instances", 1, 256, &c->instances));
   for (const auto& item : json.items()) {

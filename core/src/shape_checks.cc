@@ -48,9 +48,10 @@ Status CheckTensor(const char* field, const at::Tensor& t, bool allow_bool) {
     }
   }
   if (!(t.is_floating_point() || (allow_bool && t.scalar_type() == at::kBool))) {
-    return InvalidArgument(std::string(field) + ": dtype " +
-                           std::string(c10::toString(t.scalar_type())) + " is not supported, expected " +
-                           (allow_bool ? "bool or a floating-point dtype" : "a floating-point dtype"));
+    return InvalidArgument(
+        std::string(field) + ": dtype " + std::string(c10::toString(t.scalar_type())) +
+        " is not supported, expected " +
+        (allow_bool ? "bool or a floating-point dtype" : "a floating-point dtype"));
   }
   return Status::Ok();
 }
@@ -83,8 +84,8 @@ Status CheckForwardInputs(const MhaOptions& o, const ForwardInputs& in) {
   const int64_t e = o.embed_dim, h = o.num_heads;
   if (!in.query.defined()) return InvalidArgument("query: required, got none");
   if (in.query.dim() != 3) {
-    return InvalidArgument("query: expected rank 3 [B, T, E=" + std::to_string(e) + "], got shape " +
-                           ShapeString(in.query.sizes()));
+    return InvalidArgument("query: expected rank 3 [B, T, E=" + std::to_string(e) +
+                           "], got shape " + ShapeString(in.query.sizes()));
   }
   MHA_RETURN_IF_ERROR(CheckTensor("query", in.query, false));
   const int64_t b = in.query.size(0), t = in.query.size(1);
@@ -97,8 +98,8 @@ Status CheckForwardInputs(const MhaOptions& o, const ForwardInputs& in) {
   }
   int64_t s = t;
   if (in.key.defined()) {
-    for (auto [field, tensor, dim] : {std::tuple{"key", &in.key, o.key_dim()},
-                                      std::tuple{"value", &in.value, o.value_dim()}}) {
+    for (auto [field, tensor, dim] :
+         {std::tuple{"key", &in.key, o.key_dim()}, std::tuple{"value", &in.value, o.value_dim()}}) {
       if (tensor->dim() != 3) {
         return InvalidArgument(std::string(field) + ": expected rank 3 [B=" + std::to_string(b) +
                                ", S, " + std::to_string(dim) + "], got shape " +
@@ -107,15 +108,15 @@ Status CheckForwardInputs(const MhaOptions& o, const ForwardInputs& in) {
       MHA_RETURN_IF_ERROR(CheckTensor(field, *tensor, false));
     }
     s = in.key.size(1);
-    MHA_RETURN_IF_ERROR(
-        ExpectShape("key", in.key, {b, s, o.key_dim()}, {Named("B", b), "S", Named("kdim", o.key_dim())}));
+    MHA_RETURN_IF_ERROR(ExpectShape("key", in.key, {b, s, o.key_dim()},
+                                    {Named("B", b), "S", Named("kdim", o.key_dim())}));
     MHA_RETURN_IF_ERROR(ExpectShape("value", in.value, {b, s, o.value_dim()},
                                     {Named("B", b), Named("S", s), Named("vdim", o.value_dim())}));
   } else if (!o.same_embed_dim()) {
-    return InvalidArgument("key and value: required, the model's kdim=" +
-                           std::to_string(o.key_dim()) + "/vdim=" + std::to_string(o.value_dim()) +
-                           " differ from embed_dim=" + std::to_string(e) +
-                           " so it cannot run self-attention");
+    return InvalidArgument(
+        "key and value: required, the model's kdim=" + std::to_string(o.key_dim()) +
+        "/vdim=" + std::to_string(o.value_dim()) + " differ from embed_dim=" + std::to_string(e) +
+        " so it cannot run self-attention");
   }
   if (in.key_padding_mask.defined()) {
     MHA_RETURN_IF_ERROR(CheckTensor("key_padding_mask", in.key_padding_mask, true));

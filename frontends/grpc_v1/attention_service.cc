@@ -1,8 +1,12 @@
 #include "frontends/grpc_v1/attention_service.h"
 
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <memory>
 #include <utility>
 
 #include "frontends/grpc_v1/forward_stream.h"
+#include "mha/text.h"
 #include "wire/status_convert.h"
 
 namespace mha::serve {
@@ -12,6 +16,24 @@ void FinishCall(grpc::ServerUnaryReactor* reactor, const RequestLog& log, const 
                 const std::string& detail = "") {
   LogOutcome(log, status, detail);
   reactor->Finish(codec::ToGrpcStatus(status));
+}
+
+struct UnaryCall {
+  v1::ForwardRequest request;
+  v1::ForwardResponse response;
+};
+
+bool ParseRequest(const grpc::ByteBuffer& bytes, v1::ForwardRequest* request) {
+  grpc::ByteBuffer shared(bytes);  // shares the slices, no copy
+  grpc::ProtoBufferReader reader(&shared);
+  return request->ParseFromZeroCopyStream(&reader);
+}
+
+Status SerializeResponse(const v1::ForwardResponse& response, grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  const grpc::Status s =
+      grpc::SerializationTraits<v1::ForwardResponse>::Serialize(response, out, &own_buffer);
+  return s.ok() ? Status::Ok() : Internal("encoding the response failed: " + s.error_message());
 }
 
 }  // namespace
@@ -32,22 +54,31 @@ AttentionServiceImpl::AttentionServiceImpl(InferenceServer* core, GrpcFrontendOp
     : core_(core), options_(options) {}
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerContext* context,
-                                                        const v1::ForwardRequest* request,
-                                                        v1::ForwardResponse* response) {
+                                                        const grpc::ByteBuffer* request_bytes,
+                                                        grpc::ByteBuffer* response_bytes) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RequestLog log = StartRequest(context, "Forward");
-  // The request outlives the Infer call (the call is open until `done`): tensors are borrowed.
-  auto decoded = DecodeCall(*request, options_, /*borrow=*/true, context, log);
+  // The messages live until the call is answered: the decoded tensors borrow the request's bytes.
+  auto call = std::make_shared<UnaryCall>();
+  if (!ParseRequest(*request_bytes, &call->request)) {
+    const Status status = InvalidArgument("request is not a valid mha.v1.ForwardRequest (" +
+                                          std::to_string(request_bytes->Length()) + " bytes)");
+    core_->RecordOutcome(std::nullopt, status, log.start);
+    FinishCall(reactor, log, status);
+    return reactor;
+  }
+  auto decoded = DecodeCall(call->request, options_, /*borrow=*/true, context, log);
   if (!decoded.ok()) {
-    core_->RecordRefused(request->model(), decoded.status(), log.start);
+    core_->RecordOutcome(call->request.model(), decoded.status(), log.start);
     FinishCall(reactor, log, decoded.status());
     return reactor;
   }
   const bool need_weights = decoded->inputs.need_weights;
   // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
-  core_->Infer(std::move(decoded.value()), [reactor, response, need_weights,
+  core_->Infer(std::move(decoded.value()), [reactor, response_bytes, need_weights, call,
                                             log = std::move(log)](InferenceResponse result) {
-    const Status status = EncodeForwardResponse(result, need_weights, response);
+    Status status = EncodeForwardResponse(result, need_weights, &call->response);
+    if (status.ok()) status = SerializeResponse(call->response, response_bytes);
     FinishCall(reactor, log, status,
                "model=" + result.model + " queue_us=" + std::to_string(result.queue_us) +
                    " compute_us=" + std::to_string(result.compute_us));
@@ -84,9 +115,9 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetModel(grpc::CallbackServerCon
   if (!entry) {
     // Resolve words the NOT_FOUND (unknown name, or no default model) and lists the names.
     auto resolved = repository->Resolve(request->name());
-    FinishCall(
-        reactor, log,
-        resolved.ok() ? NotFound("model '" + request->name() + "' not found") : resolved.status());
+    FinishCall(reactor, log,
+               resolved.ok() ? NotFound("model '" + Abbreviate(request->name()) + "' not found")
+                             : resolved.status());
     return reactor;
   }
   FillModelInfo(*entry, entry->name == repository->default_name(), response);

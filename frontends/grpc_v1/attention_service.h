@@ -18,7 +18,10 @@ struct GrpcFrontendOptions {
   int stream_window = 4;  // requests of one ForwardStream submitted but not yet written
 };
 
-class AttentionServiceImpl final : public v1::AttentionService::CallbackService {
+// Forward is registered raw (bytes in, bytes out) so that a request that does not parse can be
+// answered INVALID_ARGUMENT with a message, rather than gRPC's bare UNIMPLEMENTED.
+class AttentionServiceImpl final : public v1::AttentionService::WithRawCallbackMethod_Forward<
+                                       v1::AttentionService::CallbackService> {
  public:
   // `core` is not owned and must outlive the service.
   AttentionServiceImpl(InferenceServer* core, GrpcFrontendOptions options);
@@ -27,8 +30,8 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
   const GrpcFrontendOptions& options() const { return options_; }
 
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
-                                    const v1::ForwardRequest* request,
-                                    v1::ForwardResponse* response) override;
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse>* ForwardStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,

@@ -30,27 +30,29 @@ void ForwardStreamReactor::OnReadDone(bool ok) {
     RequestLog message_log = log_;
     message_log.start = Clock::now();
     message_log.request_id += "#" + std::to_string(index);
-    auto decoded = DecodeCall(read_buffer_, service_->options(), /*borrow=*/false, context_,
-                              message_log);
+    auto decoded =
+        DecodeCall(read_buffer_, service_->options(), /*borrow=*/false, context_, message_log);
+    const std::string model = read_buffer_.model();
     if (decoded.ok()) {
       const bool need_weights = decoded->inputs.need_weights;
+      decoded->count_outcome = false;  // counted here, once answered (or failed)
       {
         std::lock_guard<std::mutex> lock(mu_);
         processing_ = false;
         MaybeStartReadLocked();  // pipelining: read the next request while this one runs
       }
       // Outside the lock: a refused request calls back inline. OnResult balances in_flight_.
+      const Clock::time_point start = message_log.start;
       service_->core()->Infer(std::move(decoded.value()),
-                              [this, index, need_weights](InferenceResponse result) {
-                                OnResult(index, std::move(result), need_weights);
+                              [this, index, need_weights, model, start](InferenceResponse result) {
+                                OnResult(index, std::move(result), need_weights, model, start);
                               });
       return;  // OnResult (maybe already run) takes it from here
     }
-    service_->core()->RecordRefused(read_buffer_.model(), decoded.status(), message_log.start);
     std::lock_guard<std::mutex> lock(mu_);
     processing_ = false;
     --in_flight_;
-    RecordFailureLocked(index, decoded.status());
+    RecordFailureLocked(index, decoded.status(), model, message_log.start);
   }
   std::optional<Status> finish;
   {
@@ -61,7 +63,8 @@ void ForwardStreamReactor::OnReadDone(bool ok) {
   if (finish) FinishNow(*finish);
 }
 
-void ForwardStreamReactor::OnResult(int64_t index, InferenceResponse result, bool need_weights) {
+void ForwardStreamReactor::OnResult(int64_t index, InferenceResponse result, bool need_weights,
+                                    const std::string& model, Clock::time_point start) {
   auto response = std::make_unique<v1::ForwardResponse>();
   // On the worker thread.
   const Status status = EncodeForwardResponse(result, need_weights, response.get());
@@ -70,9 +73,11 @@ void ForwardStreamReactor::OnResult(int64_t index, InferenceResponse result, boo
     std::lock_guard<std::mutex> lock(mu_);
     --in_flight_;
     if (status.ok()) {
-      if (!failure_index_ || index < *failure_index_) ready_.emplace(index, std::move(response));
+      if (!failure_index_ || index < *failure_index_) {
+        ready_.emplace(index, Answer{std::move(response), model, start});
+      }
     } else {
-      RecordFailureLocked(index, status);
+      RecordFailureLocked(index, status, model, start);
     }
     MaybeWriteLocked();
     MaybeStartReadLocked();
@@ -85,14 +90,15 @@ void ForwardStreamReactor::OnWriteDone(bool ok) {
   std::optional<Status> finish;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    writing_.reset();
     if (ok) {
+      service_->core()->RecordOutcome(writing_.model, Status::Ok(), writing_.start);
       ++next_write_index_;
       ++answered_;
     } else {
       broken_ = true;  // the client went away; nothing more can be written
       read_closed_ = true;
     }
+    writing_ = Answer();
     MaybeWriteLocked();
     MaybeStartReadLocked();
     finish = ShouldFinishLocked();
@@ -118,32 +124,36 @@ void ForwardStreamReactor::OnDone() {
 
 void ForwardStreamReactor::MaybeStartReadLocked() {
   if (reading_ || processing_ || read_closed_ || broken_ || finishing_ || failure_index_) return;
-  const int64_t pending = in_flight_ + static_cast<int64_t>(ready_.size()) + (writing_ ? 1 : 0);
+  const int64_t pending =
+      in_flight_ + static_cast<int64_t>(ready_.size()) + (writing_.response ? 1 : 0);
   if (pending >= service_->options().stream_window) return;  // resumed when answers go out
   reading_ = true;
   StartRead(&read_buffer_);
 }
 
 void ForwardStreamReactor::MaybeWriteLocked() {
-  if (writing_ || broken_ || finishing_) return;
+  if (writing_.response || broken_ || finishing_) return;
   if (failure_index_ && next_write_index_ >= *failure_index_) return;
   auto it = ready_.find(next_write_index_);
   if (it == ready_.end()) return;
   writing_ = std::move(it->second);
   ready_.erase(it);
-  StartWrite(writing_.get());
+  StartWrite(writing_.response.get());
 }
 
-void ForwardStreamReactor::RecordFailureLocked(int64_t index, const Status& status) {
+void ForwardStreamReactor::RecordFailureLocked(int64_t index, const Status& status,
+                                               const std::string& model, Clock::time_point start) {
   if (failure_index_ && *failure_index_ <= index) return;  // an earlier failure wins
   failure_index_ = index;
+  failure_model_ = model;
+  failure_start_ = start;
   failure_ = Status(status.code(), "message " + std::to_string(index) + ": " + status.message());
   read_closed_ = true;  // stop reading; requests after the failure are not answered
   ready_.erase(ready_.upper_bound(index), ready_.end());
 }
 
 std::optional<Status> ForwardStreamReactor::ShouldFinishLocked() {
-  if (finishing_ || in_flight_ > 0 || writing_) return std::nullopt;
+  if (finishing_ || in_flight_ > 0 || writing_.response) return std::nullopt;
   Status status = Status::Ok();
   if (failure_index_) {
     if (next_write_index_ < *failure_index_ && !broken_) return std::nullopt;
@@ -158,6 +168,10 @@ std::optional<Status> ForwardStreamReactor::ShouldFinishLocked() {
 }
 
 void ForwardStreamReactor::FinishNow(const Status& status) {
+  // The failure that ends the stream is the one outcome counted besides the answers written.
+  if (failure_index_) {
+    service_->core()->RecordOutcome(failure_model_, failure_, failure_start_);
+  }
   LogOutcome(log_, status, "answers=" + std::to_string(answered_));
   Finish(codec::ToGrpcStatus(status));
 }

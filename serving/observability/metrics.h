@@ -109,9 +109,7 @@ class Metrics {
   void SetQueueDepth(const std::string& model, int64_t depth) {
     ForModel(model)->SetQueueDepth(depth);
   }
-  void AddInflight(const std::string& model, int64_t delta) {
-    ForModel(model)->AddInflight(delta);
-  }
+  void AddInflight(const std::string& model, int64_t delta) { ForModel(model)->AddInflight(delta); }
 
   // Everything in the text exposition format: the registry, then the process (and GPU) metrics
   // read at call time.

@@ -13,8 +13,8 @@
 #include <string>
 #include <thread>
 
-#include "serving/observability/metrics.h"
 #include "mha/status.h"
+#include "serving/observability/metrics.h"
 
 namespace httplib {
 class Server;

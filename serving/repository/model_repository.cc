@@ -6,6 +6,7 @@
 
 #include "mha/loader.h"
 #include "mha/model_config.h"
+#include "mha/text.h"
 
 namespace fs = std::filesystem;
 
@@ -66,12 +67,23 @@ const char* ModelStateName(ModelState state) {
   return "UNKNOWN";
 }
 
+// `text` with the repository folder's path left out ("/srv/models/enc/x" -> "enc/x").
+static std::string RelativeToRoot(std::string text, const std::string& root) {
+  if (root.empty()) return text;
+  const std::string prefix = root.back() == '/' ? root : root + "/";
+  for (size_t at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at)) {
+    text.erase(at, prefix.size());
+  }
+  return text;
+}
+
 ModelEntry ScanModelFolder(const std::string& name, const std::filesystem::path& dir) {
   ModelEntry entry;
   entry.name = name;
-  auto fail = [&entry](const Status& status) {
+  const std::string root = dir.parent_path().string();
+  auto fail = [&entry, &root](const Status& status) {
     entry.state = ModelState::kFailed;
-    entry.error = status.ToString();
+    entry.error = RelativeToRoot(status.ToString(), root);
     return entry;
   };
   const std::string config_path = ModelConfigPathIn(dir.string());
@@ -83,7 +95,8 @@ ModelEntry ScanModelFolder(const std::string& name, const std::filesystem::path&
   }
   auto weights = PickWeightsFile(dir);
   if (!weights.ok()) return fail(weights.status());
-  entry.source = *weights;
+  entry.path = *weights;
+  entry.source = RelativeToRoot(*weights, root);
   return entry;
 }
 
@@ -110,14 +123,15 @@ StatusOr<std::vector<ModelEntry>> ScanRepository(const std::string& root) {
 
 void LoadModelEntry(const LoadOverrides& overrides, ModelEntry* entry) {
   if (entry->state != ModelState::kLoading) return;
-  auto fail = [entry](const Status& status) {
+  const std::string root = std::filesystem::path(entry->path).parent_path().parent_path().string();
+  auto fail = [entry, &root](const Status& status) {
     entry->state = ModelState::kFailed;
-    entry->error = status.ToString();
+    entry->error = RelativeToRoot(status.ToString(), root);
     entry->model.reset();
   };
   try {
     LoadOptions options;
-    options.path = entry->source;
+    options.path = entry->path;
     options.config = &entry->config;  // read once, at scan time
     options.dtype = overrides.dtype;
     options.device = overrides.device;
@@ -173,7 +187,7 @@ StatusOr<std::shared_ptr<const ModelEntry>> ModelRepository::Resolve(
   }
   auto entry = Find(name);
   if (!entry) {
-    return NotFound("model '" + name + "' not found; available: " + NameList());
+    return NotFound("model '" + Abbreviate(name) + "' not found; available: " + NameList());
   }
   switch (entry->state) {
     case ModelState::kReady:

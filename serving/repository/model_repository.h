@@ -29,8 +29,11 @@ struct ModelEntry {
   ModelState state = ModelState::kLoading;
   std::string error;                      // why it FAILED
   std::shared_ptr<const MhaModel> model;  // set when READY
-  std::string source;                     // weights file (or "builtin")
-  std::string format;                     // "safetensors", "torch_save", "torchscript", "builtin"
+  // The weights file relative to the repository ("enc/model.pt"), or "builtin": what callers see.
+  // Errors are worded with relative paths too; no absolute path leaves the server.
+  std::string source;
+  std::string path;    // the weights file's absolute path, for loading only
+  std::string format;  // "safetensors", "torch_save", "torchscript", "builtin"
   std::string layout;
   std::vector<std::string> unused_keys;
 };

@@ -22,7 +22,7 @@ struct DirectRunnerOptions {
   size_t max_queue_size = 64;  // tasks waiting (not counting those being computed)
   int completion_threads = 1;
   int64_t inline_completion_max_bytes = 256 << 10;  // bigger outputs go to completion threads
-  int64_t debug_forward_delay_ms = 0;  // test-only: each pass first sleeps this long
+  int64_t debug_forward_delay_ms = 0;               // test-only: each pass first sleeps this long
 };
 
 class DirectRunner final : public ModelRunner {

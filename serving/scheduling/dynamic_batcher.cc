@@ -130,13 +130,12 @@ std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
     const int64_t next_rows = rows + s.rows;
     const int64_t next_t = std::max(t_max, s.t), next_s = std::max(s_max, s.s);
     const int64_t padded = next_rows * (next_t + (key.cross ? next_s : 0));
-    const int64_t work =
-        PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
-                      at::elementSize(info_.mask_dtype), next_rows, next_t,
-                      key.cross ? next_s : next_t, key.need_weights);
-    if (!plan.empty() && (next_rows > options_.max_batch_rows ||
-                          padded > options_.max_batch_tokens ||
-                          work > options_.max_batch_work_bytes)) {
+    const int64_t work = PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
+                                       at::elementSize(info_.mask_dtype), next_rows, next_t,
+                                       key.cross ? next_s : next_t, key.need_weights);
+    if (!plan.empty() &&
+        (next_rows > options_.max_batch_rows || padded > options_.max_batch_tokens ||
+         work > options_.max_batch_work_bytes)) {
       *full = true;  // keep looking: a smaller task may still fit
       continue;
     }
@@ -246,8 +245,7 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
     int64_t rows = 0;
     for (const RequestShape& s : shapes) rows += s.rows;
     const TokenCount tokens = CountTokens(shapes, batch.front().key.cross);
-    metrics_->RecordBatch(static_cast<int64_t>(batch.size()), rows, tokens.real,
-                          tokens.padded);
+    metrics_->RecordBatch(static_cast<int64_t>(batch.size()), rows, tokens.real, tokens.padded);
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     InferenceResult result;

@@ -9,8 +9,8 @@
 // has waited max_queue_delay_us (at once if a task's deadline comes sooner). The oldest task's
 // group always goes first, so no group starves. Expired (DEADLINE_EXCEEDED) and cancelled
 // (CANCELLED) tasks are dropped before compute; a full queue is RESOURCE_EXHAUSTED inline in
-// Submit. Tasks come validated (ServerCore::Infer): the batcher trusts them. If a merged pass fails, each of its tasks is retried alone so one bad request cannot fail
-// others.
+// Submit. Tasks come validated (ServerCore::Infer): the batcher trusts them. If a merged pass
+// fails, each of its tasks is retried alone so one bad request cannot fail others.
 #pragma once
 
 #include <condition_variable>

@@ -39,7 +39,8 @@ class FakeCore final : public InferenceServer {
     lock.unlock();
     Answer({std::move(request), std::move(done)});
   }
-  void RecordRefused(const std::string&, const Status& status, Clock::time_point) override {
+  void RecordOutcome(const std::optional<std::string>&, const Status& status,
+                     Clock::time_point) override {
     std::lock_guard<std::mutex> lock(mu_);
     refused_.push_back(status);
   }

@@ -3,17 +3,21 @@
 // within its grace period whatever runs, bad bytes get a precise code, echoed strings are capped,
 // each answered request is counted once, no absolute path leaks, config.json is checked.
 #include <arpa/inet.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "service_test_util.h"
@@ -133,7 +137,8 @@ TEST(Hardening, ShutdownEndsWithinTheGracePeriodWhileAPassIsRunning) {
   ASSERT_TRUE(server.Start({"--grace-period-s", "0.3", "--debug-forward-delay-ms", "20000"}));
   client::TensorClient client({server.target(), 60s});
   std::promise<Status> answer;
-  std::thread call([&] { answer.set_value(client.ForwardRaw(SelfAttentionRequest("", 1, 4, 512)).status()); });
+  std::thread call(
+      [&] { answer.set_value(client.ForwardRaw(SelfAttentionRequest("", 1, 4, 512)).status()); });
   std::this_thread::sleep_for(500ms);  // the call is in the pass (or about to be)
   const auto start = std::chrono::steady_clock::now();
   server.Signal(SIGTERM);
@@ -145,6 +150,112 @@ TEST(Hardening, ShutdownEndsWithinTheGracePeriodWhileAPassIsRunning) {
   EXPECT_LT(took, 6s) << server.log();
   const Status status = answer.get_future().get();
   EXPECT_FALSE(status.ok());
+}
+
+TEST(Hardening, BytesThatAreNotAForwardRequestAreInvalidArgument) {
+  ServerProcess server;
+  ASSERT_TRUE(server.Start({}));
+  auto channel = grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  const std::string garbage = "\xff\xff\xff\xff\x0f not protobuf";
+  grpc::Slice slice(garbage);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 30s);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/mha.v1.AttentionService/Forward", grpc::StubOptions(), &request,
+                 &response, [&done](grpc::Status s) { done.set_value(s); });
+  const grpc::Status status = done.get_future().get();
+  EXPECT_EQ(status.error_code(), grpc::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("not a valid mha.v1.ForwardRequest"), std::string::npos)
+      << status.error_message();
+  client::TensorClient client({server.target(), 60s});
+  EXPECT_TRUE(client.ForwardRaw(SelfAttentionRequest("", 1, 4, 512)).ok());
+  EXPECT_EQ(server.Stop(), 0) << server.log();
+}
+
+TEST(Hardening, EchoedNamesAreCapped) {
+  ServerProcess server;
+  ASSERT_TRUE(server.Start({}));
+  client::TensorClient client({server.target(), 60s});
+  const std::string huge(100000, 'm');
+  auto forward = client.ForwardRaw(SelfAttentionRequest(huge, 1, 4, 512));
+  ASSERT_FALSE(forward.ok());
+  EXPECT_EQ(forward.status().code(), StatusCode::kNotFound);
+  EXPECT_LT(forward.status().message().size(), 512u);
+  EXPECT_NE(forward.status().message().find("(100000 bytes)"), std::string::npos);
+  auto info = client.GetModel(huge);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), StatusCode::kNotFound);
+  EXPECT_LT(info.status().message().size(), 512u);
+  EXPECT_LT(server.log().size(), 64000u) << "the name went into the log whole";
+  EXPECT_EQ(server.Stop(), 0) << server.log();
+}
+
+double Scrape(int port, const std::string& series) {
+  httplib::Client http("127.0.0.1", port);
+  auto res = http.Get("/metrics");
+  if (!res) return -1;
+  const size_t at = res->body.find("\n" + series + " ");
+  return at == std::string::npos ? 0 : std::stod(res->body.substr(at + series.size() + 2));
+}
+
+TEST(Hardening, AStreamCountsOneOutcomePerAnsweredMessage) {
+  ModelRepositoryDir repository({"self_basic"});
+  ServerProcess server;
+  const std::string port_file = server.work_dir() + "/metrics-port";
+  ASSERT_TRUE(server.Start({"--model-repository", repository.path(), "--metrics-port-file",
+                            port_file, "--stream-window", "8"}));
+  const int port = ReadPortFile(port_file);
+  client::TensorClient client({server.target(), 60s});
+  std::vector<v1::ForwardRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    requests.push_back(SelfAttentionRequest(i == 2 ? "nope" : "self_basic", 1, 3, 16));
+  }
+  std::vector<v1::ForwardResponse> responses;
+  const Status status = client.ForwardStreamRaw(requests, &responses);
+  EXPECT_EQ(status.code(), StatusCode::kNotFound);
+  ASSERT_EQ(responses.size(), 2u);
+  // Two answers and the failure that ended the stream; the messages after it are not counted.
+  EXPECT_EQ(Scrape(port, R"(mha_requests_total{code="OK",model="self_basic"})"), 2);
+  EXPECT_EQ(Scrape(port, R"(mha_requests_total{code="NOT_FOUND",model="unknown"})"), 1);
+  EXPECT_EQ(server.Stop(), 0) << server.log();
+}
+
+TEST(Hardening, ConfigValuesAreCheckedAndNoAbsolutePathLeaks) {
+  ModelRepositoryDir repository({"self_basic"});
+  for (const auto& [name, json] : std::vector<std::pair<std::string, std::string>>{
+           {"zero_queue", R"({"num_heads": 4, "max_queue_size": 0})"},
+           {"huge_instances", R"({"num_heads": 4, "instances": 1099511627776})"},
+           {"typo", R"({"num_heads": 4, "num_hedas": 2})"}}) {
+    const std::string dir = repository.path() + "/" + name;
+    std::filesystem::create_directory(dir);
+    std::filesystem::copy_file(FixturePath("cases/self_basic/model.safetensors"),
+                               dir + "/model.safetensors");
+    std::ofstream(dir + "/config.json") << json;
+  }
+  ServerProcess server;
+  ASSERT_TRUE(
+      server.Start({"--model-repository", repository.path(), "--default-model", "self_basic"}));
+  client::TensorClient client({server.target(), 60s});
+  auto models = client.ListModels();
+  ASSERT_TRUE(models.ok()) << models.status().ToString();
+  std::map<std::string, v1::ModelInfo> by_name;
+  for (const auto& m : models->models()) {
+    by_name[m.name()] = m;
+    EXPECT_EQ(m.source().find(repository.path()), std::string::npos) << m.source();
+    EXPECT_EQ(m.error().find(repository.path()), std::string::npos) << m.error();
+  }
+  EXPECT_EQ(by_name["zero_queue"].state(), v1::FAILED);
+  EXPECT_NE(by_name["zero_queue"].error().find("zero_queue/config.json: 'max_queue_size'"),
+            std::string::npos)
+      << by_name["zero_queue"].error();
+  EXPECT_EQ(by_name["huge_instances"].state(), v1::FAILED);
+  EXPECT_NE(by_name["huge_instances"].error().find("'instances'"), std::string::npos);
+  EXPECT_EQ(by_name["typo"].state(), v1::READY);
+  EXPECT_NE(server.log().find("unknown keys (ignored): num_hedas"), std::string::npos);
+  EXPECT_EQ(by_name["self_basic"].source(), "self_basic/model.safetensors");
+  EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
 }  // namespace

@@ -11,10 +11,10 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "serving/scheduling/dynamic_batcher.h"
 #include "batch_test_util.h"
-#include "serving/scheduling/direct_runner.h"
 #include "serving/observability/metrics_http.h"
+#include "serving/scheduling/direct_runner.h"
+#include "serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve {
 namespace {

@@ -70,11 +70,11 @@ TEST(ModelConfigTest, KeysOverrideTheFlags) {
 
 TEST(ModelConfigTest, BadValuesNameTheFileAndKey) {
   TempDir dir;
-  for (const char* json : {R"({"max_batch_size": 0})", R"({"max_batch_tokens": "big"})",
-                           R"({"max_queue_delay_us": -1})", R"({"instances": 1.5})",
-                           R"({"instances": 1000})", R"({"max_queue_size": 0})",
-                           R"({"instances": 1099511627776})", R"({"num_heads": true})",
-                           R"({"version": [1]})", R"([1, 2])"}) {
+  for (const char* json :
+       {R"({"max_batch_size": 0})", R"({"max_batch_tokens": "big"})",
+        R"({"max_queue_delay_us": -1})", R"({"instances": 1.5})", R"({"instances": 1000})",
+        R"({"max_queue_size": 0})", R"({"instances": 1099511627776})", R"({"num_heads": true})",
+        R"({"version": [1]})", R"([1, 2])"}) {
     const std::string path = WriteConfig(dir, json);
     auto o = ReadModelConfig(path);
     ASSERT_FALSE(o.ok()) << json;
@@ -122,7 +122,8 @@ class CoreFixture {
     request.model = model;
     request.inputs = std::move(inputs);
     std::promise<InferenceResponse> answer;
-    core_->Infer(std::move(request), [&answer](InferenceResponse r) { answer.set_value(std::move(r)); });
+    core_->Infer(std::move(request),
+                 [&answer](InferenceResponse r) { answer.set_value(std::move(r)); });
     auto future = answer.get_future();
     EXPECT_EQ(future.wait_for(std::chrono::seconds(30)), std::future_status::ready);
     return future.get();

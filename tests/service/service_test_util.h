@@ -11,8 +11,8 @@
 
 #include "client/tensor_client.h"
 #include "server_process.h"
-#include "wire/tensor_codec.h"
 #include "test_util.h"
+#include "wire/tensor_codec.h"
 
 namespace mha::testing {
 

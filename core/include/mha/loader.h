@@ -27,7 +27,8 @@ StatusOr<TensorMap> ReadSafetensors(const std::string& path);
 StatusOr<TensorMap> ReadTorchSave(const std::string& path);
 // TorchScript: named parameters and buffers; `attributes` receives int/bool attributes of the
 // root module that describe the layer (num_heads, embed_dim, kdim, vdim, add_zero_attn...).
-StatusOr<TensorMap> ReadTorchScript(const std::string& path, std::map<std::string, int64_t>* attributes);
+StatusOr<TensorMap> ReadTorchScript(const std::string& path,
+                                    std::map<std::string, int64_t>* attributes);
 
 // Writes tensors as safetensors (used by tools and tests; fp32/fp16/bf16/bool/int64).
 Status WriteSafetensors(const std::string& path, const TensorMap& tensors);
