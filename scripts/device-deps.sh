@@ -14,6 +14,7 @@
 #   * every -dev package the CMake build finds (gRPC, protobuf, absl, re2, c-ares, openssl, zlib,
 #     spdlog, fmt, prometheus-cpp + civetweb + curl (its config finds CURL), cpp-httplib + brotli,
 #     CLI11, nlohmann-json, gtest/gmock, benchmark) and their shared libraries;
+#   * civetweb (the program): civetweb-targets.cmake imports bin/civetweb and CMake checks it exists;
 #   * protoc + libprotoc and grpc_cpp_plugin / grpc_python_plugin (client/python/gen_stubs.sh);
 #   * pkgconf: server/ finds cpp-httplib and gRPC's Findre2 finds re2 through pkg-config, which a
 #     CUDA image need not have.
@@ -34,7 +35,7 @@ pkgs=(
   # logging, metrics, HTTP, CLI, JSON
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
-  libcivetweb-dev libcivetweb1 libcurl4-openssl-dev libcurl4
+  libcivetweb-dev libcivetweb1 civetweb libcurl4-openssl-dev libcurl4
   libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1
   libcli11-dev nlohmann-json3-dev
   # tests and benchmarks
@@ -76,9 +77,12 @@ case "${1:-}" in
     find "$prefix/usr" -name '*.pc' -path '*pkgconfig*' -print0 |
       xargs -0 -r sed -i -e "s|^prefix=/usr\$|prefix=$prefix/usr|" \
         -e "s|=/usr/|=$prefix/usr/|g" -e "s| -I/usr/| -I$prefix/usr/|g" -e "s| -L/usr/| -L$prefix/usr/|g"
-    # Absolute symlinks (e.g. lib.so -> /lib/x86_64-linux-gnu/lib.so.N) re-pointed inside PREFIX.
+    # Absolute symlinks (e.g. lib.so -> /lib/x86_64-linux-gnu/lib.so.N) re-pointed inside PREFIX
+    # when the target was carried; otherwise left to the system (zlib1g-dev's libz.so: a device
+    # without /lib/x86_64-linux-gnu/libz.so.1.2.13 gets the carried libz.a instead, which is fine).
     find "$prefix" -type l -lname '/*' -print0 | while IFS= read -r -d '' l; do
-      t=$(readlink "$l"); ln -sfn "$prefix$t" "$l"
+      t=$(readlink "$l")
+      if [ -e "$prefix$t" ]; then ln -sfn "$prefix$t" "$l"; else echo "device-deps: $l -> $t (system)"; fi
     done
     echo "device-deps: unpacked $n packages into $prefix" ;;
   env)
