@@ -117,7 +117,11 @@ step build 330 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
 
 # ---- 4. Tests on CUDA --------------------------------------------------------------------------
 tlog=$OUT/ctest.log; : > "$tlog"
-{ echo "## unit tests see CUDA?"; "$build"/tests/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
+{ echo "## binaries link libtorch_cuda (else at::hasCUDA() is false: --as-needed dropped it)?"
+  for b in tests/mha_core_tests server/mha-server bench/mha_core_bench; do
+    echo "$b: $(ldd "$build/$b" 2>/dev/null | grep -cE 'libtorch_cuda|libc10_cuda') cuda libs, $(ldd "$build/$b" 2>/dev/null | grep -c 'not found') not found"
+  done
+  echo "## unit test cases on cuda:"; "$build"/tests/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
 step ctest 200 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j4 \
   --output-on-failure --timeout 120
 
