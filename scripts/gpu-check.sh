@@ -3,7 +3,9 @@
 # and the carried prefix, tests on CUDA, benchmarks. Every step records its result and the script
 # goes on; logs + summary.json go to $OUT (7 files, flat).
 #
-#   device call:  scripts/gpu-check.sh          (carry: [".device-deps"]; also "build-cuda" to reuse)
+#   device call:  scripts/gpu-check.sh   (carry: [".device-deps"] only; never carry build-cuda: a
+#                 carried path absent here is removed there, while ignored build outputs stay
+#                 on a warm machine between calls)
 #   env knobs:    OUT (default /tmp/gpu-check-out), GPU_CHECK_BUDGET (seconds, default 530),
 #                 GPU_CHECK_STEPS (default "risks unpack configure build ctest corebench torchref"),
 #                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda)
