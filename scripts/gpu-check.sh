@@ -7,7 +7,7 @@
 #                 carried path absent here is removed there, while ignored build outputs stay
 #                 on a warm machine between calls)
 #   env knobs:    OUT (default /tmp/gpu-check-out), GPU_CHECK_BUDGET (seconds, default 530),
-#                 GPU_CHECK_STEPS (default "risks unpack configure build ctest corebench torchref"),
+#                 GPU_CHECK_STEPS (default "risks unpack torchref configure build ctest corebench"),
 #                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda)
 # Prepare here first: scripts/device-deps.sh download .device-deps   (Debian 12 host).
 # Tests pick CUDA by themselves when at::hasCUDA() (tests/unit/model_test.cc runs cpu + cuda);
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 OUT=${OUT:-/tmp/gpu-check-out}; mkdir -p "$OUT"
 budget=${GPU_CHECK_BUDGET:-530}
-steps=${GPU_CHECK_STEPS:-risks unpack configure build ctest corebench torchref}
+steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest corebench}
 jobs=${JOBS:-$(nproc)}
 prefix=${MHA_DEPS_PREFIX:-/tmp/mha-deps}
 build=${BUILD:-build-cuda}
@@ -95,6 +95,9 @@ export prefix build bdir
 export -f risks_step unpack_step
 step risks 40 "$risks" risks_step
 step unpack 60 "$risks" unpack_step
+# Python (torch, grpcio) keeps the device's own libraries: the carried libssl/libcurl/... are put
+# on LD_LIBRARY_PATH for the C++ build and tests only.
+orig_ld=${LD_LIBRARY_PATH-}
 [ -d "$prefix/usr" ] && eval "$(scripts/device-deps.sh env "$prefix")"
 # The prefix's GLIBC needs, now that it exists (the risk the issue names first).
 { echo "## carried libraries: newest GLIBC / GLIBCXX needed"
@@ -103,10 +106,14 @@ step unpack 60 "$risks" unpack_step
   echo "## carried tools run here?"; protoc --version 2>&1; grpc_cpp_plugin --version 2>&1 | head -1
   "${PKG_CONFIG:-pkg-config}" --modversion cpp-httplib re2 2>&1; } >> "$risks" 2>&1
 
+# ---- 2b. PyTorch's own numbers first: they need no build, so even a call whose build fails (or
+# runs out of time) brings them back. The core benchmarks come after the build, in the same call.
+step torchref 110 "$OUT/bench.log" env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_gpu_reference.py --out "$OUT/torch_ref.json"
+
 # ---- 3. Configure + build ----------------------------------------------------------------------
-torch_cmake=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+torch_cmake=$(LD_LIBRARY_PATH="$orig_ld" python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
-cap=$(python3 -c 'import torch;m,n=torch.cuda.get_device_capability(0);print(f"{m}.{n}")' 2>/dev/null || echo 9.0)
+cap=$(LD_LIBRARY_PATH="$orig_ld" python3 -c 'import torch;m,n=torch.cuda.get_device_capability(0);print(f"{m}.{n}")' 2>/dev/null || echo 9.0)
 cuda_args=()
 [ -z "$nvcc_bin" ] || cuda_args+=("-DCMAKE_CUDA_COMPILER=$nvcc_bin" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc_bin")")")
 blog=$OUT/build.log; : > "$blog"
@@ -115,7 +122,7 @@ step configure 120 "$blog" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Re
 if grep -q 'CUDA support: ON' "$blog"; then cuda_on=true; else cuda_on=false; fi
 echo "gpu-check: CUDA support: $cuda_on"
 # -k 0: one call shows every compile error, not only the first.
-step build 330 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
+step build 300 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
 
 # ---- 4. Tests on CUDA --------------------------------------------------------------------------
 tlog=$OUT/ctest.log; : > "$tlog"
@@ -124,7 +131,7 @@ tlog=$OUT/ctest.log; : > "$tlog"
     echo "$b: $(ldd "$build/$b" 2>/dev/null | grep -cE 'libtorch_cuda|libc10_cuda') cuda libs, $(ldd "$build/$b" 2>/dev/null | grep -c 'not found') not found"
   done
   echo "## unit test cases on cuda:"; "$build"/tests/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
-step ctest 200 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j4 \
+step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j4 \
   --output-on-failure --timeout 120
 
 # ---- 5. Benchmarks: in-process core (3 shapes x fp16/bf16) and PyTorch's own ---------------------
@@ -140,7 +147,6 @@ corebench() {
 }
 export -f corebench
 step corebench 120 "$OUT/bench.log" corebench
-step torchref 150 "$OUT/bench.log" python3 bench/torch_gpu_reference.py --out "$OUT/torch_ref.json"
 
 # ---- 6. summary.json -----------------------------------------------------------------------------
 python3 - "$results" "$bdir" "$OUT" "$cuda_on" "$(git rev-parse HEAD 2>/dev/null)" <<'PY'
