@@ -7,6 +7,7 @@
 #   scripts/device-deps-proof.sh [WORKDIR] [TARGETS...]
 #     WORKDIR defaults to /tmp/mha-deps-proof (the root is WORKDIR/root, reused when present)
 #     TARGETS default: mha_proto mha_core_tests mha_core_bench mha-server mha-client
+#   A second run reuses the root, the unpacked prefix and build-proof; FRESH=1 starts over.
 # Needs root, debootstrap and Debian 12's apt mirror (read from this host's apt sources at run
 # time). Heavy steps run under nice -n 19 with ninja -j${JOBS:-2}. Logs: WORKDIR/*.log.
 set -euo pipefail
@@ -58,7 +59,8 @@ done
 # 2. The bundle, here (Debian 12 host), and the repo's working tree (tracked + untracked, not ignored).
 [ -f "$repo/.device-deps/MANIFEST" ] || "$repo/scripts/device-deps.sh" download "$repo/.device-deps"
 src=$root/src/mha-serve
-rm -rf "$src"; mkdir -p "$src"
+[ -z "${FRESH:-}" ] || rm -rf "$src"   # else keep build-proof (objects) and overwrite the sources
+mkdir -p "$src"
 (cd "$repo" && { git ls-files -co --exclude-standard; ls -1d .device-deps/*; } | tar -cf - -T -) | tar -xf - -C "$src"
 say "bundle: $(du -sh "$repo/.device-deps" | cut -f1)"
 
@@ -66,8 +68,10 @@ say "bundle: $(du -sh "$repo/.device-deps" | cut -f1)"
 cat > "$root/src/proof-inside.sh" <<EOF
 set -uo pipefail
 cd /src/mha-serve
-rm -rf /opt/mha-deps build-proof
-scripts/device-deps.sh unpack .device-deps /opt/mha-deps || exit 10
+if [ -n "${FRESH:-}" ] || [ ! -d /opt/mha-deps/usr ]; then
+  rm -rf /opt/mha-deps build-proof
+  scripts/device-deps.sh unpack .device-deps /opt/mha-deps || exit 10
+fi
 eval "\$(scripts/device-deps.sh env /opt/mha-deps)"
 echo "== absolute /usr paths left in carried CMake/pkg-config files:"
 grep -rlE '(^|[^_A-Za-z])/usr/(lib|include)' /opt/mha-deps/usr/lib/x86_64-linux-gnu/cmake /opt/mha-deps/usr/lib/cmake \
@@ -75,7 +79,7 @@ grep -rlE '(^|[^_A-Za-z])/usr/(lib|include)' /opt/mha-deps/usr/lib/x86_64-linux-
   | xargs -r grep -nE '(^|[^_A-Za-z"])/usr/(lib|include)' | grep -v '_realOrig\|/usr move\|lib -> /usr/lib' || echo none
 protoc --version && grpc_cpp_plugin --version 2>/dev/null; echo "pkgconf: \$(\$PKG_CONFIG --cflags cpp-httplib re2)"
 cmake -S . -B build-proof -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/opt/mha-deps/usr || exit 11
-nice -n 19 ninja -C build-proof -j$jobs ${targets[*]} || exit 12
+for t in ${targets[*]}; do nice -n 19 ninja -C build-proof -j$jobs \$t || exit 12; done
 cd build-proof
 if [ -x tests/mha_core_tests ]; then
   tests/mha_core_tests --gtest_brief=1 || exit 13
