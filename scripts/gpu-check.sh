@@ -103,6 +103,13 @@ orig_ld=${LD_LIBRARY_PATH-}
 { echo "## carried libraries: newest GLIBC / GLIBCXX needed"
   objdump -T "$prefix"/usr/lib/x86_64-linux-gnu/*.so.* "$prefix"/usr/bin/* 2>/dev/null |
     grep -oE 'GLIBC_[0-9.]+|GLIBCXX_[0-9.]+|CXXABI_[0-9.]+' | sort -uV | awk -F_ '{v[$1]=$0} END {for (k in v) print v[k]}' 
+  echo "## carried libraries/tools with unresolved deps here (libcurl's krb5/ldap chain is expected"
+  echo "## and harmless: only CMake's FindCURL needs libcurl.so, nothing links prometheus-cpp::push)"
+  for f in "$prefix"/usr/lib/x86_64-linux-gnu/*.so.* "$prefix"/usr/bin/*; do
+    [ -L "$f" ] && continue
+    m=$(ldd "$f" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
+    [ -z "$m" ] || echo "$(basename "$f"): $m"
+  done
   echo "## carried tools run here?"; protoc --version 2>&1; grpc_cpp_plugin --version 2>&1 | head -1
   "${PKG_CONFIG:-pkg-config}" --modversion cpp-httplib re2 2>&1; } >> "$risks" 2>&1
 
