@@ -1,9 +1,11 @@
-// Forward passes/s and GFLOP/s of mha_core at the shape (B=8, T=S=128, E=512, H=8),
+// Forward passes/s and GFLOP/s of mha_core at the shape (B=8, T=S=128, E=512, H=8; or
+// MHA_BENCH_SHAPE), on MHA_BENCH_DEVICE (cpu) in MHA_BENCH_DTYPE (float32),
 // with and without attention weights, beside a 1024^2 fp32 matmul measured in the same run.
 // FLOPs per pass: 8*B*T*E^2 (q/k/v/out projections) + 4*B*T*S*E (QK^T and PV).
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "mha/attention_ops.h"
@@ -16,7 +18,26 @@
 
 namespace {
 
-constexpr int64_t kBatch = 8, kSeq = 128, kEmbed = 512, kHeads = 8;
+// The shape: B=8, T=S=128, E=512, H=8 unless MHA_BENCH_SHAPE="B,T,E,H" (e.g. "4,4096,2048,16").
+struct BenchShape {
+  int64_t batch = 8, seq = 128, embed = 512, heads = 8;
+};
+const BenchShape& Shape() {
+  static const BenchShape shape = [] {
+    BenchShape s;
+    if (const char* env = std::getenv("MHA_BENCH_SHAPE")) {
+      long long b, t, e, h;
+      if (std::sscanf(env, "%lld,%lld,%lld,%lld", &b, &t, &e, &h) == 4 && b > 0 && t > 0 && h > 0 &&
+          e > 0 && e % h == 0) {
+        s = BenchShape{b, t, e, h};
+      } else {
+        std::fprintf(stderr, "MHA_BENCH_SHAPE='%s' is not B,T,E,H; using the default\n", env);
+      }
+    }
+    return s;
+  }();
+  return shape;
+}
 
 // GPU work is asynchronous: wait for it so each iteration times the whole pass.
 void Synchronize(const at::Tensor& t) {
@@ -37,14 +58,26 @@ mha::DType BenchDType() {
   return dtype.ok() ? dtype.value() : mha::DType::kFloat32;
 }
 
+// The device and dtype the model runs on ("auto" resolved as MhaModel does), for raw tensors.
+at::TensorOptions BenchTensorOptions() {
+  std::string device = BenchDevice();
+  if (device == "auto") device = at::hasCUDA() ? "cuda" : "cpu";
+  return at::TensorOptions()
+      .device(c10::Device(device))
+      .dtype(BenchDType() == mha::DType::kFloat32   ? at::kFloat
+             : BenchDType() == mha::DType::kFloat16 ? at::kHalf
+                                                    : at::kBFloat16);
+}
+
 double ForwardFlops(int64_t b, int64_t t, int64_t s, int64_t e) {
   return 8.0 * b * t * e * e + 4.0 * b * t * s * e;
 }
 
 std::unique_ptr<mha::MhaModel> MakeModel() {
+  const int64_t kEmbed = Shape().embed;
   mha::MhaOptions o;
   o.embed_dim = kEmbed;
-  o.num_heads = kHeads;
+  o.num_heads = Shape().heads;
   o.device = BenchDevice();
   o.dtype = BenchDType();
   at::manual_seed(0);
@@ -68,7 +101,11 @@ std::unique_ptr<mha::MhaModel> MakeModel() {
 void BM_Forward(benchmark::State& state) {
   static auto model = MakeModel();
   mha::ForwardInputs in;
-  in.query = at::randn({kBatch, kSeq, kEmbed});
+  const auto& sh = Shape();
+  // On a GPU the input starts there (as for PyTorch's own module); on the CPU it stays fp32.
+  const auto opts = BenchTensorOptions();
+  in.query = at::randn({sh.batch, sh.seq, sh.embed},
+                       opts.device().is_cuda() ? opts : at::TensorOptions().dtype(at::kFloat));
   in.need_weights = state.range(0) != 0;
   in.average_attn_weights = false;
   mha::ForwardOutputs out;
@@ -78,18 +115,22 @@ void BM_Forward(benchmark::State& state) {
   }
   state.counters["passes/s"] = benchmark::Counter(state.iterations(), benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(
-      ForwardFlops(kBatch, kSeq, kSeq, kEmbed) * state.iterations() / 1e9,
+      ForwardFlops(sh.batch, sh.seq, sh.seq, sh.embed) * state.iterations() / 1e9,
       benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Forward)->ArgName("need_weights")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The attention step alone, [B, H, T, D] = [8, 8, 128, 64]: the fused kernel against the explicit
+// The attention step alone, [B, H, T, D] (= [8, 8, 128, 64] by default), on the bench device and
+// dtype: the fused kernel against the explicit
 // softmax path, to show what each costs on this LibTorch and device.
 void BM_AttentionStep(benchmark::State& state) {
   const bool fused = state.range(0) != 0;
-  const int64_t d = kEmbed / kHeads;
-  at::Tensor q = at::randn({kBatch, kHeads, kSeq, d}), k = at::randn({kBatch, kHeads, kSeq, d}),
-             v = at::randn({kBatch, kHeads, kSeq, d});
+  const auto& sh = Shape();
+  const int64_t d = sh.embed / sh.heads;
+  const auto opts = BenchTensorOptions();
+  at::Tensor q = at::randn({sh.batch, sh.heads, sh.seq, d}, opts),
+             k = at::randn({sh.batch, sh.heads, sh.seq, d}, opts),
+             v = at::randn({sh.batch, sh.heads, sh.seq, d}, opts);
   at::Tensor weights;
   for (auto _ : state) {
     at::Tensor out = fused ? mha::fused_attention(q, k, v, at::Tensor(), false)
@@ -101,11 +142,7 @@ BENCHMARK(BM_AttentionStep)->ArgName("fused")->Arg(0)->Arg(1)->Unit(benchmark::k
 
 // The reference rate: a 1024^2 matmul on the same device and dtype as the model.
 void BM_Matmul1024(benchmark::State& state) {
-  const auto opts = at::TensorOptions()
-                        .device(c10::Device(BenchDevice() == "auto" ? "cpu" : BenchDevice()))
-                        .dtype(BenchDType() == mha::DType::kFloat32   ? at::kFloat
-                               : BenchDType() == mha::DType::kFloat16 ? at::kHalf
-                                                                      : at::kBFloat16);
+  const auto opts = BenchTensorOptions();
   at::Tensor a = at::randn({1024, 1024}, opts), b = at::randn({1024, 1024}, opts);
   for (auto _ : state) Synchronize(at::mm(a, b));
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 1024 * 1024 * 1024 * state.iterations() / 1e9,

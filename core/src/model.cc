@@ -23,6 +23,10 @@ StatusOr<c10::Device> ResolveDevice(const std::string& name) {
                                   "' requested but this LibTorch has no CUDA device available");
       }
       if (!device.has_index()) device.set_index(0);
+      if (static_cast<size_t>(device.index()) >= at::getNumGPUs()) {
+        return FailedPrecondition("device '" + name + "' requested but only " +
+                                  std::to_string(at::getNumGPUs()) + " CUDA device(s) are visible");
+      }
     } else if (!device.is_cpu()) {
       return InvalidArgument("device '" + name + "' is not supported (cpu, cuda, cuda:N, auto)");
     }

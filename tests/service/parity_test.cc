@@ -232,7 +232,8 @@ TEST_F(ParityServer, GetModelReportsShapesFormatAndSource) {
   EXPECT_EQ(info->add_bias_kv(), expect["add_bias_kv"].get<bool>());
   EXPECT_EQ(info->dtype(), v1::FLOAT32);
   EXPECT_EQ(info->compute_dtype(), v1::FLOAT32);
-  EXPECT_EQ(info->device(), "cpu");
+  // The fixture configs say "auto": the GPU where LibTorch sees one (gpu-check.sh), else the CPU.
+  EXPECT_EQ(info->device(), at::hasCUDA() ? "cuda:0" : "cpu");
   EXPECT_EQ(info->format(), "safetensors");
   EXPECT_EQ(info->layout(), expect["layout"].get<std::string>());
   EXPECT_GT(info->parameter_count(), 0);

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# The one command to run on the GPU device (issue 18): risks, build against the device's LibTorch
+# and the carried prefix, tests on CUDA, benchmarks. Every step records its result and the script
+# goes on; logs + summary.json go to $OUT (7 files, flat).
+#
+#   device call:  scripts/gpu-check.sh   (carry: [".device-deps"] only; never carry build-cuda: a
+#                 carried path absent here is removed there, while ignored build outputs stay
+#                 on a warm machine between calls)
+#   env knobs:    OUT (default /tmp/gpu-check-out), GPU_CHECK_BUDGET (seconds, default 530),
+#                 GPU_CHECK_STEPS (default "risks unpack torchref configure build ctest corebench"),
+#                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda)
+# Prepare here first: scripts/device-deps.sh download .device-deps   (Debian 12 host).
+# Tests pick CUDA by themselves when at::hasCUDA() (tests/unit/model_test.cc runs cpu + cuda);
+# servers started by the service tests get MHA_DEVICE=cuda (server flag --device's env name).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+OUT=${OUT:-/tmp/gpu-check-out}; mkdir -p "$OUT"
+budget=${GPU_CHECK_BUDGET:-530}
+steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest corebench}
+jobs=${JOBS:-$(nproc)}
+prefix=${MHA_DEPS_PREFIX:-/tmp/mha-deps}
+build=${BUILD:-build-cuda}
+bdir=$(mktemp -d)   # raw benchmark JSON, folded into summary.json
+start=$(date +%s)
+results=$OUT/.steps.tsv; : > "$results"   # removed at the end (summary.json carries it)
+risks=$OUT/risks.log; : > "$risks"
+
+remaining() { echo $((budget - ($(date +%s) - start))); }
+# step NAME CAP LOG CMD...: runs CMD with timeout min(CAP, what is left - 10 s), records rc + time.
+step() {
+  local name=$1 cap=$2 log=$3; shift 3
+  case " $steps " in *" $name "*) ;; *) printf '%s\tskipped\t0\n' "$name" >> "$results"; return 0 ;; esac
+  local left; left=$(( $(remaining) - 10 ))
+  if [ "$left" -lt 15 ]; then printf '%s\tno-time\t0\n' "$name" >> "$results"; return 1; fi
+  [ "$cap" -le "$left" ] || cap=$left
+  local t0 rc; t0=$(date +%s)
+  echo "===== [$name] $(date -u +%H:%M:%S) cap ${cap}s: $*" >> "$log"
+  if declare -F "$1" >/dev/null; then  # a function of this script: run it in a child bash
+    timeout --kill-after=5 "$cap" bash -c "$1" >> "$log" 2>&1; rc=$?
+  else
+    timeout --kill-after=5 "$cap" "$@" >> "$log" 2>&1; rc=$?
+  fi
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" >> "$results"
+  echo "===== [$name] rc=$rc in $(( $(date +%s) - t0 ))s" >> "$log"
+  echo "gpu-check: $name rc=$rc ($(( $(date +%s) - t0 ))s)"
+  return $rc
+}
+
+# ---- 1. Risks first (cheap, recorded even if everything after fails) ---------------------------
+risks_step() {
+  echo "## machine"; uname -a; nproc; free -g | head -2; cat /etc/os-release | head -4
+  echo "## glibc here (Debian 12 libs need <= 2.36)"; ldd --version | head -1
+  echo "## libstdc++ here: newest GLIBCXX / CXXABI (Debian 12 libs need <= GLIBCXX_3.4.30)"
+  libstdcxx=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+  echo "$libstdcxx"; strings "$libstdcxx" 2>/dev/null | grep -E '^GLIBCXX_[0-9.]+$' | sort -V | tail -1
+  echo "## GPU"; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1 | head -3
+  echo "## nvcc"; command -v nvcc || ls -d /usr/local/cuda*/bin/nvcc 2>/dev/null; nvcc --version 2>&1 | tail -2
+  echo "## cmake / ninja / python"; cmake --version | head -1; ninja --version; python3 --version
+  echo "## torch"
+  python3 - <<'PY'
+import torch, os
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+print("CXX11 ABI", torch._C._GLIBCXX_USE_CXX11_ABI, "(Debian 12 libs: new ABI = True needed)")
+print("cmake_prefix_path", torch.utils.cmake_prefix_path)
+print("lib dir", os.path.join(os.path.dirname(torch.__file__), "lib"))
+if torch.cuda.is_available():
+    print("device", torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
+try:
+    import grpc, google.protobuf, numpy
+    print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__, "numpy", numpy.__version__)
+except Exception as e:
+    print("python deps:", e)
+PY
+  tlib=$(python3 -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))' 2>/dev/null)
+  echo "## protobuf symbols exported by LibTorch (clash risk with Debian's libprotobuf.so.32)"
+  for so in "$tlib"/libtorch_cpu.so "$tlib"/libtorch.so "$tlib"/libc10.so; do
+    [ -f "$so" ] || continue
+    n=$(nm -D --defined-only "$so" 2>/dev/null | c++filt | grep -c 'google::protobuf' || true)
+    echo "$(basename "$so"): $n exported google::protobuf symbols"
+    nm -D --defined-only "$so" 2>/dev/null | c++filt | grep 'google::protobuf' | head -3
+  done
+  ldd "$tlib/libtorch_cpu.so" 2>/dev/null | grep -i 'protobuf\|not found' || echo "libtorch_cpu.so: no libprotobuf.so dependency"
+  true
+}
+
+# ---- 2. Unpack the carried bundle --------------------------------------------------------------
+unpack_step() {
+  [ -f .device-deps/MANIFEST ] || { echo "no .device-deps/MANIFEST: carry .device-deps"; return 1; }
+  rm -rf "$prefix"
+  scripts/device-deps.sh unpack .device-deps "$prefix"
+}
+
+export prefix build bdir
+export -f risks_step unpack_step
+step risks 40 "$risks" risks_step
+step unpack 60 "$risks" unpack_step
+# Python (torch, grpcio) keeps the device's own libraries: the carried libssl/libcurl/... are put
+# on LD_LIBRARY_PATH for the C++ build and tests only.
+orig_ld=${LD_LIBRARY_PATH-}
+[ -d "$prefix/usr" ] && eval "$(scripts/device-deps.sh env "$prefix")"
+# The prefix's GLIBC needs, now that it exists (the risk the issue names first).
+{ echo "## carried libraries: newest GLIBC / GLIBCXX needed"
+  objdump -T "$prefix"/usr/lib/x86_64-linux-gnu/*.so.* "$prefix"/usr/bin/* 2>/dev/null |
+    grep -oE 'GLIBC_[0-9.]+|GLIBCXX_[0-9.]+|CXXABI_[0-9.]+' | sort -uV | awk -F_ '{v[$1]=$0} END {for (k in v) print v[k]}' 
+  echo "## carried libraries/tools with unresolved deps here (libcurl's krb5/ldap chain is expected"
+  echo "## and harmless: only CMake's FindCURL needs libcurl.so, nothing links prometheus-cpp::push)"
+  for f in "$prefix"/usr/lib/x86_64-linux-gnu/*.so.* "$prefix"/usr/bin/*; do
+    [ -L "$f" ] && continue
+    m=$(ldd "$f" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
+    [ -z "$m" ] || echo "$(basename "$f"): $m"
+  done
+  echo "## carried tools run here?"; protoc --version 2>&1; grpc_cpp_plugin --version 2>&1 | head -1
+  "${PKG_CONFIG:-pkg-config}" --modversion cpp-httplib re2 2>&1; } >> "$risks" 2>&1
+
+# ---- 2b. PyTorch's own numbers first: they need no build, so even a call whose build fails (or
+# runs out of time) brings them back. The core benchmarks come after the build, in the same call.
+step torchref 110 "$OUT/bench.log" env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_gpu_reference.py --out "$OUT/torch_ref.json"
+
+# ---- 3. Configure + build ----------------------------------------------------------------------
+torch_cmake=$(LD_LIBRARY_PATH="$orig_ld" python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+cap=$(LD_LIBRARY_PATH="$orig_ld" python3 -c 'import torch;m,n=torch.cuda.get_device_capability(0);print(f"{m}.{n}")' 2>/dev/null || echo 9.0)
+cuda_args=()
+[ -z "$nvcc_bin" ] || cuda_args+=("-DCMAKE_CUDA_COMPILER=$nvcc_bin" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc_bin")")")
+blog=$OUT/build.log; : > "$blog"
+step configure 120 "$blog" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_cmake" -DTORCH_CUDA_ARCH_LIST="$cap" "${cuda_args[@]}"
+if grep -q 'CUDA support: ON' "$blog"; then cuda_on=true; else cuda_on=false; fi
+echo "gpu-check: CUDA support: $cuda_on"
+# -k 0: one call shows every compile error, not only the first.
+step build 300 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
+
+# ---- 4. Tests on CUDA --------------------------------------------------------------------------
+tlog=$OUT/ctest.log; : > "$tlog"
+{ echo "## binaries link libtorch_cuda (else at::hasCUDA() is false: --as-needed dropped it)?"
+  for b in tests/mha_core_tests server/mha-server bench/mha_core_bench; do
+    echo "$b: $(ldd "$build/$b" 2>/dev/null | grep -cE 'libtorch_cuda|libc10_cuda') cuda libs, $(ldd "$build/$b" 2>/dev/null | grep -c 'not found') not found"
+  done
+  echo "## unit test cases on cuda:"; "$build"/tests/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
+step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j4 \
+  --output-on-failure --timeout 120
+
+# ---- 5. Benchmarks: in-process core (3 shapes x fp16/bf16) and PyTorch's own ---------------------
+corebench() {
+  for shape in 8,128,512,8 32,1024,1024,16 4,4096,2048,16; do
+    for dt in float16 bfloat16; do
+      echo "### shape B,T,E,H=$shape dtype=$dt"
+      MHA_BENCH_DEVICE=cuda MHA_BENCH_DTYPE=$dt MHA_BENCH_SHAPE=$shape "$build"/bench/mha_core_bench \
+        --benchmark_min_time=0.2 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+        --benchmark_out="$bdir/core_${shape//,/_}_$dt.json" --benchmark_out_format=json || echo "rc=$?"
+    done
+  done
+}
+export -f corebench
+step corebench 120 "$OUT/bench.log" corebench
+
+# ---- 6. summary.json -----------------------------------------------------------------------------
+python3 - "$results" "$bdir" "$OUT" "$cuda_on" "$(git rev-parse HEAD 2>/dev/null)" <<'PY'
+import glob, json, os, re, sys, datetime
+results, bdir, out, cuda_on, commit = sys.argv[1:6]
+s = {"date": datetime.datetime.utcnow().isoformat() + "Z", "commit": commit,
+     "cuda_support": cuda_on == "true", "steps": {}}
+for line in open(results):
+    name, rc, secs = line.rstrip("\n").split("\t")
+    s["steps"][name] = {"rc": rc, "seconds": int(secs)}
+risks = open(os.path.join(out, "risks.log"), errors="replace").read()
+for key, pat in {"glibc": r"ldd \(.*?\) ([0-9.]+)", "torch": r"^torch (\S+)",
+                 "cxx11_abi": r"CXX11 ABI (\w+)", "device": r"^device (.+)$"}.items():
+    m = re.search(pat, risks, re.M)
+    s[key] = m.group(1) if m else None
+s["libtorch_protobuf_exports"] = re.findall(r"^(\S+): (\d+) exported google::protobuf", risks, re.M)
+ctest = open(os.path.join(out, "ctest.log"), errors="replace").read()
+m = re.search(r"(\d+)% tests passed, (\d+) tests failed out of (\d+)", ctest)
+s["ctest"] = {"passed_pct": int(m.group(1)), "failed": int(m.group(2)), "total": int(m.group(3))} if m else None
+s["ctest_failed"] = re.findall(r"^\s*\d+ - (\S+) \(", ctest, re.M)[:40]
+core = {}
+for f in sorted(glob.glob(os.path.join(bdir, "core_*.json"))):
+    key = os.path.basename(f)[5:-5]
+    try:
+        for b in json.load(open(f))["benchmarks"]:
+            if b.get("aggregate_name") == "median":
+                core[f"{key}/{b['run_name']}"] = {k: b[k] for k in ("real_time", "time_unit", "passes/s", "GFLOP/s") if k in b}
+    except Exception as e:
+        core[key] = {"error": str(e)}
+s["core_bench"] = core
+try:
+    ref = json.load(open(os.path.join(out, "torch_ref.json")))
+    s["torch_ref"] = ref
+    ratios = {}
+    for c in ref["cases"]:
+        if "op" in c or "ms" not in c:
+            continue
+        key = f"{c['B']}_{c['T']}_{c['E']}_{c['H']}_{c['dtype']}"
+        b = core.get(f"{key}/BM_Forward/need_weights:{int(c['need_weights'])}/real_time")
+        if b and "passes/s" in b:
+            ratios[f"{key}/need_weights:{int(c['need_weights'])}"] = b["passes/s"] * c["ms"] / 1e3
+    s["core_over_torch_speed"] = ratios
+    big = core.get("4_4096_2048_16_bfloat16/BM_Forward/need_weights:0/real_time")
+    if big and "GFLOP/s" in big:
+        s["big_bf16_no_weights_over_matmul"] = big["GFLOP/s"] / 1e3 / ref["matmul_8192_bf16_tflops"]
+except Exception as e:
+    s["torch_ref_error"] = str(e)
+json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
+print(json.dumps({k: s[k] for k in ("cuda_support", "steps", "ctest")}, indent=1))
+PY
+rm -f "$results"; rm -rf "$bdir"
+echo "gpu-check: done in $(( $(date +%s) - start ))s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
