@@ -193,7 +193,14 @@ static void AppendGpuMemory(std::vector<prometheus::MetricFamily>* families) {
     namespace alloc = c10::cuda::CUDACachingAllocator;
     constexpr size_t aggregate = 0;  // StatType::AGGREGATE (its namespace moved across versions)
     for (int d = 0; d < devices; ++d) {
-      const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+      // Before CUDA is initialised in this process (e.g. every model on the CPU) the allocator
+      // has no stats and throws: then there is nothing to report for the device.
+      c10::cuda::CUDACachingAllocator::DeviceStats stats;
+      try {
+        stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+      } catch (const c10::Error&) {
+        continue;
+      }
       const std::vector<prometheus::ClientMetric::Label> labels{
           {"device", "cuda:" + std::to_string(d)}};
       allocated.metric.push_back(
@@ -202,8 +209,10 @@ static void AppendGpuMemory(std::vector<prometheus::MetricFamily>* families) {
       reserved.metric.push_back(Sample(
           MetricType::Gauge, static_cast<double>(stats.reserved_bytes[aggregate].current), labels));
     }
-    families->push_back(std::move(allocated));
-    families->push_back(std::move(reserved));
+    if (!allocated.metric.empty()) {
+      families->push_back(std::move(allocated));
+      families->push_back(std::move(reserved));
+    }
   }
 #else
   (void)families;
