@@ -10,21 +10,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "config_file.h"
 #include "layouts.h"
 
 namespace mha {
 namespace {
 
-// The keys of config.json that LoadWeights reads (others are ignored).
-struct ConfigFile {
-  std::string path;  // empty: no config
-  std::optional<int64_t> num_heads;
-  std::optional<bool> add_zero_attn;
-  std::optional<std::string> prefix;
-  std::optional<DType> dtype;
-  std::optional<std::string> device;
-  nlohmann::json json;
-};
+using internal::ConfigFile;
+using internal::ParseConfig;
 
 std::string DefaultConfigPath(const std::string& weights_path) {
   const std::filesystem::path candidate =
@@ -34,9 +27,20 @@ std::string DefaultConfigPath(const std::string& weights_path) {
 }
 
 Status ReadConfig(const std::string& path, ConfigFile* config) {
-  config->path = path;
   std::ifstream in(path);
-  if (!in) return NotFound(path + ": cannot open config file");
+  if (!in) {
+    config->path = path;
+    return NotFound(path + ": cannot open config file");
+  }
+  return ParseConfig(path, in, config);
+}
+
+}  // namespace
+
+namespace internal {
+
+Status ParseConfig(const std::string& path, std::istream& in, ConfigFile* config) {
+  config->path = path;
   config->json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   const nlohmann::json& json = config->json;
   if (json.is_discarded() || !json.is_object()) {
@@ -67,7 +71,6 @@ Status ReadConfig(const std::string& path, ConfigFile* config) {
   return Status::Ok();
 }
 
-// config.json may also state the shapes; they must agree with what the tensors say.
 Status CheckConfigShapes(const ConfigFile& config, const MhaOptions& options) {
   if (config.path.empty()) return Status::Ok();
   const std::pair<const char*, int64_t> dims[] = {
@@ -91,6 +94,12 @@ Status CheckConfigShapes(const ConfigFile& config, const MhaOptions& options) {
   }
   return Status::Ok();
 }
+
+}  // namespace internal
+
+namespace {
+
+using internal::ConfigFile;
 
 std::string SomeKeys(const TensorMap& tensors, size_t limit) {
   std::string out;
@@ -162,7 +171,7 @@ StatusOr<LoadedWeights> LoadWeightsImpl(const LoadOptions& options) {
   opts.vdim = layout->vdim;
   opts.bias = layout->bias;
   opts.add_bias_kv = layout->add_bias_kv;
-  MHA_RETURN_IF_ERROR(CheckConfigShapes(config, opts));
+  MHA_RETURN_IF_ERROR(internal::CheckConfigShapes(config, opts));
 
   auto attribute = [&](const char* name) -> std::optional<int64_t> {
     auto it = attributes.find(name);

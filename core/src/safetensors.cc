@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -120,12 +121,9 @@ Status ParseEntry(const std::string& path, const std::string& name, const nlohma
   return Status::Ok();
 }
 
-}  // namespace
-
-StatusOr<TensorMap> ReadSafetensors(const std::string& path) {
+// The reader proper, over any seekable stream; `path` only names the source in messages.
+StatusOr<TensorMap> ReadSafetensorsStream(std::istream& in, const std::string& path) {
   try {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return NotFound(path + ": cannot open file");
     in.seekg(0, std::ios::end);
     const auto file_size = static_cast<uint64_t>(in.tellg());
     in.seekg(0);
@@ -186,6 +184,20 @@ StatusOr<TensorMap> ReadSafetensors(const std::string& path) {
   } catch (const std::exception& e) {
     return InvalidArgument(path + ": " + e.what());
   }
+}
+
+}  // namespace
+
+StatusOr<TensorMap> ReadSafetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot open file");
+  return ReadSafetensorsStream(in, path);
+}
+
+StatusOr<TensorMap> ReadSafetensorsFromBytes(const void* data, size_t size,
+                                             const std::string& name) {
+  std::istringstream in(std::string(static_cast<const char*>(data), size), std::ios::binary);
+  return ReadSafetensorsStream(in, name);
 }
 
 Status WriteSafetensors(const std::string& path, const TensorMap& tensors) {

@@ -10,10 +10,14 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <tuple>
 #include <vector>
+
+#include "mha/weights.h"
 
 namespace mha::internal {
 
@@ -62,5 +66,13 @@ struct PickleHooks {
 // Runs the pickle and returns the object STOP leaves. Throws PickleError on anything malformed
 // or unsupported (naming the opcode and its byte offset).
 PyRef Unpickle(const char* data, size_t size, const PickleHooks& hooks);
+
+// A torch.save archive's records by name ("data/0"): the bytes and their size, or nullopt.
+using RecordSource =
+    std::function<std::optional<std::tuple<at::DataPtr, size_t>>(const std::string& record)>;
+
+// torch_save.cc: runs a torch.save data.pkl over `records` and returns its state dict's tensors
+// (dotted keys). Throws PickleError on anything malformed; ReadTorchSave catches it.
+TensorMap TensorsFromPickle(const char* pickle, size_t size, RecordSource records);
 
 }  // namespace mha::internal
