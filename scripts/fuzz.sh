@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# scripts/fuzz.sh [SECONDS [LIBFUZZER_FLAGS...]]
 # Builds the libFuzzer targets (clang, ASan + UBSan) into build-fuzz/ and runs each for SECONDS
 # (default 60), one after another on one core. Seeds: tests/fixtures, tests/fuzz/seeds/<target>,
 # tests/fuzz/regressions/<target>; the growing corpus stays in build-fuzz/corpus/<target>.
@@ -8,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
+shift || true  # anything after SECONDS goes to libFuzzer, e.g. -fork=1 -ignore_crashes=1
 build_dir=${MHA_FUZZ_BUILD_DIR:-build-fuzz}
 targets=${MHA_FUZZ_TARGETS:-safetensors torch_save weights_format config_json}
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ missing (apt-get install clang)" >&2; exit 1; }
@@ -41,10 +43,10 @@ for t in $targets; do
   set +e
   "$build_dir/fuzz/fuzz_$t" "$corpus" "${seeds[@]}" "$regressions" "${jobs[@]}" \
     -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=4096 \
-    -artifact_prefix="$regressions/" -print_final_stats=1 >"$log" 2>&1
+    -artifact_prefix="$regressions/" -print_final_stats=1 "$@" >"$log" 2>&1
   rc=$?
   set -e
-  grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|ERROR|SUMMARY|^stat::' "$log" | tail -n 20 >&2
+  grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^#[0-9]+: cov|ERROR|SUMMARY|^stat::|INFO: exiting' "$log" | tail -n 20 >&2
   if [[ $rc -ne 0 ]]; then
     echo "fuzz_$t: FAILED (rc $rc), see $log and $regressions/" >&2
     status=1

@@ -207,13 +207,14 @@ const PyObject* Unwrap(const PyObject* dict) {
 namespace internal {
 
 TensorMap TensorsFromPickle(const char* pickle, size_t size, RecordSource records) {
+  PyArena arena;  // declared first: outlives every object below (see PyArena)
   ArchiveObjects objects(std::move(records));
   PickleHooks hooks;
   hooks.persistent_load = [&objects](const PyRef& pid) { return objects.Load(pid); };
   hooks.call = [&objects](const PyObject& callable, const PyObject& args) {
     return objects.Call(callable, args);
   };
-  PyRef root = Unpickle(pickle, size, hooks);
+  PyRef root = Unpickle(pickle, size, hooks, &arena);
   if (root->kind != PyObject::kDict) {
     const std::string what = root->kind == PyObject::kOther ? "a " + root->str : "not a dict";
     throw PickleError("torch.save object is " + what + "; save module.state_dict() instead");
