@@ -11,12 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "config_file.h"
+#include "json_text.h"
 #include "layouts.h"
 
 namespace mha {
 namespace {
 
 using internal::ConfigFile;
+using internal::JsonForMessage;
 using internal::ParseConfig;
 
 std::string DefaultConfigPath(const std::string& weights_path) {
@@ -48,7 +50,7 @@ Status ParseConfig(const std::string& path, std::istream& in, ConfigFile* config
   }
   auto wrong_type = [&](const char* key, const char* type) {
     return InvalidArgument(path + ": '" + key + "' must be " + type + ", got " +
-                           json.at(key).dump());
+                           JsonForMessage(json.at(key)));
   };
   if (json.contains("num_heads")) {
     if (!json["num_heads"].is_number_integer()) return wrong_type("num_heads", "an integer");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "json_text.h"
 #include "mha/loader.h"
 
 namespace mha {
@@ -86,12 +87,15 @@ Status ParseEntry(const std::string& path, const std::string& name, const nlohma
   uint64_t count = 1;
   for (const auto& dim : *shape_it) {
     if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
-      return InvalidArgument(where + ": shape " + shape_it->dump() +
-                             " has a dimension that is not a non-negative integer");
+      // Not shape_it->dump(): a hostile shape can nest deep enough to overflow dump()'s recursion.
+      return InvalidArgument(where + ": shape dimension " + std::to_string(entry->shape.size()) +
+                             " is " + internal::JsonForMessage(dim) +
+                             ", not a non-negative integer");
     }
     const int64_t d = dim.get<int64_t>();
     if (MulOverflows(count, static_cast<uint64_t>(d), &count)) {
-      return InvalidArgument(where + ": shape " + shape_it->dump() + " overflows");
+      return InvalidArgument(where + ": shape overflows at dimension " +
+                             std::to_string(entry->shape.size()));
     }
     entry->shape.push_back(d);
   }
