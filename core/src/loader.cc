@@ -40,6 +40,11 @@ Status CheckConfigShapes(const ModelConfig& config, const MhaOptions& options) {
   return Status::Ok();
 }
 
+}  // namespace internal
+
+namespace {
+
+
 std::string SomeKeys(const TensorMap& tensors, size_t limit) {
   std::string out;
   size_t n = 0;

@@ -5,6 +5,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 namespace mha {
 namespace {
 
@@ -51,7 +53,7 @@ class Reader {
   }
   Status Error(const char* key, const std::string& wanted) const {
     return InvalidArgument(path_ + ": '" + key + "' must be " + wanted + ", got " +
-                           json_.at(key).dump());
+                           internal::JsonForMessage(json_.at(key)));
   }
 
  private:
@@ -121,6 +123,10 @@ Status ReadKeys(const std::string& path, const Json& json, ModelConfig* c) {
 StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound(path + ": cannot open config file");
+  return ParseModelConfig(in, path);
+}
+
+StatusOr<ModelConfig> ParseModelConfig(std::istream& in, const std::string& path) {
   const Json json = Json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) {
     return InvalidArgument(path + ": config is not a JSON object");

@@ -6,9 +6,11 @@
 
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "json_text.h"
 #include "mha/loader.h"
 
 namespace mha {
@@ -85,12 +87,15 @@ Status ParseEntry(const std::string& path, const std::string& name, const nlohma
   uint64_t count = 1;
   for (const auto& dim : *shape_it) {
     if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
-      return InvalidArgument(where + ": shape " + shape_it->dump() +
-                             " has a dimension that is not a non-negative integer");
+      // Not shape_it->dump(): a hostile shape can nest deep enough to overflow dump()'s recursion.
+      return InvalidArgument(where + ": shape dimension " + std::to_string(entry->shape.size()) +
+                             " is " + internal::JsonForMessage(dim) +
+                             ", not a non-negative integer");
     }
     const int64_t d = dim.get<int64_t>();
     if (MulOverflows(count, static_cast<uint64_t>(d), &count)) {
-      return InvalidArgument(where + ": shape " + shape_it->dump() + " overflows");
+      return InvalidArgument(where + ": shape overflows at dimension " +
+                             std::to_string(entry->shape.size()));
     }
     entry->shape.push_back(d);
   }
@@ -120,12 +125,9 @@ Status ParseEntry(const std::string& path, const std::string& name, const nlohma
   return Status::Ok();
 }
 
-}  // namespace
-
-StatusOr<TensorMap> ReadSafetensors(const std::string& path) {
+// The reader proper, over any seekable stream; `path` only names the source in messages.
+StatusOr<TensorMap> ReadSafetensorsStream(std::istream& in, const std::string& path) {
   try {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return NotFound(path + ": cannot open file");
     in.seekg(0, std::ios::end);
     const auto file_size = static_cast<uint64_t>(in.tellg());
     in.seekg(0);
@@ -186,6 +188,20 @@ StatusOr<TensorMap> ReadSafetensors(const std::string& path) {
   } catch (const std::exception& e) {
     return InvalidArgument(path + ": " + e.what());
   }
+}
+
+}  // namespace
+
+StatusOr<TensorMap> ReadSafetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot open file");
+  return ReadSafetensorsStream(in, path);
+}
+
+StatusOr<TensorMap> ReadSafetensorsFromBytes(const void* data, size_t size,
+                                             const std::string& name) {
+  std::istringstream in(std::string(static_cast<const char*>(data), size), std::ios::binary);
+  return ReadSafetensorsStream(in, name);
 }
 
 Status WriteSafetensors(const std::string& path, const TensorMap& tensors) {

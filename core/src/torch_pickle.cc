@@ -15,12 +15,19 @@ PyRef MakePy(PyObject::Kind kind) {
   return obj;
 }
 
+PyArena::~PyArena() {
+  for (const PyRef& obj : objects_) {
+    obj->items.clear();
+    obj->entries.clear();
+  }
+}
+
 namespace {
 
 class Unpickler {
  public:
-  Unpickler(const char* data, size_t size, const PickleHooks& hooks)
-      : data_(data), size_(size), hooks_(hooks) {}
+  Unpickler(const char* data, size_t size, const PickleHooks& hooks, PyArena* arena)
+      : data_(data), size_(size), hooks_(hooks), arena_(arena) {}
 
   PyRef Run() {
     while (true) {
@@ -81,7 +88,10 @@ class Unpickler {
     marks_.pop_back();
     return items;
   }
-  void Push(PyRef v) { stack_.push_back(std::move(v)); }
+  void Push(PyRef v) {
+    arena_->Add(v);  // everything on the stack passes here: the arena owns all we make
+    stack_.push_back(std::move(v));
+  }
   void PushInt(int64_t v, PyObject::Kind kind = PyObject::kInt) {
     auto obj = MakePy(kind);
     obj->int_value = v;
@@ -304,6 +314,7 @@ class Unpickler {
   size_t size_;
   size_t pos_ = 0;
   const PickleHooks& hooks_;
+  PyArena* arena_;
   std::vector<PyRef> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, PyRef> memo_;
@@ -311,8 +322,8 @@ class Unpickler {
 
 }  // namespace
 
-PyRef Unpickle(const char* data, size_t size, const PickleHooks& hooks) {
-  return Unpickler(data, size, hooks).Run();
+PyRef Unpickle(const char* data, size_t size, const PickleHooks& hooks, PyArena* arena) {
+  return Unpickler(data, size, hooks, arena).Run();
 }
 
 }  // namespace mha::internal

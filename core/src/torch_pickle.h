@@ -10,10 +10,14 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <tuple>
 #include <vector>
+
+#include "mha/weights.h"
 
 namespace mha::internal {
 
@@ -59,8 +63,33 @@ struct PickleHooks {
   std::function<PyRef(const PyObject& callable, const PyObject& args)> call;
 };
 
-// Runs the pickle and returns the object STOP leaves. Throws PickleError on anything malformed
-// or unsupported (naming the opcode and its byte offset).
-PyRef Unpickle(const char* data, size_t size, const PickleHooks& hooks);
+// Owns every object an Unpickle made. A pickle can build reference cycles (a list appended to
+// itself through the memo) and nesting one byte per level deep (TUPLE1 over TUPLE1...), which
+// plain shared_ptr ownership would leak, or free by a recursion deep enough to overflow the stack.
+// The destructor unlinks every object's children first, then frees the objects one by one.
+// Keep the arena alive as long as the returned objects are in use.
+class PyArena {
+ public:
+  PyArena() = default;
+  PyArena(const PyArena&) = delete;
+  PyArena& operator=(const PyArena&) = delete;
+  ~PyArena();
+  void Add(const PyRef& obj) { objects_.push_back(obj); }
+
+ private:
+  std::vector<PyRef> objects_;
+};
+
+// Runs the pickle and returns the object STOP leaves; every object it makes goes into `arena`.
+// Throws PickleError on anything malformed or unsupported (naming the opcode and its byte offset).
+PyRef Unpickle(const char* data, size_t size, const PickleHooks& hooks, PyArena* arena);
+
+// A torch.save archive's records by name ("data/0"): the bytes and their size, or nullopt.
+using RecordSource =
+    std::function<std::optional<std::tuple<at::DataPtr, size_t>>(const std::string& record)>;
+
+// torch_save.cc: runs a torch.save data.pkl over `records` and returns its state dict's tensors
+// (dotted keys). Throws PickleError on anything malformed; ReadTorchSave catches it.
+TensorMap TensorsFromPickle(const char* pickle, size_t size, RecordSource records);
 
 }  // namespace mha::internal

@@ -5,9 +5,13 @@
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <tuple>
 #include <unordered_map>
 
 #include "mha/loader.h"
+#include "memory_adapter.h"
 #include "torch_pickle.h"
 
 namespace mha {
@@ -64,7 +68,7 @@ std::vector<int64_t> Ints(const PyObject& tuple, const char* what) {
 // the tensors rebuilt over them.
 class ArchiveObjects {
  public:
-  explicit ArchiveObjects(caffe2::serialize::PyTorchStreamReader* reader) : reader_(reader) {}
+  explicit ArchiveObjects(internal::RecordSource records) : records_(std::move(records)) {}
 
   // ('storage', storage_type, key, location, numel) -> a 1-D tensor over data/<key>.
   PyRef Load(const PyRef& pid) {
@@ -81,8 +85,9 @@ class ArchiveObjects {
       throw PickleError("unsupported storage type '" + t[1]->str + "'");
     }
     const std::string record = "data/" + t[2]->str;
-    if (!reader_->hasRecord(record)) throw PickleError("storage record '" + record + "' missing");
-    auto [data, record_size] = reader_->getRecord(record);
+    auto found = records_(record);
+    if (!found) throw PickleError("storage record '" + record + "' missing");
+    auto& [data, record_size] = *found;
     const int64_t numel = t[4]->int_value;
     if (numel < 0 || static_cast<uint64_t>(Mul(numel, c10::elementSize(dtype))) > record_size) {
       throw PickleError("storage '" + record + "' holds " + std::to_string(record_size) +
@@ -157,7 +162,7 @@ class ArchiveObjects {
     return obj;
   }
 
-  caffe2::serialize::PyTorchStreamReader* reader_;
+  internal::RecordSource records_;
   std::unordered_map<std::string, PyRef> storages_;
   // Bytes that copies of storage views may take: twice the storages plus some slack, so that a
   // hostile pickle cannot clone one storage many times over.
@@ -199,9 +204,36 @@ const PyObject* Unwrap(const PyObject* dict) {
 
 }  // namespace
 
-StatusOr<TensorMap> ReadTorchSave(const std::string& path) {
+namespace internal {
+
+TensorMap TensorsFromPickle(const char* pickle, size_t size, RecordSource records) {
+  PyArena arena;  // declared first: outlives every object below (see PyArena)
+  ArchiveObjects objects(std::move(records));
+  PickleHooks hooks;
+  hooks.persistent_load = [&objects](const PyRef& pid) { return objects.Load(pid); };
+  hooks.call = [&objects](const PyObject& callable, const PyObject& args) {
+    return objects.Call(callable, args);
+  };
+  PyRef root = Unpickle(pickle, size, hooks, &arena);
+  if (root->kind != PyObject::kDict) {
+    const std::string what = root->kind == PyObject::kOther ? "a " + root->str : "not a dict";
+    throw PickleError("torch.save object is " + what + "; save module.state_dict() instead");
+  }
+  TensorMap tensors;
+  int64_t visits = 0;
+  Flatten(*Unwrap(root.get()), "", 0, &visits, &tensors);
+  if (tensors.empty()) throw PickleError("torch.save dict holds no tensors");
+  return tensors;
+}
+
+}  // namespace internal
+
+namespace {
+
+template <typename OpenZip>
+StatusOr<TensorMap> ReadTorchSaveArchive(const std::string& path, OpenZip open_zip) {
   try {
-    caffe2::serialize::PyTorchStreamReader reader(path);
+    caffe2::serialize::PyTorchStreamReader reader = open_zip();
     if (!reader.hasRecord("data.pkl")) {
       return InvalidArgument(path + ": not a torch.save archive (no data.pkl record)");
     }
@@ -212,23 +244,12 @@ StatusOr<TensorMap> ReadTorchSave(const std::string& path) {
       }
     }
     auto [pickle, pickle_size] = reader.getRecord("data.pkl");
-    ArchiveObjects objects(&reader);
-    internal::PickleHooks hooks;
-    hooks.persistent_load = [&objects](const PyRef& pid) { return objects.Load(pid); };
-    hooks.call = [&objects](const PyObject& callable, const PyObject& args) {
-      return objects.Call(callable, args);
-    };
-    PyRef root = internal::Unpickle(static_cast<const char*>(pickle.get()), pickle_size, hooks);
-    if (root->kind != PyObject::kDict) {
-      const std::string what = root->kind == PyObject::kOther ? "a " + root->str : "not a dict";
-      return InvalidArgument(path + ": torch.save object is " + what +
-                             "; save module.state_dict() instead");
-    }
-    TensorMap tensors;
-    int64_t visits = 0;
-    Flatten(*Unwrap(root.get()), "", 0, &visits, &tensors);
-    if (tensors.empty()) return InvalidArgument(path + ": torch.save dict holds no tensors");
-    return tensors;
+    return internal::TensorsFromPickle(
+        static_cast<const char*>(pickle.get()), pickle_size,
+        [&reader](const std::string& record) -> std::optional<std::tuple<at::DataPtr, size_t>> {
+          if (!reader.hasRecord(record)) return std::nullopt;
+          return reader.getRecord(record);
+        });
   } catch (const PickleError& e) {
     return InvalidArgument(path + ": data.pkl: " + e.what());
   } catch (const c10::Error& e) {
@@ -237,6 +258,19 @@ StatusOr<TensorMap> ReadTorchSave(const std::string& path) {
   } catch (const std::exception& e) {
     return InvalidArgument(path + ": " + e.what());
   }
+}
+
+}  // namespace
+
+StatusOr<TensorMap> ReadTorchSave(const std::string& path) {
+  return ReadTorchSaveArchive(path, [&] { return caffe2::serialize::PyTorchStreamReader(path); });
+}
+
+StatusOr<TensorMap> ReadTorchSaveFromBytes(const void* data, size_t size, const std::string& name) {
+  return ReadTorchSaveArchive(name, [&] {
+    return caffe2::serialize::PyTorchStreamReader(
+        std::make_shared<internal::BoundedMemoryAdapter>(data, size));
+  });
 }
 
 }  // namespace mha

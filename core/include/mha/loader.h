@@ -2,6 +2,7 @@
 // PyTorch writes them), safetensors, and TorchScript modules; key layouts detected by name.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,6 +30,14 @@ StatusOr<TensorMap> ReadTorchSave(const std::string& path);
 // root module that describe the layer (num_heads, embed_dim, kdim, vdim, add_zero_attn...).
 StatusOr<TensorMap> ReadTorchScript(const std::string& path,
                                     std::map<std::string, int64_t>* attributes);
+
+// The same readers over bytes already in memory (`name` stands in for the path in messages);
+// the fuzz targets use these. ReadSafetensorsFromBytes copies the bytes once.
+StatusOr<WeightsFormat> DetectWeightsFormatFromBytes(const void* data, size_t size,
+                                                     const std::string& name);
+StatusOr<TensorMap> ReadSafetensorsFromBytes(const void* data, size_t size,
+                                             const std::string& name);
+StatusOr<TensorMap> ReadTorchSaveFromBytes(const void* data, size_t size, const std::string& name);
 
 // Writes tensors as safetensors (used by tools and tests; fp32/fp16/bf16/bool/int64).
 Status WriteSafetensors(const std::string& path, const TensorMap& tensors);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@ struct ModelConfig {
 // Reads and checks `path`. NOT_FOUND when it cannot be opened, INVALID_ARGUMENT naming the file
 // and the key for anything malformed or out of range.
 StatusOr<ModelConfig> ReadModelConfig(const std::string& path);
+// The same from text; `path` names it in errors.
+StatusOr<ModelConfig> ParseModelConfig(std::istream& in, const std::string& path);
 
 // `dir`/config.json when that file exists, else "".
 std::string ModelConfigPathIn(const std::string& dir);
