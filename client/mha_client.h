@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "channel.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mha/model.h"
 #include "mha/status.h"
@@ -22,8 +23,9 @@
 namespace mha::client {
 
 struct ClientOptions {
-  std::string target = "localhost:8500";
+  std::string target = "localhost:8500";     // or several: see channel.h
   std::chrono::milliseconds timeout{30000};  // per call (a whole stream for ForwardStream)
+  ChannelOptions channel{};                  // load balancing, health checking, retries
 };
 
 struct ForwardOptions {
