@@ -61,7 +61,7 @@ USER 10001:10001
 WORKDIR /tmp
 # /readyz is 200 once the models are loaded; the port is MHA_METRICS_ADDRESS's (a `docker run -e`
 # that moves or empties it is followed; empty = mha-client health on MHA_GRPC_ADDRESS's port).
-HEALTHCHECK --interval=15s --timeout=3s --start-period=120s --retries=3 \
+HEALTHCHECK --interval=15s --timeout=10s --start-period=120s --retries=3 \
   CMD port="${MHA_METRICS_ADDRESS##*:}"; \
       if [ -n "$port" ]; then curl -fsS -o /dev/null "http://127.0.0.1:${port}/readyz"; \
       else mha-client --target "127.0.0.1:${MHA_GRPC_ADDRESS##*:}" health; fi || exit 1
