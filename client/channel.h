@@ -7,8 +7,9 @@
 //                                  e.g. a Kubernetes headless Service (deploy/k8s)
 // With round_robin, client-side health checking (grpc.health.v1.Health/Watch, service "") takes a
 // replica out of the rotation while it reports NOT_SERVING (loading, or draining on SIGTERM), and
-// calls to mha.v1.AttentionService that fail with UNAVAILABLE are retried (Forward is a pure
-// function of its request, so a retry is safe): up to 5 attempts, backoff 50 ms doubling to 1 s.
+// calls to mha.v1.AttentionService that fail with UNAVAILABLE, or CANCELLED by a stopping server,
+// are retried (Forward is a pure function of its request, so a retry is safe): up to 5 attempts,
+// backoff 50 ms doubling to 1 s.
 // The service config is ClientServiceConfig()'s; see README "Containers".
 #pragma once
 
@@ -24,7 +25,7 @@ struct ChannelOptions {
   // (ipv4:/ipv6: with commas) or a DNS name (dns:), else pick_first.
   std::string lb;
   bool health_check = true;  // client-side health checking (round_robin only)
-  bool retry = true;         // retry UNAVAILABLE (see above)
+  bool retry = true;         // retry UNAVAILABLE and CANCELLED (see above)
   int max_receive_message_bytes = -1;  // -1 = unlimited (per-head weights get big)
   int max_send_message_bytes = -1;     // -1 = unlimited (the server decides)
 };

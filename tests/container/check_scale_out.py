@@ -103,7 +103,7 @@ def main():
         target = "ipv4:" + ",".join(f"127.0.0.1:{ports[r][0]}" for r in (R1, R2))
 
         # A. Both replicas, nothing stopped: exact counts everywhere.
-        n_a = 2000
+        n_a = 1000
         rep = ctlib.bench_json(ctlib.run([args.client, *bench(args.client, target, "-n",
                                                                 str(n_a))]).stdout)
         check_no_errors(rep, "A")
