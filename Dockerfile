@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # mha-serve, CPU image: Debian 12 packages only (LibTorch 1.13 + OpenBLAS, gRPC 1.51).
 #
 #   docker build -t mha-serve:0.1.0-cpu .
@@ -53,15 +52,23 @@ RUN missing=$(ldd /usr/local/bin/mha-server /usr/local/bin/mha-client | grep 'no
 
 ENV MHA_GRPC_ADDRESS=0.0.0.0:8500 \
     MHA_METRICS_ADDRESS=0.0.0.0:8502 \
-    MHA_MODEL_REPOSITORY=/models
+    MHA_MODEL_REPOSITORY=/models \
+    MHA_GRACE_PERIOD_S=5
 # 8500: gRPC (mha.v1.AttentionService, grpc.health.v1.Health, reflection).
 # 8502: HTTP /metrics (Prometheus), /healthz, /readyz.
 EXPOSE 8500 8502
 USER 10001:10001
 WORKDIR /tmp
-# /readyz is 200 once the models are loaded. The port must match MHA_METRICS_ADDRESS.
-HEALTHCHECK --interval=15s --timeout=3s --start-period=120s --retries=3 \
-  CMD curl -fsS -o /dev/null http://127.0.0.1:8502/readyz || exit 1
+# /readyz is 200 once the models are loaded; the port is MHA_METRICS_ADDRESS's (a `docker run -e`
+# that moves or empties it is followed; empty = mha-client health on MHA_GRPC_ADDRESS's port).
+HEALTHCHECK --interval=15s --timeout=10s --start-period=120s --retries=3 \
+  CMD port="${MHA_METRICS_ADDRESS##*:}"; \
+      if [ -n "$port" ]; then curl -fsS -o /dev/null "http://127.0.0.1:${port}/readyz"; \
+      else mha-client --target "127.0.0.1:${MHA_GRPC_ADDRESS##*:}" health; fi || exit 1
+# SIGTERM: the server stops accepting calls, reports NOT_SERVING and finishes in-flight calls
+# for MHA_GRACE_PERIOD_S (5 s), below `docker stop`'s default timeout (10 s) so that a slow call
+# is answered before SIGKILL. A longer grace period needs `docker run --stop-timeout` (or
+# `docker stop -t`, Kubernetes terminationGracePeriodSeconds) above it.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["mha-server"]
 CMD []
@@ -70,19 +77,26 @@ CMD []
 # The image as it will run (user 10001, its ENV): start the server on the example model, wait
 # for /readyz, one forward pass, the health service and a metric; then a clean SIGTERM stop.
 FROM runtime AS smoke
+# Port 0 on loopback + port files: nothing fixed to collide with other builds on the same host
+# (RUN shares the host's network namespace with the legacy builder).
 RUN set -e; \
-    mha-server > /tmp/server.log 2>&1 & pid=$!; \
-    ready=0; for _ in $(seq 1 120); do \
-      if curl -fs -o /dev/null http://127.0.0.1:8502/readyz; then ready=1; break; fi; \
+    mha-server --grpc-address 127.0.0.1:0 --port-file /tmp/grpc.port \
+      --metrics-address 127.0.0.1:0 --metrics-port-file /tmp/metrics.port \
+      > /tmp/server.log 2>&1 & pid=$!; \
+    ready=0; for _ in $(seq 1 240); do \
+      if [ -s /tmp/grpc.port ] && [ -s /tmp/metrics.port ] && \
+         curl -fs -o /dev/null "http://127.0.0.1:$(cat /tmp/metrics.port)/readyz"; then \
+        ready=1; break; fi; \
       kill -0 "$pid" 2>/dev/null || break; sleep 0.5; \
     done; \
     if [ "$ready" != 1 ]; then cat /tmp/server.log; echo "smoke: not ready" >&2; exit 1; fi; \
-    mha-client --target 127.0.0.1:8500 health; \
-    mha-client --target 127.0.0.1:8500 forward --model example --batch 2 --seq 8; \
-    curl -fsS -o /tmp/metrics.txt http://127.0.0.1:8502/metrics; \
+    grpc="127.0.0.1:$(cat /tmp/grpc.port)"; metrics="127.0.0.1:$(cat /tmp/metrics.port)"; \
+    mha-client --target "$grpc" health; \
+    mha-client --target "$grpc" forward --model example --batch 2 --seq 8; \
+    curl -fsS -o /tmp/metrics.txt "http://${metrics}/metrics"; \
     grep -q '^mha_requests_total{.*model="example"' /tmp/metrics.txt; \
     kill -TERM "$pid"; wait "$pid"; \
-    rm -f /tmp/server.log /tmp/metrics.txt; touch /tmp/smoke-ok
+    rm -f /tmp/server.log /tmp/metrics.txt /tmp/grpc.port /tmp/metrics.port; touch /tmp/smoke-ok
 
 ############################################################################### final
 FROM runtime

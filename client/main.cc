@@ -11,9 +11,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   mha::client::ClientOptions client_options;
   int64_t timeout_ms = 30000;
-  app.add_option("-a,--target", client_options.target, "Server address host:port")
+  app.add_option("-a,--target", client_options.target,
+                 "Server address host:port, or several: ipv4:A:P,B:P or dns:///NAME:P")
       ->envname("MHA_TARGET")
       ->capture_default_str();
+  app.add_option("--lb", client_options.channel.lb,
+                 "round_robin or pick_first (default: round_robin for several addresses or dns:)")
+      ->check(CLI::IsMember({"round_robin", "pick_first"}));
   app.add_option("--timeout-ms", timeout_ms, "Deadline of each call")->capture_default_str();
   InfoCommands info;
   ForwardCommand forward;

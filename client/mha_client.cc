@@ -1,8 +1,6 @@
 #include "client/mha_client.h"
 
-#include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
-#include <grpcpp/support/channel_arguments.h>
 
 #include <thread>
 
@@ -20,10 +18,9 @@ std::string InitialMetadata(const grpc::ClientContext& context, const char* key)
 }  // namespace
 
 AttentionClient::AttentionClient(ClientOptions options) : options_(std::move(options)) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);  // per-head weights get big
-  args.SetMaxSendMessageSize(-1);     // the server decides (--max-message-bytes)
-  channel_ = grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
+  // Message sizes unlimited by default (per-head weights get big; the server decides with
+  // --max-message-bytes); load balancing, health checking and retries: channel.h.
+  channel_ = MakeClientChannel(options_.target, options_.channel);
   stub_ = v1::AttentionService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "channel.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mha/status.h"
 #include "mha/v1/attention.grpc.pb.h"
@@ -21,8 +22,9 @@
 namespace mha::client {
 
 struct ClientOptions {
-  std::string target = "localhost:8500";
+  std::string target = "localhost:8500";     // or several: see channel.h
   std::chrono::milliseconds timeout{30000};  // per call (a whole stream for ForwardStream)
+  ChannelOptions channel{};                  // load balancing, health checking, retries
 };
 
 class AttentionClient {

@@ -8,11 +8,15 @@ Dockerfile (CPU):
   - the final image (its FROM chain) is debian:12-slim (or debian:12), never the build stage; it
     takes from the build stage only build/server/mha-server and build/client/mha-client; installs
     packages only from deploy/runtime-packages.txt; runs as USER 10001; has a HEALTHCHECK on
-    /readyz of port 8502, EXPOSE 8500 and 8502, ENV MHA_GRPC_ADDRESS / MHA_METRICS_ADDRESS and an
-    ENTRYPOINT that is mha-server;
+    /readyz of MHA_METRICS_ADDRESS's port (no fixed 8502), EXPOSE 8500 and 8502, ENV
+    MHA_GRPC_ADDRESS / MHA_METRICS_ADDRESS, MHA_GRACE_PERIOD_S below Docker's 10 s stop timeout,
+    STOPSIGNAL SIGTERM and an ENTRYPOINT that is mha-server;
+  - no `# syntax=` directive (BuildKit would fetch that frontend from Docker Hub);
+  - the smoke stage starts mha-server on port 0 with port files (no fixed ports at build time);
   - every file it COPYs from the context exists and is not excluded by .dockerignore.
 Dockerfile.cuda: the same scripts (build.sh with -DCMAKE_PREFIX_PATH=/opt/libtorch), the LibTorch
-ARG, user, HEALTHCHECK, ports, ENV, a Debian 12 runtime base.
+ARG, user, HEALTHCHECK, ports, ENV, grace period, STOPSIGNAL, no syntax directive, a Debian 12
+runtime base.
 .dockerignore: excludes .git and build trees, keeps what the build needs.
 """
 import argparse
@@ -135,8 +139,17 @@ def check_common(fail, stages, final_chain, label, slim_ok):
          f"{label}: no HEALTHCHECK in the final image")
     if hcs:
         hc = hcs[-1][0]
-        fail(" CMD " in f" {hc} " and ("/readyz" in hc and "8502" in hc or "health" in hc),
-             f"{label}: HEALTHCHECK must probe /readyz on 8502 (or mha-client health): {hc}")
+        # The port comes from MHA_METRICS_ADDRESS (a `docker run -e` that moves it is followed).
+        fail(" CMD " in f" {hc} " and "/readyz" in hc and "MHA_METRICS_ADDRESS" in hc
+             and not re.search(r":8502\b", hc),
+             f"{label}: HEALTHCHECK must probe /readyz on MHA_METRICS_ADDRESS's port: {hc}")
+    # Grace period below `docker stop`'s default timeout (10 s), SIGTERM as the stop signal.
+    env_all = " ".join(r for r, _ in all_instr(final_chain, "ENV"))
+    m = re.search(r"MHA_GRACE_PERIOD_S=([0-9.]+)", env_all)
+    fail(m and float(m.group(1)) < 10,
+         f"{label}: ENV MHA_GRACE_PERIOD_S below Docker's 10 s stop timeout")
+    sigs = all_instr(final_chain, "STOPSIGNAL")
+    fail(sigs and sigs[-1][0].strip() == "SIGTERM", f"{label}: STOPSIGNAL SIGTERM")
     exposed = set()
     for rest, _ in all_instr(final_chain, "EXPOSE"):
         exposed |= {p.split("/")[0] for p in rest.split()}
@@ -179,6 +192,30 @@ def check_common(fail, stages, final_chain, label, slim_ok):
                              f"{label}:{l}: COPY --from={opts['--from']} {src}: only the binaries "
                              "may leave the build stage")
     return build
+
+
+def check_no_syntax_directive(fail, path, label):
+    """A `# syntax=` parser directive makes BuildKit fetch that frontend from Docker Hub: no
+    offline BuildKit build. The built-in frontend is used without it."""
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            fail(not re.match(r"#\s*syntax\s*=", line.strip(), re.I),
+                 f"{label}:{lineno}: no '# syntax=' directive (BuildKit offline)")
+
+
+def check_smoke_ports(fail, stages, label):
+    """A RUN that starts mha-server during the build listens on port 0 (port files), never on
+    fixed ports that another build or service on the host may hold."""
+    for s in stages:
+        for w, r, l in s.instructions:
+            if w != "RUN" or not re.search(r"(^|[;&|\s])mha-server\s+(?!--help)", r):
+                continue
+            for flag in ("--grpc-address", "--metrics-address"):
+                fail(re.search(flag + r"[= ]\S*:0(\s|$)", r),
+                     f"{label}:{l}: mha-server in the build must use {flag} ...:0")
+            fail("--port-file" in r and "--metrics-port-file" in r,
+                 f"{label}:{l}: mha-server in the build must write --port-file/--metrics-port-file")
+            fail(not re.search(r":(8500|8502)\b", r), f"{label}:{l}: fixed port 8500/8502")
 
 
 def check_context_copies(fail, stages, repo, patterns, label):
@@ -251,6 +288,11 @@ def main():
             fail(not literal, f"Dockerfile:{l}: packages named outside runtime-packages.txt: "
                               f"{literal}")
     check_context_copies(fail, stages, args.repo, patterns, "Dockerfile")
+    check_no_syntax_directive(fail, path, "Dockerfile")
+    check_smoke_ports(fail, stages, "Dockerfile")
+    fail(any(w == "RUN" and "mha-server" in r and "/readyz" in r
+             for s in stages for w, r, _ in s.instructions),
+         "Dockerfile: a smoke stage must start mha-server and wait for /readyz")
 
     # CUDA image.
     path = os.path.join(args.repo, "Dockerfile.cuda")
@@ -269,6 +311,8 @@ def main():
         fail("MHA_DEVICE=cuda" in " ".join(r for r, _ in all_instr(final, "ENV")),
              "Dockerfile.cuda: ENV MHA_DEVICE=cuda")
         check_context_copies(fail, stages, args.repo, patterns, "Dockerfile.cuda")
+        check_no_syntax_directive(fail, path, "Dockerfile.cuda")
+        check_smoke_ports(fail, stages, "Dockerfile.cuda")
 
     for f in failures:
         print("FAIL: " + f)
