@@ -27,25 +27,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-v1::Tensor WireBf16(const std::vector<int64_t>& shape) {
-  v1::Tensor t;
-  t.set_dtype(v1::BFLOAT16);
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    t.add_shape(d);
-    n *= d;
-  }
-  t.mutable_data()->assign(static_cast<size_t>(n) * 2, '\0');
-  return t;
-}
-
 TEST(Hardening, ResponseOverTheBudgetIsRefusedBeforeComputeAndTheServerGoesOn) {
   ServerProcess server;  // the built-in model: E=512, H=8
   ASSERT_TRUE(server.Start({}));
   client::TensorClient client({server.target(), 120s});
   // B=8, T=S=4096, per-head weights: 8*8*4096*4096 floats = 4 GiB, over protobuf's 2 GiB.
   v1::ForwardRequest big;
-  *big.mutable_query() = WireBf16({8, 4096, 512});
+  *big.mutable_query() = WireBytes(v1::BFLOAT16, 2, {8, 4096, 512});
   big.set_need_weights(true);
   big.set_average_attn_weights(false);
   auto refused = client.ForwardRaw(big);
@@ -78,15 +66,8 @@ int ReadPortFile(const std::string& path) {
 
 // A client that sends half a request and then one byte now and then, never finishing it.
 int SlowSocket(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return -1;
   const char partial[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
   if (send(fd, partial, sizeof(partial) - 1, MSG_NOSIGNAL) < 0) {
     close(fd);

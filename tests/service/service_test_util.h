@@ -2,7 +2,11 @@
 // purpose), fixture inputs as client requests, and the "server still answers" check.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <memory>
@@ -33,16 +37,34 @@ inline v1::Tensor WireFloat(const std::vector<int64_t>& shape, float value = 0.5
   return t;
 }
 
-inline v1::Tensor WireBool(const std::vector<int64_t>& shape, unsigned char value = 0) {
+// A wire tensor of `shape` whose every byte is `byte` (BOOL 0/1, or zeros of any dtype).
+inline v1::Tensor WireBytes(v1::DataType dtype, size_t element_size,
+                            const std::vector<int64_t>& shape, unsigned char byte = 0) {
   v1::Tensor t;
-  t.set_dtype(v1::BOOL);
+  t.set_dtype(dtype);
   int64_t n = 1;
   for (int64_t d : shape) {
     t.add_shape(d);
     n *= d;
   }
-  t.set_data(std::string(static_cast<size_t>(n), static_cast<char>(value)));
+  t.set_data(std::string(static_cast<size_t>(n) * element_size, static_cast<char>(byte)));
   return t;
+}
+
+inline v1::Tensor WireBool(const std::vector<int64_t>& shape, unsigned char value = 0) {
+  return WireBytes(v1::BOOL, 1, shape, value);
+}
+
+// A TCP connection to 127.0.0.1:port, or -1.
+inline int ConnectLoopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+  close(fd);
+  return -1;
 }
 
 // Self-attention request for a model with embed dim `e`.
