@@ -38,7 +38,7 @@ def wait_serving(client, grpc_port, name, timeout=180):
     def serving():
         state = docker("inspect", "-f", "{{.State.Status}}", name)
         if state != "running":
-            raise SystemExit(f"{name} is {state}:\n" + docker("logs", name, check=False))
+            raise SystemExit(f"{name} is {state}:\n" + ctlib.logs(name))
         r = subprocess.run([client, "--target", f"127.0.0.1:{grpc_port}", "--timeout-ms", "2000",
                             "health"], capture_output=True, text=True)
         return r.returncode == 0 and "SERVING" in r.stdout
@@ -119,7 +119,7 @@ def stop_under_load(client, grpc_port, metrics_port, name, work):
         raise SystemExit(f"bench failed ({bench.returncode}): {err[-2000:]}")
     report = ctlib.bench_json(out)
     exit_code = docker("inspect", "-f", "{{.State.ExitCode}}", name)
-    logs = docker("logs", name, check=False) + ""
+    logs = ctlib.logs(name)
     # Calls that never reached a handler fail on the client with UNAVAILABLE (refused: GOAWAY,
     # connection refused, after the retries) or CANCELLED (the stream reset by the shutting-down
     # transport before a handler took it). A call a handler took is counted by the server under

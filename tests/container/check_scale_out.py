@@ -178,7 +178,7 @@ def main():
     finally:
         for c in (R1, R2, PROM):
             if os.environ.get("MHA_CONTAINER_KEEP_LOGS"):
-                print(docker("logs", c, check=False))
+                print(ctlib.logs(c))
         ctlib.remove(R1, R2, PROM)
         docker("network", "rm", NET, check=False)
         shutil.rmtree(work, ignore_errors=True)

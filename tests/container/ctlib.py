@@ -25,6 +25,12 @@ def docker(*args, check=True, timeout=600):
     return r.stdout.strip()
 
 
+def logs(name):
+    """A container's whole log: the server logs to stderr, which `docker logs` keeps apart."""
+    r = subprocess.run([DOCKER, "logs", name], capture_output=True, text=True, timeout=120)
+    return r.stdout + r.stderr
+
+
 def remove(*names):
     for n in names:
         docker("rm", "-f", n, check=False)
