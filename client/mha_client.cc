@@ -23,7 +23,8 @@ AttentionClient::AttentionClient(ClientOptions options) : options_(std::move(opt
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // per-head weights get big
   args.SetMaxSendMessageSize(-1);     // the server decides (--max-message-bytes)
-  channel_ = grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
+  auto credentials = ChannelCredentialsOrThrow(options_.tls, &args);  // plaintext unless tls set
+  channel_ = grpc::CreateCustomChannel(options_.target, credentials, args);
   stub_ = v1::AttentionService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "client/credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mha/status.h"
 #include "mha/v1/attention.grpc.pb.h"
@@ -23,10 +24,13 @@ namespace mha::client {
 struct ClientOptions {
   std::string target = "localhost:8500";
   std::chrono::milliseconds timeout{30000};  // per call (a whole stream for ForwardStream)
+  TlsClientOptions tls{};                    // plaintext unless set (client/credentials.h)
 };
 
 class AttentionClient {
  public:
+  // Throws std::invalid_argument when options.tls names a file that cannot be read (check first
+  // with MakeChannelCredentials for a Status instead).
   explicit AttentionClient(ClientOptions options);
   virtual ~AttentionClient() = default;
 
