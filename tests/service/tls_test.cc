@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "service_test_util.h"
@@ -95,7 +96,7 @@ class Tls : public ::testing::Test {
   }
 
   static TempDir* certs_;
-  ModelRepositoryDir repository_{{"self_basic"}};
+  ModelRepositoryDir repository_{std::vector<std::string>{"self_basic"}};
   ServerProcess server_;
   std::string target_;
 };
