@@ -79,6 +79,12 @@ void AddServingFlags(CLI::App& app, ServerConfig* c) {
       "Batching off: forward-pass worker threads per model; 0 = cores / intra-op threads. Keep "
       "1 when BLAS threads each GEMM itself (OpenBLAS): more workers oversubscribe the cores")
       ->check(CLI::Range(0, 1024));
+  Add(app, "--tls-cert-file", &c->tls_cert_file,
+      "gRPC TLS: server certificate chain (PEM); with --tls-key-file. Empty = plaintext");
+  Add(app, "--tls-key-file", &c->tls_key_file,
+      "gRPC TLS: private key (PEM, unencrypted) of --tls-cert-file");
+  Add(app, "--tls-client-ca-file", &c->tls_client_ca_file,
+      "gRPC mTLS: CA bundle (PEM); clients must present a certificate it signed");
 }
 
 void AddLimitFlags(CLI::App& app, ServerConfig* c) {

@@ -42,6 +42,11 @@ struct ServerConfig {
   // throughput ~12% (839 vs 750 req/s) but cut B=8,T=128 served throughput to 0.64x in-process
   // (0.89x with 1). Raise it per model (config.json "instances") where passes are small.
   int instances = 1;
+  // gRPC transport security (app/tls.h): plaintext unless cert + key are set; a client CA makes
+  // client certificates mandatory (mTLS). The metrics/health HTTP endpoint stays plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
   std::string metrics_address = "0.0.0.0:8502";  // "" = no HTTP endpoint
   std::string metrics_port_file;
   std::string log_format = "text";

@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 
+#include "app/tls.h"
 #include "frontends/grpc_v1/attention_service.h"
 #include "mha/runtime.h"
 #include "serving/observability/metrics_http.h"
@@ -60,7 +61,8 @@ StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
 // Everything one server run holds, in the order it is built (and the reverse of its stop).
 class ServerApp {
  public:
-  explicit ServerApp(const ServerConfig& config) : c_(config) {}
+  ServerApp(const ServerConfig& config, std::shared_ptr<grpc::ServerCredentials> credentials)
+      : c_(config), credentials_(std::move(credentials)) {}
 
   Status Start(const ServerCoreOptions& options);
   // Loads the models (background threads) while watching for a signal; SERVING when one model is
@@ -74,6 +76,7 @@ class ServerApp {
   void SetServing(bool serving);
 
   const ServerConfig& c_;
+  std::shared_ptr<grpc::ServerCredentials> credentials_;  // app/tls.h: plaintext, TLS or mTLS
   std::unique_ptr<ServerCore> core_;
   std::unique_ptr<MetricsHttpServer> http_;
   std::unique_ptr<AttentionServiceImpl> service_;
@@ -120,7 +123,7 @@ Status ServerApp::StartGrpc() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(c_.grpc_address, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(c_.grpc_address, credentials_, &port_);
   builder.RegisterService(service_.get());
   // A little above --max-message-bytes, so that the handler can say precisely what is too big.
   const int64_t receive_limit = std::min<int64_t>(INT_MAX, c_.max_message_bytes + (1 << 20));
@@ -130,12 +133,12 @@ Status ServerApp::StartGrpc() {
   if (!server_ || port_ == 0) return Unavailable("cannot listen on " + c_.grpc_address);
   SetServing(false);
   spdlog::info(
-      "mha-server listening on {} (port {}): NOT_SERVING until models are loaded; "
+      "mha-server listening on {} (port {}, {}): NOT_SERVING until models are loaded; "
       "workers={} intra_op_threads={} inter_op_threads={} max_queue_size={} "
       "max_batch_size={} max_sequence_length={} max_message_bytes={}",
-      c_.grpc_address, port_, c_.ResolvedWorkers(), at::get_num_threads(),
-      at::get_num_interop_threads(), c_.max_queue_size, c_.max_batch_size, c_.max_sequence_length,
-      c_.max_message_bytes);
+      c_.grpc_address, port_, TransportSecurityName(c_), c_.ResolvedWorkers(),
+      at::get_num_threads(), at::get_num_interop_threads(), c_.max_queue_size, c_.max_batch_size,
+      c_.max_sequence_length, c_.max_message_bytes);
   spdlog::info("runtime: {}", RuntimeSummary());
   return Status::Ok();
 }
@@ -213,8 +216,14 @@ int RunServer(const ServerConfig& c) {
     spdlog::error("{}", options.status().message());
     return 2;
   }
+  // TLS files are checked before anything starts: a bad secret is a configuration error.
+  auto credentials = MakeServerCredentials(c);
+  if (!credentials.ok()) {
+    spdlog::error("{}", credentials.status().message());
+    return 2;
+  }
   ConfigureThreads({c.intra_op_threads, c.inter_op_threads});
-  ServerApp app(c);
+  ServerApp app(c, *credentials);
   if (const Status started = app.Start(*options); !started.ok()) {
     spdlog::error("{}", started.message());
     app.Stop(0);

@@ -44,14 +44,16 @@ std::string ClientServiceConfig(const std::string& policy, const ChannelOptions&
 }
 
 std::shared_ptr<grpc::Channel> MakeClientChannel(const std::string& target,
-                                                 const ChannelOptions& options) {
+                                                 const ChannelOptions& options,
+                                                 const TlsClientOptions& tls) {
   const std::string policy = ResolveLoadBalancing(target, options.lb);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   args.SetMaxSendMessageSize(options.max_send_message_bytes);
   args.SetServiceConfigJSON(ClientServiceConfig(policy, options));
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, options.retry ? 1 : 0);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  auto credentials = ChannelCredentialsOrThrow(tls, &args);
+  return grpc::CreateCustomChannel(target, credentials, args);
 }
 
 }  // namespace mha::client

@@ -18,6 +18,8 @@
 #include <memory>
 #include <string>
 
+#include "credentials.h"
+
 namespace mha::client {
 
 struct ChannelOptions {
@@ -39,9 +41,11 @@ std::string ResolveLoadBalancing(const std::string& target, const std::string& l
 // The JSON service config MakeClientChannel installs as the channel's default.
 std::string ClientServiceConfig(const std::string& policy, const ChannelOptions& options);
 
-// An insecure channel to `target` with that service config and the message size limits.
-// An unknown lb policy throws std::invalid_argument.
+// A channel to `target` with that service config and the message size limits; plaintext unless
+// `tls` is set (credentials.h). An unknown lb policy or an unreadable TLS file throws
+// std::invalid_argument (never falls back to plaintext).
 std::shared_ptr<grpc::Channel> MakeClientChannel(const std::string& target,
-                                                 const ChannelOptions& options);
+                                                 const ChannelOptions& options,
+                                                 const TlsClientOptions& tls = {});
 
 }  // namespace mha::client

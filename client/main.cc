@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "client/cli/commands.h"
+#include "client/cli/tls_flags.h"
 
 int main(int argc, char** argv) {
   using namespace mha::client::cli;
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
                  "round_robin or pick_first (default: round_robin for several addresses or dns:)")
       ->check(CLI::IsMember({"round_robin", "pick_first"}));
   app.add_option("--timeout-ms", timeout_ms, "Deadline of each call")->capture_default_str();
+  AddTlsFlags(app, &client_options.tls);
   InfoCommands info;
   ForwardCommand forward;
   BenchCommand bench;
@@ -31,6 +33,9 @@ int main(int argc, char** argv) {
 
   client_options.timeout = std::chrono::milliseconds(timeout_ms);
   if (*local.cmd) return local.Run();
+  if (auto tls = mha::client::MakeChannelCredentials(client_options.tls); !tls.ok()) {
+    return Fail(tls.status());  // an unreadable TLS file, before any call
+  }
   mha::client::AttentionClient client(client_options);
   if (*forward.cmd) return forward.Run(client);
   if (*bench.cmd) return bench.Run(client, client_options.timeout);

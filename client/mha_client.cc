@@ -19,8 +19,9 @@ std::string InitialMetadata(const grpc::ClientContext& context, const char* key)
 
 AttentionClient::AttentionClient(ClientOptions options) : options_(std::move(options)) {
   // Message sizes unlimited by default (per-head weights get big; the server decides with
-  // --max-message-bytes); load balancing, health checking and retries: channel.h.
-  channel_ = MakeClientChannel(options_.target, options_.channel);
+  // --max-message-bytes); load balancing, health checking and retries: channel.h; plaintext
+  // unless options_.tls is set (credentials.h; a bad TLS file throws, never falls back).
+  channel_ = MakeClientChannel(options_.target, options_.channel, options_.tls);
   stub_ = v1::AttentionService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
 }

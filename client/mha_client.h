@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "channel.h"
+#include "credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mha/status.h"
 #include "mha/v1/attention.grpc.pb.h"
@@ -25,10 +26,13 @@ struct ClientOptions {
   std::string target = "localhost:8500";     // or several: see channel.h
   std::chrono::milliseconds timeout{30000};  // per call (a whole stream for ForwardStream)
   ChannelOptions channel{};                  // load balancing, health checking, retries
+  TlsClientOptions tls{};                    // plaintext unless set (client/credentials.h)
 };
 
 class AttentionClient {
  public:
+  // Throws std::invalid_argument when options.tls names a file that cannot be read (check first
+  // with MakeChannelCredentials for a Status instead).
   explicit AttentionClient(ClientOptions options);
   virtual ~AttentionClient() = default;
 

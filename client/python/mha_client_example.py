@@ -9,6 +9,9 @@ and compares the server's output and per-head attention weights. Exits 1 on any 
     client/python/gen_stubs.sh                       # once: generates mha/v1/*_pb2*.py
     /usr/bin/python3 client/python/mha_client_example.py --target localhost:8500 \
         --model format_safetensors --weights tests/fixtures/cases/format_safetensors/model.safetensors
+
+TLS as mha-client: --tls-ca-file (verify the server), --tls-cert-file + --tls-key-file (mTLS),
+--tls-server-name (the name to verify when the target is an IP); each also from MHA_TLS_... .
 """
 import argparse
 import json
@@ -102,6 +105,29 @@ def from_wire(msg):
     return torch.frombuffer(bytearray(msg.data), dtype=dtype).reshape(tuple(msg.shape)).clone()
 
 
+def make_channel(args):
+    """Plaintext unless a --tls-* flag is set (as mha-client and the C++ library)."""
+    options = [("grpc.max_receive_message_length", -1)]
+    tls = (args.tls_ca_file, args.tls_cert_file, args.tls_key_file, args.tls_server_name)
+    if not any(tls):
+        return grpc.insecure_channel(args.target, options=options)
+    if bool(args.tls_cert_file) != bool(args.tls_key_file):
+        raise SystemExit("--tls-cert-file and --tls-key-file go together")
+
+    def read(path):
+        if not path:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    credentials = grpc.ssl_channel_credentials(root_certificates=read(args.tls_ca_file),
+                                               private_key=read(args.tls_key_file),
+                                               certificate_chain=read(args.tls_cert_file))
+    if args.tls_server_name:
+        options.append(("grpc.ssl_target_name_override", args.tls_server_name))
+    return grpc.secure_channel(args.target, credentials, options=options)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--target", default="localhost:8500")
@@ -113,11 +139,17 @@ def main():
     p.add_argument("--kv-seq", type=int, default=5, help="key/value length (cross-attention)")
     p.add_argument("--atol", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
+    for flag, help_text in (("--tls-ca-file", "PEM CA to verify the server with (TLS)"),
+                            ("--tls-cert-file", "PEM client certificate (mTLS)"),
+                            ("--tls-key-file", "PEM key of --tls-cert-file (mTLS)"),
+                            ("--tls-server-name", "name to verify the server certificate for")):
+        env = "MHA_" + flag[2:].upper().replace("-", "_")
+        p.add_argument(flag, default=os.environ.get(env, ""), help=f"{help_text} (env {env})")
     args = p.parse_args()
 
     config_path = args.config or os.path.join(os.path.dirname(args.weights), "config.json")
     config = json.load(open(config_path)) if os.path.exists(config_path) else {}
-    channel = grpc.insecure_channel(args.target, options=[("grpc.max_receive_message_length", -1)])
+    channel = make_channel(args)
     stub = attention_pb2_grpc.AttentionServiceStub(channel)
     info = stub.GetModel(attention_pb2.GetModelRequest(name=args.model), timeout=30)
     num_heads = config.get("num_heads", info.num_heads)

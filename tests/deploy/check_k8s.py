@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Renders deploy/k8s/overlays/{cpu,gpu} with `kubectl kustomize` (offline) and checks what a
-production rollout of mha-serve relies on. No cluster is involved: this checks the manifests'
-content and their internal references (selectors, port names, volumes, the ConfigMap, the HPA's
+"""Renders deploy/k8s/overlays/{cpu,gpu,cpu-tls} with `kubectl kustomize` (offline) and checks
+what a production rollout of mha-serve relies on. No cluster is involved: this checks the
+manifests' content and their internal references (selectors, port names, volumes, the ConfigMap, the HPA's
 custom metric), not that an API server accepts them.
 
   check_k8s.py --repo . [--kubectl kubectl]      (or MHA_KUBECTL=/path/to/kubectl)
@@ -69,7 +69,7 @@ def cpu_cores(q):
     return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
 
 
-def check_overlay(c, docs, repo, gpu):
+def check_overlay(c, docs, repo, gpu, tls=False):
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
@@ -96,15 +96,25 @@ def check_overlay(c, docs, repo, gpu):
     c.check(get(ports, "metrics", "containerPort") == METRICS_PORT,
             f"container port metrics {METRICS_PORT}")
 
-    # Probes: native gRPC liveness/readiness on grpc.health.v1, a generous startup probe.
+    # Probes: native gRPC liveness/readiness on grpc.health.v1, a generous startup probe. With TLS
+    # (native gRPC probes cannot do TLS): HTTP /healthz (liveness) and /readyz on the metrics port.
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         p = ctr.get(probe)
-        if c.check(p is not None, f"{probe} missing"):
-            c.check(get(p, "grpc", "port") == GRPC_PORT, f"{probe} is not a grpc probe on {GRPC_PORT}")
-    c.check(get(ctr, "livenessProbe", "grpc", "service", default="") == "",
-            "livenessProbe must check the whole server (service \"\")")
-    c.check(get(ctr, "readinessProbe", "grpc", "service") in ("", "mha.v1.AttentionService"),
-            "readinessProbe service must be \"\" or mha.v1.AttentionService")
+        if not c.check(p is not None, f"{probe} missing"):
+            continue
+        if tls:
+            path = "/healthz" if probe == "livenessProbe" else "/readyz"
+            c.check("grpc" not in p and get(p, "httpGet", "path") == path and
+                    get(p, "httpGet", "port") in ("metrics", METRICS_PORT),
+                    f"TLS: {probe} must be HTTP {path} on the metrics port, not grpc")
+        else:
+            c.check(get(p, "grpc", "port") == GRPC_PORT,
+                    f"{probe} is not a grpc probe on {GRPC_PORT}")
+    if not tls:
+        c.check(get(ctr, "livenessProbe", "grpc", "service", default="") == "",
+                "livenessProbe must check the whole server (service \"\")")
+        c.check(get(ctr, "readinessProbe", "grpc", "service") in ("", "mha.v1.AttentionService"),
+                "readinessProbe service must be \"\" or mha.v1.AttentionService")
     sp = ctr.get("startupProbe") or {}
     window = sp.get("failureThreshold", 3) * sp.get("periodSeconds", 10)
     c.check(window >= 120, f"startupProbe allows only {window} s for model loading (want >= 120)")
@@ -151,6 +161,17 @@ def check_overlay(c, docs, repo, gpu):
             f"MHA_GRPC_ADDRESS on port {GRPC_PORT}")
     c.check(get(env, "MHA_METRICS_ADDRESS", "value", default="").endswith(f":{METRICS_PORT}"),
             f"MHA_METRICS_ADDRESS on port {METRICS_PORT}")
+
+    # TLS: the certificate and key are files of a mounted Secret.
+    for var in ("MHA_TLS_CERT_FILE", "MHA_TLS_KEY_FILE", "MHA_TLS_CLIENT_CA_FILE"):
+        path = get(env, var, "value")
+        if path is None:
+            c.check(not tls or var == "MHA_TLS_CLIENT_CA_FILE", f"TLS overlay: {var} not set")
+            continue
+        mount = next((m for p, m in mounts.items() if path.startswith(p.rstrip("/") + "/")), None)
+        c.check(mount is not None and mount.get("readOnly") is True and
+                "secret" in volumes.get(mount["name"], {}),
+                f"{var}={path} is not on a read-only Secret volume")
 
     # --config FILE: a mounted ConfigMap key, rendered.
     args = ctr.get("args", []) + ctr.get("command", [])
@@ -273,10 +294,10 @@ def main():
     ap.add_argument("--kubectl", default=os.environ.get("MHA_KUBECTL", "kubectl"))
     args = ap.parse_args()
     failures, total = [], 0
-    for overlay in ("cpu", "gpu"):
+    for overlay in ("cpu", "gpu", "cpu-tls"):
         docs = render(args.kubectl, os.path.join(args.repo, "deploy/k8s/overlays", overlay))
         c = Checker(overlay)
-        check_overlay(c, docs, args.repo, gpu=overlay == "gpu")
+        check_overlay(c, docs, args.repo, gpu=overlay == "gpu", tls=overlay.endswith("-tls"))
         print(f"overlays/{overlay}: {len(docs)} objects "
               f"({', '.join(sorted(d['kind'] for d in docs))}), {c.count} checks")
         failures += c.failures
@@ -285,7 +306,7 @@ def main():
         print("FAIL: " + f)
     if failures:
         return 1
-    print(f"OK: {total} checks on the cpu and gpu overlays")
+    print(f"OK: {total} checks on the cpu, gpu and cpu-tls overlays")
     return 0
 
 

@@ -5,8 +5,8 @@ CLI11 ignores unknown keys in a --config file and the server ignores unknown MHA
 typo would silently do nothing. This test:
   1. reads the flags and their environment names from `mha-server --help`;
   2. requires every key of deploy/k8s/base/server.toml (the ConfigMap) to be a flag, and every
-     MHA_* variable set by the rendered Deployments (cpu and gpu overlays) and by the Dockerfiles'
-     ENV to be a flag's environment name;
+     MHA_* variable set by the rendered Deployments (cpu, gpu and cpu-tls overlays) and by the
+     Dockerfiles' ENV to be a flag's environment name;
   3. starts mha-server with `--config server.toml` (addresses overridden to loopback port 0) and
      compares the values its start-up and shutdown log lines report with the file's;
   4. stops it with SIGTERM by PID.
@@ -71,7 +71,7 @@ def main():
             failures.append(f"server.toml: '{key}' is not an mha-server flag (CLI11 would ignore it)")
 
     used_env = {}
-    for overlay in ("cpu", "gpu"):
+    for overlay in ("cpu", "gpu", "cpu-tls"):
         for doc in render(args.kubectl, os.path.join(args.repo, "deploy/k8s/overlays", overlay)):
             if doc.get("kind") != "Deployment":
                 continue

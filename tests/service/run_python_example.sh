@@ -2,7 +2,8 @@
 # ctest wrapper: starts mha-server on a free port with a repository holding one fixture case per
 # weights format, generates the Python stubs, runs client/python/mha_client_example.py against
 # every model (it compares the server's numbers with PyTorch and exits non-zero on mismatch),
-# stops the server by PID (SIGTERM) and checks its exit code.
+# stops the server by PID (SIGTERM) and checks its exit code. Then once more over mTLS (certs from
+# make_test_certs.sh): the example's --tls-* flags against a server that requires client certs.
 #   run_python_example.sh MHA_SERVER SOURCE_DIR WORK_DIR
 set -eu
 server_bin=$1
@@ -41,11 +42,49 @@ for m in $models; do
     --target "127.0.0.1:$port" --model "$m" --weights "$weights" || status=1
 done
 
-kill -TERM "$pid"
-server_status=0
-wait "$pid" || server_status=$?
-pid=""
-if [ "$server_status" -ne 0 ]; then
-  echo "mha-server exited with $server_status"; cat "$work/server.log"; status=1
+stop_server() {
+  kill -TERM "$pid"
+  server_status=0
+  wait "$pid" || server_status=$?
+  pid=""
+  if [ "$server_status" -ne 0 ]; then
+    echo "mha-server exited with $server_status"; cat "$work/server.log"; status=1
+  fi
+}
+stop_server
+
+echo "== mTLS: format_safetensors"
+"$src/tests/service/make_test_certs.sh" "$work/certs"
+c=$work/certs
+rm -f "$work/port"
+"$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
+  --model-repository "$work/repo" --default-model format_safetensors \
+  --tls-cert-file "$c/server.pem" --tls-key-file "$c/server.key" --tls-client-ca-file "$c/ca.pem" \
+  >"$work/server.log" 2>&1 &
+pid=$!
+i=0
+while [ ! -s "$work/port" ]; do
+  if ! kill -0 "$pid" 2>/dev/null; then echo "mha-server exited early:"; cat "$work/server.log"; exit 1; fi
+  i=$((i + 1))
+  if [ "$i" -gt 1200 ]; then echo "mha-server did not start:"; cat "$work/server.log"; exit 1; fi
+  sleep 0.05
+done
+port=$(cat "$work/port")
+m=format_safetensors
+PYTHONPATH="$work/stubs" "$python" "$src/client/python/mha_client_example.py" \
+  --target "127.0.0.1:$port" --model "$m" --weights "$work/repo/$m/model.safetensors" \
+  --tls-ca-file "$c/ca.pem" --tls-cert-file "$c/client.pem" --tls-key-file "$c/client.key" \
+  --tls-server-name localhost || status=1
+# Without a client certificate the call must fail.
+if PYTHONPATH="$work/stubs" MHA_TLS_CA_FILE="$c/ca.pem" "$python" \
+  "$src/client/python/mha_client_example.py" --target "127.0.0.1:$port" --model "$m" \
+  --weights "$work/repo/$m/model.safetensors" >"$work/no-cert.log" 2>&1; then
+  echo "FAIL: the example without a client certificate was served over mTLS"; status=1
+elif grep -q "StatusCode.UNAVAILABLE" "$work/no-cert.log"; then
+  echo "OK: without a client certificate the mTLS server refused the example (UNAVAILABLE)"
+else
+  echo "FAIL: the example without a client certificate failed otherwise:"; cat "$work/no-cert.log"
+  status=1
 fi
+stop_server
 exit $status
