@@ -27,6 +27,7 @@ void AddServingFlags(CLI::App& app, ServerConfig* c);
 void AddLimitFlags(CLI::App& app, ServerConfig* c);
 void AddBatchingFlags(CLI::App& app, ServerConfig* c);
 void AddOperationFlags(CLI::App& app, ServerConfig* c);
+void AddLifecycleFlags(CLI::App& app, ServerConfig* c);
 
 }  // namespace
 
@@ -49,6 +50,7 @@ std::optional<int> ParseServerConfig(int argc, char** argv, ServerConfig* c) {
   AddLimitFlags(app, c);
   AddBatchingFlags(app, c);
   AddOperationFlags(app, c);
+  AddLifecycleFlags(app, c);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -63,8 +65,9 @@ void AddServingFlags(CLI::App& app, ServerConfig* c) {
   Add(app, "--grpc-address", &c->grpc_address,
       "Listen address host:port; port 0 picks a free port (logged, and written to --port-file)");
   Add(app, "--model-repository", &c->model_repository,
-      "Folder of models, one sub-folder per model: <name>/{config.json, model.*}. "
-      "Empty = serve the built-in deterministic model 'default' (E=512, H=8)");
+      "Folder of models, one sub-folder per model: <name>/{config.json, <version>/model.*} or "
+      "<name>/{config.json, model.*} (= version 1). Empty = serve the built-in deterministic "
+      "model 'default' (E=512, H=8)");
   Add(app, "--default-model", &c->default_model,
       "Model used when a request names none (default: the only model, if there is one)");
   Add(app, "--device", &c->device, "cpu, cuda, cuda:N or auto; empty = each model's config.json");
@@ -158,6 +161,23 @@ void AddOperationFlags(CLI::App& app, ServerConfig* c) {
       "(test only) sleep before each forward pass")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}))
       ->group("");
+}
+
+void AddLifecycleFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--model-control-mode", &c->model_control_mode,
+      "none: models load at start only; poll: the repository is rescanned every "
+      "--repository-poll-secs and new, changed and removed versions are loaded/unloaded; "
+      "explicit: LoadModel/UnloadModel RPCs (mha.v1.ModelControlService)")
+      ->check(CLI::IsMember({"none", "poll", "explicit"}));
+  Add(app, "--repository-poll-secs", &c->repository_poll_secs,
+      "Poll mode: seconds between repository scans (each reads every file to hash it)")
+      ->check(CLI::Range(0.05, 86400.0));
+  Add(app, "--load-model", &c->load_model,
+      "Explicit mode: model loaded at start (repeat the flag; none = every model)")
+      ->delimiter(',');
+  Add(app, "--admin-token-file", &c->admin_token_file,
+      "Model control RPCs need 'authorization: Bearer <token>' metadata with the token in this "
+      "file (first line); inference RPCs never do. Empty = no token");
 }
 
 }  // namespace

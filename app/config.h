@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mha::serve {
 
@@ -53,6 +54,12 @@ struct ServerConfig {
   std::string log_level = "info";
   double grace_period_s = 10.0;
   std::string port_file;
+  // Model lifecycle: none (load at start only), poll (follow the repository folder), explicit
+  // (LoadModel/UnloadModel RPCs; --load-model picks what loads at start, none named = all).
+  std::string model_control_mode = "none";
+  double repository_poll_secs = 15.0;
+  std::vector<std::string> load_model;
+  std::string admin_token_file;        // "" = model control RPCs need no token
   int64_t debug_load_delay_ms = 0;     // test-only: widens the NOT_SERVING window
   int64_t debug_forward_delay_ms = 0;  // test-only: each forward pass first sleeps this long
 

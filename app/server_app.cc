@@ -15,6 +15,7 @@
 
 #include "app/tls.h"
 #include "frontends/grpc_v1/attention_service.h"
+#include "frontends/grpc_v1/model_control_service.h"
 #include "mha/runtime.h"
 #include "serving/observability/metrics_http.h"
 #include "serving/server_core.h"
@@ -55,14 +56,23 @@ StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
   o.direct.workers = c.ResolvedWorkers();
   o.direct.max_queue_size = static_cast<size_t>(c.max_queue_size);
   o.debug_forward_delay_ms = c.debug_forward_delay_ms;
+  auto mode = ParseModelControlMode(c.model_control_mode);
+  if (!mode.ok()) return mode.status();
+  o.model_control = *mode;
+  if (!c.load_model.empty() && o.model_control != ModelControlMode::kExplicit) {
+    return InvalidArgument("--load-model needs --model-control-mode explicit");
+  }
+  o.startup_models = c.load_model;
+  o.poll_interval = std::chrono::milliseconds(static_cast<int64_t>(c.repository_poll_secs * 1000));
   return o;
 }
 
 // Everything one server run holds, in the order it is built (and the reverse of its stop).
 class ServerApp {
  public:
-  ServerApp(const ServerConfig& config, std::shared_ptr<grpc::ServerCredentials> credentials)
-      : c_(config), credentials_(std::move(credentials)) {}
+  ServerApp(const ServerConfig& config, std::shared_ptr<grpc::ServerCredentials> credentials,
+            std::string admin_token)
+      : c_(config), credentials_(std::move(credentials)), admin_token_(std::move(admin_token)) {}
 
   Status Start(const ServerCoreOptions& options);
   // Loads the models (background threads) while watching for a signal; SERVING when one model is
@@ -77,9 +87,11 @@ class ServerApp {
 
   const ServerConfig& c_;
   std::shared_ptr<grpc::ServerCredentials> credentials_;  // app/tls.h: plaintext, TLS or mTLS
+  const std::string admin_token_;                         // "" = model control needs none
   std::unique_ptr<ServerCore> core_;
   std::unique_ptr<MetricsHttpServer> http_;
   std::unique_ptr<AttentionServiceImpl> service_;
+  std::unique_ptr<ModelControlServiceImpl> control_;
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> loaded_{false};
@@ -120,11 +132,13 @@ Status ServerApp::StartHttp() {
 Status ServerApp::StartGrpc() {
   service_ = std::make_unique<AttentionServiceImpl>(
       core_.get(), GrpcFrontendOptions{c_.max_message_bytes, c_.stream_window});
+  control_ = std::make_unique<ModelControlServiceImpl>(core_.get(), admin_token_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(c_.grpc_address, credentials_, &port_);
   builder.RegisterService(service_.get());
+  builder.RegisterService(control_.get());
   // A little above --max-message-bytes, so that the handler can say precisely what is too big.
   const int64_t receive_limit = std::min<int64_t>(INT_MAX, c_.max_message_bytes + (1 << 20));
   builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
@@ -222,8 +236,17 @@ int RunServer(const ServerConfig& c) {
     spdlog::error("{}", credentials.status().message());
     return 2;
   }
+  std::string admin_token;
+  if (!c.admin_token_file.empty()) {
+    auto token = ReadAdminToken(c.admin_token_file);
+    if (!token.ok()) {
+      spdlog::error("{}", token.status().message());
+      return 2;
+    }
+    admin_token = *token;
+  }
   ConfigureThreads({c.intra_op_threads, c.inter_op_threads});
-  ServerApp app(c, *credentials);
+  ServerApp app(c, *credentials, admin_token);
   if (const Status started = app.Start(*options); !started.ok()) {
     spdlog::error("{}", started.message());
     app.Stop(0);

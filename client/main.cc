@@ -1,9 +1,11 @@
 // mha-client: command-line client for mha-server.
 //   mha-client [--target HOST:PORT] list | info MODEL | health [SERVICE] | forward ... | bench ...
+//   mha-client [--admin-token-file FILE] load MODEL | unload MODEL | index
 //   mha-client local-bench ...   (the same pass in this process, no server)
 #include <CLI/CLI.hpp>
 
 #include "client/cli/commands.h"
+#include "client/cli/control_commands.h"
 #include "client/cli/tls_flags.h"
 
 int main(int argc, char** argv) {
@@ -21,11 +23,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"round_robin", "pick_first"}));
   app.add_option("--timeout-ms", timeout_ms, "Deadline of each call")->capture_default_str();
   AddTlsFlags(app, &client_options.tls);
+  std::string admin_token_file;
+  AddAdminTokenFlag(app, &admin_token_file);
   InfoCommands info;
   ForwardCommand forward;
   BenchCommand bench;
   LocalBenchCommand local;
+  ControlCommands control;
   info.Add(app);
+  control.Add(app);
   forward.Add(app);
   bench.Add(app);
   local.Add(app);
@@ -36,7 +42,11 @@ int main(int argc, char** argv) {
   if (auto tls = mha::client::MakeChannelCredentials(client_options.tls); !tls.ok()) {
     return Fail(tls.status());  // an unreadable TLS file, before any call
   }
+  auto token = ReadTokenFile(admin_token_file);
+  if (!token.ok()) return Fail(token.status());
+  client_options.admin_token = *token;
   mha::client::AttentionClient client(client_options);
+  if (const int code = control.Run(client); code >= 0) return code;
   if (*forward.cmd) return forward.Run(client);
   if (*bench.cmd) return bench.Run(client, client_options.timeout);
   const int code = info.Run(client);

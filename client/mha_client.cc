@@ -24,6 +24,45 @@ AttentionClient::AttentionClient(ClientOptions options) : options_(std::move(opt
   channel_ = MakeClientChannel(options_.target, options_.channel, options_.tls);
   stub_ = v1::AttentionService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
+  control_ = v1::ModelControlService::NewStub(channel_);
+}
+
+void AttentionClient::PrepareAdmin(grpc::ClientContext* context,
+                                   std::optional<std::chrono::milliseconds> timeout) const {
+  Prepare(context, timeout);
+  if (!options_.admin_token.empty()) {
+    context->AddMetadata("authorization", "Bearer " + options_.admin_token);
+  }
+}
+
+Status AttentionClient::LoadModel(const std::string& name,
+                                  std::optional<std::chrono::milliseconds> timeout) {
+  grpc::ClientContext context;
+  PrepareAdmin(&context, timeout);
+  v1::LoadModelRequest request;
+  request.set_name(name);
+  v1::LoadModelResponse response;
+  return codec::FromGrpcStatus(control_->LoadModel(&context, request, &response));
+}
+
+Status AttentionClient::UnloadModel(const std::string& name,
+                                    std::optional<std::chrono::milliseconds> timeout) {
+  grpc::ClientContext context;
+  PrepareAdmin(&context, timeout);
+  v1::UnloadModelRequest request;
+  request.set_name(name);
+  v1::UnloadModelResponse response;
+  return codec::FromGrpcStatus(control_->UnloadModel(&context, request, &response));
+}
+
+StatusOr<v1::RepositoryIndexResponse> AttentionClient::RepositoryIndex() {
+  grpc::ClientContext context;
+  PrepareAdmin(&context, std::nullopt);
+  v1::RepositoryIndexResponse response;
+  const grpc::Status s =
+      control_->RepositoryIndex(&context, v1::RepositoryIndexRequest(), &response);
+  if (!s.ok()) return codec::FromGrpcStatus(s);
+  return response;
 }
 
 void AttentionClient::Prepare(grpc::ClientContext* context,
@@ -51,6 +90,19 @@ StatusOr<v1::ModelInfo> AttentionClient::GetModel(const std::string& name) {
   const grpc::Status s = stub_->GetModel(&context, request, &info);
   if (!s.ok()) return codec::FromGrpcStatus(s);
   return info;
+}
+
+StatusOr<v1::ModelStatisticsResponse> AttentionClient::GetModelStatistics(
+    const std::string& name, const std::string& version) {
+  grpc::ClientContext context;
+  Prepare(&context, std::nullopt);
+  v1::ModelStatisticsRequest request;
+  request.set_name(name);
+  request.set_version(version);
+  v1::ModelStatisticsResponse response;
+  const grpc::Status s = stub_->GetModelStatistics(&context, request, &response);
+  if (!s.ok()) return codec::FromGrpcStatus(s);
+  return response;
 }
 
 StatusOr<v1::ForwardResponse> AttentionClient::ForwardRaw(

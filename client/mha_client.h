@@ -27,6 +27,9 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{30000};  // per call (a whole stream for ForwardStream)
   ChannelOptions channel{};                  // load balancing, health checking, retries
   TlsClientOptions tls{};                    // plaintext unless set (client/credentials.h)
+  // Sent as "authorization: Bearer <token>" on the model control calls (the server's
+  // --admin-token-file); "" = none. Never sent on inference calls.
+  std::string admin_token;
 };
 
 class AttentionClient {
@@ -38,6 +41,9 @@ class AttentionClient {
 
   StatusOr<v1::ListModelsResponse> ListModels();
   StatusOr<v1::ModelInfo> GetModel(const std::string& name);
+  // name "" = every model, version "" = every version.
+  StatusOr<v1::ModelStatisticsResponse> GetModelStatistics(const std::string& name = "",
+                                                           const std::string& version = "");
 
   // The raw call, for callers that build requests themselves. `request_id` receives the echo.
   StatusOr<v1::ForwardResponse> ForwardRaw(const v1::ForwardRequest& request,
@@ -61,6 +67,12 @@ class AttentionClient {
                           std::vector<v1::ForwardResponse>* responses,
                           std::optional<std::chrono::milliseconds> timeout = {});
 
+  // mha.v1.ModelControlService (answer when done; a load may take long: pass a timeout).
+  Status LoadModel(const std::string& name, std::optional<std::chrono::milliseconds> timeout = {});
+  Status UnloadModel(const std::string& name,
+                     std::optional<std::chrono::milliseconds> timeout = {});
+  StatusOr<v1::RepositoryIndexResponse> RepositoryIndex();
+
   // grpc.health.v1.Health/Check: SERVING, NOT_SERVING, ... ("" = the whole server).
   StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
       const std::string& service = "");
@@ -74,7 +86,11 @@ class AttentionClient {
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
+  void PrepareAdmin(grpc::ClientContext* context,
+                    std::optional<std::chrono::milliseconds> timeout) const;
+
   std::unique_ptr<v1::AttentionService::Stub> stub_;
+  std::unique_ptr<v1::ModelControlService::Stub> control_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
 

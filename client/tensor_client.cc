@@ -20,6 +20,7 @@ StatusOr<v1::ForwardRequest> MakeForwardRequest(const ForwardInputs& in,
                                                 const ForwardOptions& options) {
   v1::ForwardRequest r;
   r.set_model(options.model);
+  r.set_model_version(options.model_version);
   MHA_RETURN_IF_ERROR(Encode(in.query, "query", r.mutable_query()));
   if (in.key.defined()) MHA_RETURN_IF_ERROR(Encode(in.key, "key", r.mutable_key()));
   if (in.value.defined()) MHA_RETURN_IF_ERROR(Encode(in.value, "value", r.mutable_value()));

@@ -16,6 +16,7 @@ namespace mha::client {
 
 struct ForwardOptions {
   std::string model;                         // "" = the server's default model
+  std::string model_version;                 // "" = the model's newest READY version
   std::optional<bool> average_attn_weights;  // unset = server default (true, as PyTorch)
   v1::DataType output_dtype = v1::DATA_TYPE_UNSPECIFIED;
   std::optional<std::chrono::milliseconds> timeout;  // unset = ClientOptions::timeout

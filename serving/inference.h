@@ -16,7 +16,8 @@
 namespace mha::serve {
 
 struct InferenceRequest {
-  std::string model;  // "" = the default model
+  std::string model;          // "" = the default model
+  std::string model_version;  // "" = the model's newest READY version
   // Decoded but not yet validated: ServerCore::Infer validates once (shapes against the model,
   // limits). The tensors may borrow the wire message's bytes; the front end keeps the message
   // alive until `done` has run.

@@ -5,11 +5,20 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "serving/inference.h"
 #include "serving/repository/model_repository.h"
 
 namespace mha::serve {
+
+// One model version's statistics (Triton's ModelStatistics), since the server started.
+struct VersionStatistics {
+  std::string name, version;
+  int64_t inference_count = 0, execution_count = 0, success_count = 0, failure_count = 0;
+  int64_t queue_ns = 0, compute_ns = 0;
+  int64_t last_inference_ms = 0;  // Unix time; 0 = none yet
+};
 
 class InferenceServer {
  public:
@@ -25,6 +34,12 @@ class InferenceServer {
                              Clock::time_point start) = 0;
   // The models as they are now; never null.
   virtual std::shared_ptr<const ModelRepository> repository() const = 0;
+  // Per version: name "" = every model, version "" = every version of it. NOT_FOUND for an
+  // unknown name or version.
+  virtual StatusOr<std::vector<VersionStatistics>> Statistics(const std::string& name,
+                                                              const std::string& version) {
+    return Unimplemented("this server keeps no statistics");
+  }
 };
 
 }  // namespace mha::serve

@@ -33,6 +33,8 @@ Status CheckLimits(const ForwardInputs& in, const RequestLimits& limits) {
   return Status::Ok();
 }
 
+}  // namespace
+
 void LogModel(const ModelEntry& e, bool is_default) {
   if (e.state != ModelState::kReady) {
     spdlog::error("model {} v{} {}: {} (source {})", e.name, e.version, ModelStateName(e.state),
@@ -59,9 +61,21 @@ void LogModel(const ModelEntry& e, bool is_default) {
   }
 }
 
+namespace {
+
+void RecordStats(VersionStats* stats, bool ok, int64_t rows, int64_t queue_us, int64_t compute_us) {
+  (ok ? stats->success_count : stats->failure_count).fetch_add(1, std::memory_order_relaxed);
+  if (ok) stats->inference_count.fetch_add(rows, std::memory_order_relaxed);
+  stats->queue_ns.fetch_add(queue_us * 1000, std::memory_order_relaxed);
+  stats->compute_ns.fetch_add(compute_us * 1000, std::memory_order_relaxed);
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  stats->last_inference_ms.store(std::chrono::duration_cast<std::chrono::milliseconds>(now).count(),
+                                 std::memory_order_relaxed);
+}
+
 // A scheduler's answer: the request's metrics on its handle, then the front end's `done`.
 void Complete(const ModelHandle& handle, DType output_dtype, Clock::time_point start,
-              bool count_outcome, InferenceResult result, const InferDone& done) {
+              bool count_outcome, int64_t rows, InferenceResult result, const InferDone& done) {
   ModelMetrics& m = *handle.metrics;
   const bool computed = result.status.ok() || result.compute_us > 0;
   const bool refused = result.status.code() == StatusCode::kResourceExhausted ||
@@ -71,6 +85,7 @@ void Complete(const ModelHandle& handle, DType output_dtype, Clock::time_point s
   m.AddInflight(-1);
   if (count_outcome)
     m.RecordRequest(result.status.code(), MicrosBetween(start, Clock::now()) * 1e-6);
+  RecordStats(&m.stats, result.status.ok(), rows, result.queue_us, result.compute_us);
   InferenceResponse response;
   response.status = std::move(result.status);
   response.outputs = std::move(result.outputs);
@@ -103,10 +118,38 @@ ServerCore::ServerCore(const ServerCoreOptions& options)
 
 ServerCore::~ServerCore() { Stop(); }
 
+// Explicit mode with --load-model: only the named models (each must have a folder).
+static Status KeepStartupModels(const std::vector<std::string>& wanted,
+                                std::vector<ModelEntry>* entries) {
+  if (wanted.empty()) return Status::Ok();
+  std::vector<ModelEntry> kept;
+  for (const auto& name : wanted) {
+    bool found = false;
+    for (const auto& e : *entries) {
+      if (e.name == name) {
+        kept.push_back(e);
+        found = true;
+      }
+    }
+    if (!found) {
+      ModelRepository all(*entries, "");
+      return NotFound("--load-model '" + name +
+                      "' is not in the repository (models: " + all.NameList() + ")");
+    }
+  }
+  *entries = std::move(kept);
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(const ServerCoreOptions& options) {
   std::vector<ModelEntry> entries;
   std::string default_name;
   if (options.model_repository.empty()) {
+    if (options.model_control != ModelControlMode::kNone) {
+      return InvalidArgument("--model-control-mode " +
+                             std::string(ModelControlModeName(options.model_control)) +
+                             " needs --model-repository");
+    }
     ModelEntry builtin;
     builtin.name = kDefaultModelName;
     builtin.source = builtin.format = "builtin";
@@ -116,6 +159,9 @@ StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(const ServerCoreOptions
     auto scanned = ScanRepository(options.model_repository);
     if (!scanned.ok()) return scanned.status();
     entries = std::move(scanned.value());
+    if (options.model_control == ModelControlMode::kExplicit) {
+      MHA_RETURN_IF_ERROR(KeepStartupModels(options.startup_models, &entries));
+    }
     auto picked = PickDefaultModel(entries, options.default_model);
     if (!picked.ok()) return picked.status();
     default_name = *picked;
@@ -141,12 +187,46 @@ std::shared_ptr<const ModelRepository> ServerCore::repository() const {
   return Current()->repository;
 }
 
+StatusOr<std::vector<VersionStatistics>> ServerCore::Statistics(const std::string& name,
+                                                                const std::string& version) {
+  auto repository = Current()->repository;
+  std::vector<ModelRepository::EntryPtr> entries = repository->entries();
+  if (!name.empty()) {
+    entries = repository->Versions(name);
+    if (!version.empty()) {
+      entries.erase(std::remove_if(entries.begin(), entries.end(),
+                                   [&](const auto& e) { return e->version != version; }),
+                    entries.end());
+    }
+    if (entries.empty()) return repository->Resolve(name, version).status();
+  }
+  std::vector<VersionStatistics> out;
+  for (const auto& e : entries) {
+    if (!out.empty() && out.back().name == e->name && out.back().version == e->version) continue;
+    VersionStatistics v;
+    v.name = e->name;
+    v.version = e->version;
+    if (const VersionStats* s = metrics_.StatsFor(e->name, e->version)) {
+      v.inference_count = s->inference_count.load();
+      v.execution_count = s->execution_count.load();
+      v.success_count = s->success_count.load();
+      v.failure_count = s->failure_count.load();
+      v.queue_ns = s->queue_ns.load();
+      v.compute_ns = s->compute_ns.load();
+      v.last_inference_ms = s->last_inference_ms.load();
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 void ServerCore::StartLoading(std::function<void()> on_done) {
   std::vector<ModelEntry> entries;
   for (const auto& e : Current()->repository->entries()) entries.push_back(*e);
   loader_ =
       std::thread([this, entries = std::move(entries), on_done = std::move(on_done)]() mutable {
         LoadAll(std::move(entries), std::move(on_done));
+        LifecycleLoop();
       });
 }
 
@@ -159,7 +239,7 @@ void ServerCore::LoadAll(std::vector<ModelEntry> entries, std::function<void()> 
       if (entry.source == "builtin") {
         entry = MakeDefaultModel(options_.overrides);
       } else {
-        LoadModelEntry(options_.overrides, &entry);
+        LoadAndWarm(&entry);
       }
     }
   };
@@ -173,16 +253,18 @@ void ServerCore::LoadAll(std::vector<ModelEntry> entries, std::function<void()> 
 
   auto state = std::make_shared<State>();
   const std::string default_name = Current()->repository->default_name();
+  std::map<std::string, bool> ready;
   for (auto& entry : entries) {
     LogModel(entry, entry.name == default_name);
     if (entry.state != ModelState::kLoading) {
-      metrics_.SetModelLoaded(entry.name, entry.state == ModelState::kReady);
+      ready[entry.name] = ready[entry.name] || entry.state == ModelState::kReady;
+      metrics_.SetVersionReady(entry.name, entry.version, entry.state == ModelState::kReady);
     }
     if (entry.state == ModelState::kReady && !stopping_) {
-      const std::string name = entry.name;
-      state->handles[name] = MakeHandle(entry);
+      state->handles[{entry.name, entry.version}] = MakeHandle(entry);
     }
   }
+  for (const auto& [name, any_ready] : ready) metrics_.SetModelLoaded(name, any_ready);
   state->repository = std::make_shared<const ModelRepository>(std::move(entries), default_name);
   Publish(std::move(state));
   if (on_done) on_done();
@@ -190,7 +272,7 @@ void ServerCore::LoadAll(std::vector<ModelEntry> entries, std::function<void()> 
 
 std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
   auto handle = std::make_shared<ModelHandle>();
-  handle->metrics = metrics_.ForModel(entry.name);
+  handle->metrics = metrics_.ForVersion(entry.name, entry.version);
   if (options_.batching) {
     BatcherOptions o = BatcherOptionsFor(entry.config, options_.batcher);
     o.max_batch_work_bytes = options_.limits.max_work_bytes;
@@ -250,17 +332,21 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
   if (stopping_)
     return refuse(MetricsFor(state.get(), request.model), Unavailable("server is shutting down"),
                   "");
-  auto entry = state->repository->Resolve(request.model);
+  auto entry = state->repository->Resolve(request.model, request.model_version);
   if (!entry.ok()) return refuse(MetricsFor(state.get(), request.model), entry.status(), "");
-  auto it = state->handles.find((*entry)->name);
+  auto it = state->handles.find({(*entry)->name, (*entry)->version});
   if (it == state->handles.end()) {
     return refuse(MetricsFor(state.get(), request.model),
-                  Unavailable("model '" + (*entry)->name + "' is not being served"), "");
+                  Unavailable("model '" + (*entry)->name + "' version " + (*entry)->version +
+                              " is not being served"),
+                  "");
   }
   std::shared_ptr<ModelHandle> handle = it->second;
   if (Status valid = Validate(*handle, request); !valid.ok()) {
+    RecordStats(&handle->metrics->stats, false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);
   }
+  const int64_t rows = request.inputs.query.size(0);
   InferenceTask task;
   task.model = handle->entry->model;
   task.model_name = handle->entry->name;
@@ -274,18 +360,26 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
   handle->metrics->AddInflight(1);
   ModelRunner* scheduler = handle->scheduler.get();
   scheduler->Submit(
-      std::move(task), [handle = std::move(handle), output_dtype, start, count_outcome,
+      std::move(task), [handle = std::move(handle), output_dtype, start, count_outcome, rows,
                         done = std::move(done)](InferenceResult result) {
-        Complete(*handle, output_dtype, start, count_outcome, std::move(result), done);
+        Complete(*handle, output_dtype, start, count_outcome, rows, std::move(result), done);
       });
 }
 
 void ServerCore::Stop() {
-  stopping_ = true;
+  std::deque<std::function<void()>> pending;
+  {
+    std::lock_guard<std::mutex> lock(ops_mu_);
+    stopping_ = true;
+    pending.swap(ops_);
+  }
+  ops_cv_.notify_all();
+  for (auto& op : pending) op();  // each answers UNAVAILABLE: stopping_ is set
   if (loader_.joinable() && loader_.get_id() != std::this_thread::get_id()) loader_.join();
   auto state = Current();
   if (!state) return;
-  for (const auto& [name, handle] : state->handles) handle->scheduler->Shutdown();
+  for (const auto& [key, handle] : state->handles) handle->scheduler->Shutdown();
+  for (const auto& handle : retired_) handle->scheduler->Shutdown();
 }
 
 }  // namespace mha::serve

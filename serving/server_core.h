@@ -8,6 +8,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,6 +20,7 @@
 
 #include "serving/inference.h"
 #include "serving/inference_server.h"
+#include "serving/model_controller.h"
 #include "serving/observability/metrics.h"
 #include "serving/repository/model_repository.h"
 #include "serving/scheduling/direct_runner.h"
@@ -33,6 +38,9 @@ struct ServerCoreOptions {
   DirectRunnerOptions direct;
   int load_threads = 0;                // models loaded at once; 0 = min(cores, 4)
   int64_t debug_forward_delay_ms = 0;  // test-only: each pass first sleeps this long
+  ModelControlMode model_control = ModelControlMode::kNone;
+  std::vector<std::string> startup_models;         // explicit mode: loaded at start (empty = all)
+  std::chrono::milliseconds poll_interval{15000};  // poll mode: between repository scans
 };
 
 // One loaded model version as requests reach it: the repository entry, its scheduler and its
@@ -46,13 +54,21 @@ struct ModelHandle {
   ~ModelHandle();
 };
 
+// Logs a version's outcome (READY with its shapes, or FAILED with the error).
+void LogModel(const ModelEntry& entry, bool is_default);
+
 // The batcher settings of one model: its config.json keys over the server's flags.
 BatcherOptions BatcherOptionsFor(const ModelConfig& config, const BatcherOptions& defaults);
 
-class ServerCore final : public InferenceServer {
+// Lifecycle (server_core_lifecycle.cc): one lifecycle thread runs every load, reload and unload
+// after the start-up load, one at a time, so the published State has a single writer. A new or
+// changed version loads (and warms up) beside the serving ones; routing switches when it is READY;
+// the replaced handles are retired: shown UNLOADING until the requests holding them are answered,
+// then destroyed on the lifecycle thread (never on a scheduler's own worker).
+class ServerCore final : public InferenceServer, public ModelController {
  public:
   // Scans the repository (nothing is loaded yet: every model is LOADING or FAILED). Errors: the
-  // repository is not a folder or holds no model, an unknown --default-model.
+  // repository is not a folder or holds no model, an unknown --default-model or --load-model.
   static StatusOr<std::unique_ptr<ServerCore>> Create(const ServerCoreOptions& options);
   ~ServerCore() override;
 
@@ -72,23 +88,52 @@ class ServerCore final : public InferenceServer {
 
   // The models as they are now (LOADING entries while loading). Never null after Create.
   std::shared_ptr<const ModelRepository> repository() const override;
+  StatusOr<std::vector<VersionStatistics>> Statistics(const std::string& name,
+                                                      const std::string& version) override;
   Metrics* metrics() { return &metrics_; }
   const ServerCoreOptions& options() const { return options_; }
+
+  void LoadModel(const std::string& name, Callback done) override;
+  void UnloadModel(const std::string& name, Callback done) override;
+  StatusOr<std::vector<IndexEntry>> RepositoryIndex() const override;
 
   // Stops loading, refuses new requests (UNAVAILABLE), completes every accepted one and joins the
   // schedulers' threads. Idempotent.
   void Stop();
 
  private:
+  using VersionKey = std::pair<std::string, std::string>;  // name, version
+  using HandleMap = std::map<VersionKey, std::shared_ptr<ModelHandle>>;
   struct State {
     std::shared_ptr<const ModelRepository> repository;
-    std::map<std::string, std::shared_ptr<ModelHandle>> handles;  // READY models only
+    HandleMap handles;  // READY versions only
   };
   explicit ServerCore(const ServerCoreOptions& options);
   std::shared_ptr<const State> Current() const;
   void Publish(std::shared_ptr<const State> state);
   void LoadAll(std::vector<ModelEntry> entries, std::function<void()> on_done);
   std::shared_ptr<ModelHandle> MakeHandle(ModelEntry entry);
+  // Loads one LOADING entry and runs its warmup passes: READY or FAILED.
+  void LoadAndWarm(ModelEntry* entry);
+
+  // Lifecycle thread (server_core_lifecycle.cc).
+  void LifecycleLoop();
+  void Enqueue(std::function<void()> op, const Callback& refused);
+  // Rescans `name` and loads what is new or changed beside what serves (see PlanReload).
+  Status ReloadModel(const std::string& name, bool retry_failed);
+  Status FinishReload(const std::string& name, std::vector<ModelRepository::EntryPtr> entries,
+                      HandleMap handles, std::vector<ModelEntry> loaded,
+                      std::vector<ModelEntry> failed, HandleMap old_handles);
+  Status Unload(const std::string& name);
+  void PollRepository();
+  // Replaces `name`'s entries and handles in the published state.
+  void PublishModel(const std::string& name, std::vector<ModelRepository::EntryPtr> entries,
+                    HandleMap handles);
+  // Publishes `name` with `retired` shown UNLOADING beside `entries`, waits until no request
+  // holds them, destroys them, publishes `entries` alone.
+  void RetireAndDrain(const std::string& name, std::vector<ModelRepository::EntryPtr> entries,
+                      HandleMap handles, std::vector<std::shared_ptr<ModelHandle>> retired);
+  Status ControlAllowed(bool loads) const;
   Status Validate(const ModelHandle& handle, const InferenceRequest& request) const;
   ModelMetrics* MetricsFor(const State* state, const std::string& requested);
 
@@ -97,7 +142,11 @@ class ServerCore final : public InferenceServer {
   mutable std::mutex mu_;
   std::shared_ptr<const State> state_;
   std::atomic<bool> stopping_{false};
-  std::thread loader_;
+  std::thread loader_;  // the start-up load, then the lifecycle loop
+  std::mutex ops_mu_;
+  std::condition_variable ops_cv_;
+  std::deque<std::function<void()>> ops_;              // guarded by ops_mu_
+  std::vector<std::shared_ptr<ModelHandle>> retired_;  // lifecycle thread only (and Stop)
 };
 
 }  // namespace mha::serve

@@ -19,6 +19,8 @@ std::string StateName(int state) { return v1::ModelState_Name(state); }
 
 void AddShapeFlags(CLI::App* cmd, ShapeFlags* f) {
   cmd->add_option("-m,--model", f->model, "Model name (default: the server's default model)");
+  cmd->add_option("--model-version", f->model_version,
+                  "Model version (default: the newest READY one)");
   cmd->add_option("-b,--batch", f->batch, "Batch size B")->capture_default_str();
   cmd->add_option("-t,--seq", f->seq, "Query length T")->capture_default_str();
   cmd->add_option("-s,--kv-seq", f->kv_seq, "Key/value length S; 0 = self-attention")
@@ -70,6 +72,7 @@ StatusOr<v1::ForwardRequest> BuildRequest(AttentionClient& client, const ShapeFl
   in.average_attn_weights = !f.per_head;
   mha::client::ForwardOptions options;
   options.model = f.model;
+  options.model_version = f.model_version;
   if (!f.output_dtype.empty()) {
     auto dtype = mha::ParseDType(f.output_dtype);
     if (!dtype.ok()) return dtype.status();
@@ -95,8 +98,8 @@ void PrintStats(const char* name, const at::Tensor& t) {
 void PrintModel(const v1::ModelInfo& m) {
   std::printf("%s%s v%s %s", m.name().c_str(), m.is_default() ? " (default)" : "",
               m.version().c_str(), StateName(m.state()).c_str());
-  if (m.state() == mha::v1::FAILED) {
-    std::printf(": %s\n", m.error().c_str());
+  if (m.state() == mha::v1::FAILED || m.embed_dim() == 0) {  // no model: LOADING, FAILED
+    std::printf("%s%s\n", m.error().empty() ? "" : ": ", m.error().c_str());
     return;
   }
   std::printf(
@@ -108,6 +111,7 @@ void PrintModel(const v1::ModelInfo& m) {
       mha::codec::DataTypeName(m.dtype()).c_str(),
       mha::codec::DataTypeName(m.compute_dtype()).c_str(), m.device().c_str(), m.format().c_str(),
       m.layout().c_str(), (long long)m.parameter_count(), m.source().c_str());
+  if (!m.error().empty()) std::printf("    %s\n", m.error().c_str());
 }
 
 }  // namespace mha::client::cli

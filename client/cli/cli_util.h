@@ -14,7 +14,7 @@
 namespace mha::client::cli {
 
 struct ShapeFlags {
-  std::string model;
+  std::string model, model_version;
   int64_t batch = 8, seq = 128, kv_seq = 0;  // kv_seq 0 = self-attention
   bool need_weights = false, per_head = false, causal = false;
   std::string output_dtype;

@@ -1,5 +1,6 @@
 #include "mha/model_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -83,7 +84,90 @@ const char* const kKnownKeys[] = {"num_heads",
                                   "max_batch_tokens",
                                   "max_queue_delay_us",
                                   "max_queue_size",
-                                  "instances"};
+                                  "instances",
+                                  "version_policy",
+                                  "warmup"};
+
+// "version_policy": {"latest": {"num_versions": N}} | {"all": {}} | {"specific": {"versions":
+// [..]}}
+Status ReadVersionPolicy(const std::string& path, const Json& json, VersionPolicy* out) {
+  auto it = json.find("version_policy");
+  if (it == json.end()) return Status::Ok();
+  const std::string where = path + ": 'version_policy'";
+  if (!it->is_object() || it->size() != 1) {
+    return InvalidArgument(where +
+                           " must be an object with one key (latest, all or specific), got " +
+                           internal::JsonForMessage(*it));
+  }
+  const std::string kind = it->begin().key();
+  const Json& body = it->begin().value();
+  if (!body.is_object()) {
+    return InvalidArgument(where + "." + kind + " must be an object, got " +
+                           internal::JsonForMessage(body));
+  }
+  if (kind == "all") {
+    out->kind = VersionPolicy::Kind::kAll;
+    return Status::Ok();
+  }
+  if (kind == "latest") {
+    std::optional<int64_t> n;
+    MHA_RETURN_IF_ERROR(
+        Reader(path + " version_policy.latest", body).Int("num_versions", 1, 1 << 20, &n));
+    out->kind = VersionPolicy::Kind::kLatest;
+    out->num_versions = n.value_or(1);
+    return Status::Ok();
+  }
+  if (kind != "specific") {
+    return InvalidArgument(where + " must be latest, all or specific, got '" + kind + "'");
+  }
+  auto versions = body.find("versions");
+  if (versions == body.end() || !versions->is_array() || versions->empty()) {
+    return InvalidArgument(where + ".specific.versions must be a non-empty array of versions >= 1");
+  }
+  out->kind = VersionPolicy::Kind::kSpecific;
+  for (const Json& v : *versions) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1) {
+      return InvalidArgument(where + ".specific.versions must hold integers >= 1, got " +
+                             internal::JsonForMessage(v));
+    }
+    out->versions.push_back(v.get<int64_t>());
+  }
+  std::sort(out->versions.begin(), out->versions.end());
+  out->versions.erase(std::unique(out->versions.begin(), out->versions.end()), out->versions.end());
+  return Status::Ok();
+}
+
+// "warmup": [{"batch": 1, "seq": 16, "need_weights": true}, ...]
+Status ReadWarmup(const std::string& path, const Json& json, std::vector<WarmupShape>* out) {
+  auto it = json.find("warmup");
+  if (it == json.end()) return Status::Ok();
+  if (!it->is_array() || it->size() > 64) {
+    return InvalidArgument(path + ": 'warmup' must be an array of at most 64 shapes, got " +
+                           internal::JsonForMessage(*it));
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& item = (*it)[i];
+    const std::string where = path + " warmup[" + std::to_string(i) + "]";
+    if (!item.is_object()) {
+      return InvalidArgument(where + " must be an object like {\"batch\": 1, \"seq\": 16}, got " +
+                             internal::JsonForMessage(item));
+    }
+    for (const auto& field : item.items()) {
+      if (field.key() != "batch" && field.key() != "seq" && field.key() != "need_weights") {
+        return InvalidArgument(where + ": unknown key '" + field.key() +
+                               "' (batch, seq, need_weights)");
+      }
+    }
+    Reader r(where, item);
+    std::optional<int64_t> batch, seq;
+    std::optional<bool> weights;
+    MHA_RETURN_IF_ERROR(r.Int("batch", 1, 4096, &batch));
+    MHA_RETURN_IF_ERROR(r.Int("seq", 1, 65536, &seq));
+    MHA_RETURN_IF_ERROR(r.Bool("need_weights", &weights));
+    out->push_back({batch.value_or(1), seq.value_or(16), weights.value_or(false)});
+  }
+  return Status::Ok();
+}
 
 Status ReadKeys(const std::string& path, const Json& json, ModelConfig* c) {
   Reader r(path, json);
@@ -110,6 +194,8 @@ Status ReadKeys(const std::string& path, const Json& json, ModelConfig* c) {
       r.Int("max_queue_delay_us", 0, int64_t{3600} * 1000000, &c->max_queue_delay_us));
   MHA_RETURN_IF_ERROR(r.Int("max_queue_size", 1, int64_t{1} << 20, &c->max_queue_size));
   MHA_RETURN_IF_ERROR(r.Int("instances", 1, 256, &c->instances));
+  MHA_RETURN_IF_ERROR(ReadVersionPolicy(path, json, &c->version_policy));
+  MHA_RETURN_IF_ERROR(ReadWarmup(path, json, &c->warmup));
   for (const auto& item : json.items()) {
     bool known = false;
     for (const char* key : kKnownKeys) known = known || item.key() == key;
@@ -134,6 +220,22 @@ StatusOr<ModelConfig> ParseModelConfig(std::istream& in, const std::string& path
   ModelConfig config;
   config.path = path;
   MHA_RETURN_IF_ERROR(ReadKeys(path, json, &config));
+  return config;
+}
+
+StatusOr<ModelConfig> ReadLayeredModelConfig(const std::vector<std::string>& paths) {
+  if (paths.empty()) return ModelConfig();
+  Json merged = Json::object();
+  for (const auto& path : paths) {
+    MHA_RETURN_IF_ERROR(ReadModelConfig(path).status());  // errors name this file
+    std::ifstream in(path);
+    // Named: items() of a temporary would outlive it inside the loop.
+    const Json json = Json::parse(in, nullptr, /*allow_exceptions=*/false);  // checked above
+    for (const auto& item : json.items()) merged[item.key()] = item.value();
+  }
+  ModelConfig config;
+  config.path = paths.back();
+  MHA_RETURN_IF_ERROR(ReadKeys(paths.back(), merged, &config));
   return config;
 }
 

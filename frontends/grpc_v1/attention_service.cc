@@ -111,10 +111,10 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetModel(grpc::CallbackServerCon
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RequestLog log = StartRequest(context, "GetModel");
   auto repository = core_->repository();
-  auto entry = repository->Find(request->name());
+  auto entry = repository->Find(request->name(), request->version());
   if (!entry) {
-    // Resolve words the NOT_FOUND (unknown name, or no default model) and lists the names.
-    auto resolved = repository->Resolve(request->name());
+    // Resolve words the NOT_FOUND (unknown name or version, or no default model) and lists them.
+    auto resolved = repository->Resolve(request->name(), request->version());
     FinishCall(reactor, log,
                resolved.ok() ? NotFound("model '" + Abbreviate(request->name()) + "' not found")
                              : resolved.status());
@@ -122,6 +122,34 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetModel(grpc::CallbackServerCon
   }
   FillModelInfo(*entry, entry->name == repository->default_name(), response);
   FinishCall(reactor, log, Status::Ok());
+  return reactor;
+}
+
+}  // namespace mha::serve
+
+namespace mha::serve {
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::GetModelStatistics(
+    grpc::CallbackServerContext* context, const v1::ModelStatisticsRequest* request,
+    v1::ModelStatisticsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RequestLog log = StartRequest(context, "GetModelStatistics");
+  auto stats = core_->Statistics(request->name(), request->version());
+  if (stats.ok()) {
+    for (const auto& v : *stats) {
+      v1::ModelStatistics* s = response->add_models();
+      s->set_name(v.name);
+      s->set_version(v.version);
+      s->set_last_inference_ms(v.last_inference_ms);
+      s->set_inference_count(v.inference_count);
+      s->set_execution_count(v.execution_count);
+      s->set_success_count(v.success_count);
+      s->set_failure_count(v.failure_count);
+      s->set_queue_ns(v.queue_ns);
+      s->set_compute_ns(v.compute_ns);
+    }
+  }
+  FinishCall(reactor, log, stats.status());
   return reactor;
 }
 

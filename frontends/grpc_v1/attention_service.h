@@ -40,6 +40,9 @@ class AttentionServiceImpl final : public v1::AttentionService::WithRawCallbackM
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
                                      const v1::GetModelRequest* request,
                                      v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* GetModelStatistics(grpc::CallbackServerContext* context,
+                                               const v1::ModelStatisticsRequest* request,
+                                               v1::ModelStatisticsResponse* response) override;
 
  private:
   InferenceServer* const core_;

@@ -53,6 +53,11 @@ StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& r,
   }
   InferenceRequest request;
   request.model = r.model();
+  if (r.model_version().size() > 64) {
+    return InvalidArgument("model_version: " + std::to_string(r.model_version().size()) +
+                           " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
+  }
+  request.model_version = r.model_version();
   if (r.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
     auto dtype = codec::FromProtoDType(r.output_dtype());
     if (!dtype.ok()) return InvalidArgument("output_dtype: " + dtype.status().message());
@@ -81,20 +86,24 @@ Status EncodeForwardResponse(const InferenceResponse& r, bool need_weights,
   return Status::Ok();
 }
 
+v1::ModelState ToProtoState(ModelState state) {
+  switch (state) {
+    case ModelState::kLoading:
+      return v1::LOADING;
+    case ModelState::kReady:
+      return v1::READY;
+    case ModelState::kFailed:
+      return v1::FAILED;
+    case ModelState::kUnloading:
+      return v1::UNLOADING;
+  }
+  return v1::MODEL_STATE_UNSPECIFIED;
+}
+
 void FillModelInfo(const ModelEntry& e, bool is_default, v1::ModelInfo* info) {
   info->set_name(e.name);
   info->set_version(e.version);
-  switch (e.state) {
-    case ModelState::kLoading:
-      info->set_state(v1::LOADING);
-      break;
-    case ModelState::kReady:
-      info->set_state(v1::READY);
-      break;
-    case ModelState::kFailed:
-      info->set_state(v1::FAILED);
-      break;
-  }
+  info->set_state(ToProtoState(e.state));
   info->set_error(e.error);
   info->set_source(e.source);
   info->set_format(e.format);

@@ -22,7 +22,9 @@ StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& reques
 Status EncodeForwardResponse(const InferenceResponse& response, bool need_weights,
                              v1::ForwardResponse* out);
 
-// Metadata of one model for ListModels/GetModel.
+v1::ModelState ToProtoState(ModelState state);
+
+// Metadata of one model version for ListModels/GetModel.
 void FillModelInfo(const ModelEntry& entry, bool is_default, v1::ModelInfo* info);
 
 }  // namespace mha::serve

@@ -97,6 +97,17 @@ Metrics::Metrics(const BuildInfo& build_info)
                          "Requests accepted and not yet answered", *registry_)),
       model_loaded_(Register(prometheus::BuildGauge(), "mha_model_loaded",
                              "1 when the model is READY, 0 when it failed to load", *registry_)),
+      version_ready_(Register(prometheus::BuildGauge(), "mha_model_version_ready",
+                              "1 while the model version is READY and routed to, else 0",
+                              *registry_)),
+      model_loads_(Register(prometheus::BuildCounter(), "mha_model_loads_total",
+                            "Model version loads (warmup included), by result: success, failure",
+                            *registry_)),
+      model_load_duration_(Register(prometheus::BuildHistogram(), "mha_model_load_duration_seconds",
+                                    "Time to load and warm up one model version", *registry_)),
+      model_unloads_(Register(prometheus::BuildCounter(), "mha_model_unloads_total",
+                              "Model versions unloaded (after their requests were answered)",
+                              *registry_)),
       build_info_(Register(prometheus::BuildGauge(), "mha_build_info",
                            "Always 1; the labels describe the build", *registry_)) {
   build_info_
@@ -128,6 +139,7 @@ void ModelMetrics::RecordRequest(StatusCode code, double seconds) {
 }
 
 void ModelMetrics::RecordBatch(int64_t requests, int64_t rows, int64_t real, int64_t padded) {
+  stats.execution_count.fetch_add(1, std::memory_order_relaxed);
   batch_size->Observe(static_cast<double>(requests));
   batch_rows->Observe(static_cast<double>(rows));
   batch_tokens->Observe(static_cast<double>(padded));
@@ -156,6 +168,36 @@ ModelMetrics* Metrics::ForModel(const std::string& model) {
   return series_.emplace(model, std::move(s)).first->second.get();
 }
 
+ModelMetrics* Metrics::ForVersion(const std::string& model, const std::string& version) {
+  ModelMetrics* shared = ForModel(model);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = versions_[{model, version}];
+  if (slot) return slot.get();
+  slot = std::make_unique<ModelMetrics>(model, &requests_);
+  slot->request_duration = shared->request_duration;
+  slot->queue_duration = shared->queue_duration;
+  slot->compute_duration = shared->compute_duration;
+  slot->batch_size = shared->batch_size;
+  slot->batch_rows = shared->batch_rows;
+  slot->batch_tokens = shared->batch_tokens;
+  slot->padding_efficiency = shared->padding_efficiency;
+  slot->real_tokens = shared->real_tokens;
+  slot->padded_tokens = shared->padded_tokens;
+  slot->queue_depth = shared->queue_depth;
+  slot->inflight = shared->inflight;
+  return slot.get();
+}
+
+const VersionStats* Metrics::StatsFor(const std::string& model, const std::string& version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find({model, version});
+  return it == versions_.end() ? nullptr : &it->second->stats;
+}
+
+void Metrics::SetVersionReady(const std::string& model, const std::string& version, bool ready) {
+  version_ready_.Add({{"model", model}, {"version", version}}).Set(ready ? 1 : 0);
+}
+
 void Metrics::SetModelLoaded(const std::string& model, bool loaded) {
   ForModel(model);  // the model's other series exist from here on, as before
   prometheus::Gauge* gauge = nullptr;
@@ -166,6 +208,23 @@ void Metrics::SetModelLoaded(const std::string& model, bool loaded) {
     gauge = slot;
   }
   gauge->Set(loaded ? 1 : 0);
+}
+
+void Metrics::RecordModelLoad(const std::string& model, bool ok, double seconds) {
+  model_loads_.Add({{"model", model}, {"result", ok ? "success" : "failure"}}).Increment();
+  model_load_duration_.Add({{"model", model}}, DurationBuckets()).Observe(seconds);
+}
+
+void Metrics::RecordModelUnload(const std::string& model) {
+  model_unloads_.Add({{"model", model}}).Increment();
+}
+
+void Metrics::RemoveModelLoaded(const std::string& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = loaded_.find(model);
+  if (it == loaded_.end()) return;
+  model_loaded_.Remove(it->second);
+  loaded_.erase(it);
 }
 
 std::vector<prometheus::MetricFamily> Metrics::Collect() const {

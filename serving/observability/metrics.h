@@ -11,7 +11,11 @@
 //   mha_padding_efficiency{model}               histogram, real / padded tokens per pass
 //   mha_real_tokens_total{model}, mha_padded_tokens_total{model}   counters
 //   mha_queue_depth{model}, mha_inflight_requests{model}           gauges
-//   mha_model_loaded{model}                     gauge, 1 READY / 0 FAILED
+//   mha_model_loaded{model}                     gauge, 1 while a version is READY, else 0
+//   mha_model_version_ready{model,version}      gauge, 1 while the version is READY, else 0
+//   mha_model_loads_total{model,result}         counter, version loads: success / failure
+//   mha_model_load_duration_seconds{model}      histogram, load + warmup of one version
+//   mha_model_unloads_total{model}              counter, versions unloaded (drained)
 //   mha_build_info{version,torch_version,device} gauge = 1
 //   process_resident_memory_bytes, process_cpu_seconds_total       read from /proc at scrape
 //   mha_gpu_memory_allocated_bytes{device}, mha_gpu_memory_reserved_bytes{device}  (CUDA only)
@@ -46,6 +50,18 @@ struct BuildInfo {
 // This binary's: project version, TORCH_VERSION, "cuda" when LibTorch sees a GPU else "cpu".
 BuildInfo CurrentBuildInfo();
 
+// One model version's statistics since the server started (Triton's ModelStatistics); atomics,
+// updated without a lock by the version's scheduler and ServerCore's completion.
+struct VersionStats {
+  std::atomic<int64_t> inference_count{0};    // batch rows (sum of B) of the requests answered OK
+  std::atomic<int64_t> execution_count{0};    // forward passes (a merged batch is one)
+  std::atomic<int64_t> success_count{0};      // requests answered OK
+  std::atomic<int64_t> failure_count{0};      // requests that reached the version and failed
+  std::atomic<int64_t> queue_ns{0};           // summed over requests
+  std::atomic<int64_t> compute_ns{0};         // summed over requests (each its batch's pass)
+  std::atomic<int64_t> last_inference_ms{0};  // Unix time of the last answer; 0 = none yet
+};
+
 // The series of one model, looked up once (when the model's handle is made) and then used without
 // any lock: prometheus-cpp's metrics are atomic. Status-code counters are made on first use.
 class ModelMetrics {
@@ -75,6 +91,7 @@ class ModelMetrics {
   prometheus::Counter* padded_tokens = nullptr;
   prometheus::Gauge* queue_depth = nullptr;
   prometheus::Gauge* inflight = nullptr;
+  VersionStats stats;  // used on the per-version objects (Metrics::ForVersion)
 
  private:
   static constexpr int kCodes = kStatusCodeCount;
@@ -90,7 +107,19 @@ class Metrics {
 
   // The model's series, made on first use; the pointer stays valid as long as this object.
   ModelMetrics* ForModel(const std::string& model);
+  // The model's series with statistics of their own for one version: handles record here.
+  ModelMetrics* ForVersion(const std::string& model, const std::string& version);
+  // nullptr when the version never had a handle.
+  const VersionStats* StatsFor(const std::string& model, const std::string& version);
   void SetModelLoaded(const std::string& model, bool loaded);
+  // An unloaded model (UnloadModel, or its folder removed): its mha_model_loaded series goes, so
+  // that "model not loaded" alerts only fire for models that should be serving.
+  void RemoveModelLoaded(const std::string& model);
+  // mha_model_version_ready{model,version}: 1 while that version is READY and routed to.
+  void SetVersionReady(const std::string& model, const std::string& version, bool ready);
+  // One version load (with its warmup) and its outcome; one version unloaded.
+  void RecordModelLoad(const std::string& model, bool ok, double seconds);
+  void RecordModelUnload(const std::string& model);
 
   // By name (looks the model up each time; tests and one-off callers).
   void RecordRequest(const std::string& model, StatusCode code, double seconds) {
@@ -132,11 +161,16 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& inflight_;
   prometheus::Family<prometheus::Gauge>& model_loaded_;
+  prometheus::Family<prometheus::Gauge>& version_ready_;
+  prometheus::Family<prometheus::Counter>& model_loads_;
+  prometheus::Family<prometheus::Histogram>& model_load_duration_;
+  prometheus::Family<prometheus::Counter>& model_unloads_;
   prometheus::Family<prometheus::Gauge>& build_info_;
 
   std::mutex mu_;  // guards the maps only
   std::map<std::string, std::unique_ptr<ModelMetrics>> series_;
   std::map<std::string, prometheus::Gauge*> loaded_;
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<ModelMetrics>> versions_;
 };
 
 // Process metrics from /proc/self (resident memory, CPU seconds) and, on CUDA builds with a GPU,

@@ -1,9 +1,12 @@
-// The models a server answers for. A repository folder holds one sub-folder per model:
+// The models a server answers for. A repository folder holds one sub-folder per model, either
+// versioned (Triton's layout) or flat (= version 1):
+//   DIR/<name>/config.json + DIR/<name>/<N>/{[config.json], <weights>}   N = 1, 2, ... (numeric)
 //   DIR/<name>/{config.json, <weights>}
 // where <weights> is model.safetensors / model.pt / any other single model.* file, or else the only
-// non-JSON file there. Formats are detected by content (mha::LoadWeights). A model that cannot be
-// loaded is kept as FAILED with its error; the others serve. Immutable once built: the service
-// swaps whole snapshots (LOADING -> READY/FAILED).
+// non-JSON file there. A version folder's config.json overrides the model's key by key; the
+// model's "version_policy" picks the versions served (default: the newest one). Formats are
+// detected by content (mha::LoadWeights). A version that cannot be loaded is kept as FAILED with
+// its error; the others serve. Immutable once built: the service swaps whole snapshots.
 #pragma once
 
 #include <filesystem>
@@ -19,13 +22,14 @@
 
 namespace mha::serve {
 
-enum class ModelState { kLoading, kReady, kFailed };
+enum class ModelState { kLoading, kReady, kFailed, kUnloading };
 const char* ModelStateName(ModelState state);
 
 struct ModelEntry {
   std::string name;
-  std::string version = "1";  // config.json "version" when present
-  ModelConfig config;         // the folder's config.json (path "" when it has none)
+  // The version folder's number; flat layout: config.json "version" when present, else "1".
+  std::string version = "1";
+  ModelConfig config;  // the folder's config.json (path "" when it has none)
   ModelState state = ModelState::kLoading;
   std::string error;                      // why it FAILED
   std::shared_ptr<const MhaModel> model;  // set when READY
@@ -36,19 +40,30 @@ struct ModelEntry {
   std::string format;  // "safetensors", "torch_save", "torchscript", "builtin"
   std::string layout;
   std::vector<std::string> unused_keys;
+  // Content hash of the version's files (weights and config.json files): a reload loads a
+  // version again only when it changed (repository/fingerprint.h).
+  std::string fingerprint;
+  std::string root;  // the repository folder (absolute), to word errors relative to it
 };
+
+// Versions order numerically ("10" after "9"); non-numeric labels after numeric ones.
+bool VersionLess(const std::string& a, const std::string& b);
 
 struct LoadOverrides {  // server flags that win over each config.json
   std::optional<DType> dtype;
   std::optional<std::string> device;
 };
 
-// One model folder: its config.json (read and checked once, here) and its weights file; FAILED
-// with the reason when either is unusable, else LOADING.
-ModelEntry ScanModelFolder(const std::string& name, const std::filesystem::path& dir);
+// One model folder DIR/<name>: the versions its version_policy selects, each LOADING, or FAILED
+// with the reason (bad config.json, no weights file). Sorted by version. Empty when the folder
+// has numeric version folders but the policy selects none of them.
+std::vector<ModelEntry> ScanModel(const std::string& root, const std::string& name);
 
-// Lists DIR's model folders (sorted by name) in state LOADING, or FAILED when no weights file
-// can be picked. Error when DIR is not a readable folder or holds no model folder.
+// The model folder names in DIR (sorted). Error when DIR is not a readable folder.
+StatusOr<std::vector<std::string>> ListModelFolders(const std::string& root);
+
+// Every model of DIR (ScanModel of each, sorted by name then version). Error when DIR is not a
+// readable folder or holds no model folder.
 StatusOr<std::vector<ModelEntry>> ScanRepository(const std::string& root);
 
 // Loads one LOADING entry in place: READY with its model, or FAILED with the error.
@@ -61,21 +76,29 @@ StatusOr<std::string> PickDefaultModel(const std::vector<ModelEntry>& entries,
 
 class ModelRepository {
  public:
+  using EntryPtr = std::shared_ptr<const ModelEntry>;
   ModelRepository(std::vector<ModelEntry> entries, std::string default_name);
+  // Sorts `entries` by name, then version.
+  ModelRepository(std::vector<EntryPtr> entries, std::string default_name);
 
-  // name "" = the default model. NOT_FOUND (listing the names) for unknown names or when there is
-  // no default; UNAVAILABLE while LOADING; FAILED_PRECONDITION for a FAILED model.
-  StatusOr<std::shared_ptr<const ModelEntry>> Resolve(const std::string& name) const;
-  // Like Resolve but any state; nullptr when unknown.
-  std::shared_ptr<const ModelEntry> Find(const std::string& name) const;
+  // name "" = the default model; version "" = its newest READY version. NOT_FOUND (listing the
+  // names, or the model's versions) for unknown names and versions or when there is no default;
+  // UNAVAILABLE while LOADING or UNLOADING; FAILED_PRECONDITION for a FAILED version.
+  StatusOr<EntryPtr> Resolve(const std::string& name, const std::string& version = "") const;
+  // Like Resolve but any state (version "": the newest READY one, else the newest); nullptr when
+  // unknown.
+  EntryPtr Find(const std::string& name, const std::string& version = "") const;
+  // Every version of `name` (sorted), any state.
+  std::vector<EntryPtr> Versions(const std::string& name) const;
 
-  const std::vector<std::shared_ptr<const ModelEntry>>& entries() const { return entries_; }
+  const std::vector<EntryPtr>& entries() const { return entries_; }
   const std::string& default_name() const { return default_name_; }
-  size_t ready_count() const;
+  size_t ready_count() const;    // models with a READY version
+  size_t model_count() const;    // distinct names
   std::string NameList() const;  // "a, b, c"
 
  private:
-  std::vector<std::shared_ptr<const ModelEntry>> entries_;
+  std::vector<EntryPtr> entries_;
   std::string default_name_;
 };
 

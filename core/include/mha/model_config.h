@@ -14,6 +14,22 @@
 
 namespace mha {
 
+// Which numeric version folders of a model are served (Triton's version_policy).
+struct VersionPolicy {
+  enum class Kind { kLatest, kAll, kSpecific };
+  Kind kind = Kind::kLatest;
+  int64_t num_versions = 1;       // kLatest: the N highest versions
+  std::vector<int64_t> versions;  // kSpecific: exactly these (sorted, unique)
+};
+
+// One warmup pass run on a freshly loaded version before it is READY: self-attention on a
+// deterministic query [batch, seq, E].
+struct WarmupShape {
+  int64_t batch = 1;
+  int64_t seq = 16;
+  bool need_weights = false;
+};
+
 struct ModelConfig {
   std::string path;  // "" = no file (every value unset)
 
@@ -35,6 +51,11 @@ struct ModelConfig {
   std::optional<int64_t> max_queue_size;
   std::optional<int64_t> instances;
 
+  // Lifecycle: the model's version policy (read from the model folder's config.json; a version
+  // folder's own config.json cannot change it) and the warmup passes.
+  VersionPolicy version_policy;
+  std::vector<WarmupShape> warmup;
+
   std::vector<std::string> unknown_keys;
 };
 
@@ -43,6 +64,11 @@ struct ModelConfig {
 StatusOr<ModelConfig> ReadModelConfig(const std::string& path);
 // The same from text; `path` names it in errors.
 StatusOr<ModelConfig> ParseModelConfig(std::istream& in, const std::string& path);
+
+// Several config.json files, later ones overriding earlier ones key by key (a version folder's
+// over its model's). Each file is checked alone first, so an error names the file that has it.
+// Empty `paths` = every value unset.
+StatusOr<ModelConfig> ReadLayeredModelConfig(const std::vector<std::string>& paths);
 
 // `dir`/config.json when that file exists, else "".
 std::string ModelConfigPathIn(const std::string& dir);

@@ -1,0 +1,174 @@
+// Helpers of the model lifecycle tests: versioned repositories built from fixture cases, and a
+// steady load of Forward calls that records every answer (code, version, latency).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "service_test_util.h"
+
+namespace mha::testing {
+
+inline void WriteText(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+// DIR/<model>/<version>/ holding the fixture case's weights file (and its config.json when
+// with_config), staged under a hidden name and renamed in, so a poll never sees half a folder.
+inline void AddVersion(const std::string& root, const std::string& model,
+                       const std::string& version, const std::string& fixture_case,
+                       bool with_config = false) {
+  namespace fs = std::filesystem;
+  const fs::path staging = fs::path(root) / model / (".staging-" + version);
+  fs::create_directories(staging);
+  for (const auto& item : fs::directory_iterator(FixturePath("cases/" + fixture_case))) {
+    const std::string name = item.path().filename().string();
+    if (name.rfind("model.", 0) == 0 || (with_config && name == "config.json")) {
+      fs::copy_file(item.path(), staging / name, fs::copy_options::overwrite_existing);
+    }
+  }
+  fs::rename(staging, fs::path(root) / model / version);
+}
+
+// A version folder whose weights are not weights: loading it fails.
+inline void AddCorruptVersion(const std::string& root, const std::string& model,
+                              const std::string& version) {
+  namespace fs = std::filesystem;
+  const fs::path staging = fs::path(root) / model / (".staging-" + version);
+  WriteText(staging / "model.safetensors", "this is not a safetensors file");
+  fs::rename(staging, fs::path(root) / model / version);
+}
+
+// The port a server wrote to `path` (waits up to 60 s for the file); 0 when none.
+inline int ReadPort(const std::string& path) {
+  for (int i = 0; i < 6000; ++i) {
+    std::ifstream in(path);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
+}
+
+// One series' value from /metrics (0 when absent, -1 when the endpoint did not answer).
+inline double ScrapeMetric(int port, const std::string& series) {
+  httplib::Client http("127.0.0.1", port);
+  auto res = http.Get("/metrics");
+  if (!res) return -1;
+  const size_t at = res->body.find("\n" + series + " ");
+  return at == std::string::npos ? 0 : std::stod(res->body.substr(at + series.size() + 2));
+}
+
+struct Answer {
+  grpc::StatusCode code;
+  std::string version;
+  double ms;
+};
+
+// `threads` clients each sending Forward to `model` (E=16, B=1, T=4) back to back until Stop.
+class SteadyLoad {
+ public:
+  SteadyLoad(const std::string& target, const std::string& model, int threads) {
+    for (int i = 0; i < threads; ++i) {
+      workers_.emplace_back([this, target, model] {
+        client::TensorClient client({target, std::chrono::seconds(60)});
+        const v1::ForwardRequest request = SelfAttentionRequest(model, 1, 4, 16);
+        while (!stop_) {
+          const auto start = std::chrono::steady_clock::now();
+          auto response = client.ForwardRaw(request);
+          const double ms =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                  .count();
+          std::lock_guard<std::mutex> lock(mu_);
+          answers_.push_back(
+              {response.ok() ? grpc::OK : static_cast<grpc::StatusCode>(response.status().code()),
+               response.ok() ? response->model_version() : response.status().message(), ms});
+        }
+      });
+    }
+  }
+  ~SteadyLoad() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (auto& w : workers_) {
+      if (w.joinable()) w.join();
+    }
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return answers_.size();
+  }
+  std::vector<Answer> answers() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return answers_;
+  }
+  // Waits (bounded) until `n` more answers than `from` have come back.
+  bool WaitForAnswers(size_t from, size_t n,
+                      std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (count() < from + n) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+  // Waits (bounded) until an answer after index `from` came from `version`; its index, or -1.
+  long WaitForVersion(size_t from, const std::string& version,
+                      std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t i = from; i < answers_.size(); ++i) {
+          if (answers_[i].code == grpc::OK && answers_[i].version == version) return long(i);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return -1;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::vector<Answer> answers_;
+};
+
+// Failed answers in [from, to), each as "CODE message" (at most 5, then a count).
+inline std::string Failures(const std::vector<Answer>& answers, size_t from = 0,
+                            size_t to = SIZE_MAX) {
+  std::string text;
+  int n = 0;
+  for (size_t i = from; i < std::min(to, answers.size()); ++i) {
+    if (answers[i].code == grpc::OK) continue;
+    if (++n <= 5) text += std::to_string(answers[i].code) + " " + answers[i].version + "\n";
+  }
+  return n == 0 ? "" : std::to_string(n) + " failed:\n" + text;
+}
+
+inline double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+inline std::vector<double> Latencies(const std::vector<Answer>& answers, size_t from, size_t to) {
+  std::vector<double> ms;
+  for (size_t i = from; i < std::min(to, answers.size()); ++i) ms.push_back(answers[i].ms);
+  return ms;
+}
+
+}  // namespace mha::testing

@@ -1,0 +1,226 @@
+// Explicit model control (LoadModel / UnloadModel / RepositoryIndex) against a real server:
+// mode none refuses, load/unload/reload under load with zero failed requests, unload drains,
+// the admin token.
+#include <gtest/gtest.h>
+
+#include "lifecycle_util.h"
+
+namespace mha::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Two models, "a" and "b" (E=16), both with versions 1 (flat layout for "b").
+class ExplicitRepository {
+ public:
+  ExplicitRepository() {
+    WriteText(repo_.File("a/config.json"), R"({"num_heads": 4})");
+    AddVersion(repo_.path(), "a", "1", "self_basic");
+    AddVersion(repo_.path(), "b", "1", "causal", /*with_config=*/true);
+  }
+  const std::string& path() const { return repo_.path(); }
+  std::string File(const std::string& name) const { return repo_.File(name); }
+
+ private:
+  TempDir repo_;
+};
+
+std::string IndexText(client::TensorClient& client) {
+  auto index = client.RepositoryIndex();
+  if (!index.ok()) return index.status().ToString();
+  std::string text;
+  for (const auto& r : index->models()) {
+    text += r.name() + ":" + r.version() + ":" + v1::ModelState_Name(r.state()) + ":" + r.reason() +
+            ";";
+  }
+  return text;
+}
+
+TEST(ModelControl, ModeNoneRefusesTheControlCallsSayingHowToEnableThem) {
+  ExplicitRepository repo;
+  ServerProcess server;
+  ASSERT_TRUE(server.Start({"--model-repository", repo.path()}));
+  client::TensorClient client({server.target(), 60s});
+  for (const Status& s :
+       {client.LoadModel("a"), client.UnloadModel("a"), client.RepositoryIndex().status()}) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_NE(s.message().find("--model-control-mode explicit"), std::string::npos) << s.ToString();
+  }
+  EXPECT_EQ(server.Stop(), 0) << server.log();
+}
+
+TEST(ModelControl, LoadModelLoadsUnloadUnloadsAndTheIndexShowsBoth) {
+  ExplicitRepository repo;
+  ServerProcess server;
+  ASSERT_TRUE(server.Start({"--model-repository", repo.path(), "--model-control-mode", "explicit",
+                            "--load-model", "a"}));
+  client::TensorClient client({server.target(), 60s});
+  EXPECT_EQ(IndexText(client), "a:1:READY:;b::MODEL_STATE_UNSPECIFIED:not loaded;");
+  auto before = client.ForwardRaw(SelfAttentionRequest("b", 1, 4, 16));
+  EXPECT_EQ(before.status().code(), StatusCode::kNotFound) << before.status().ToString();
+
+  ASSERT_TRUE(client.LoadModel("b").ok());
+  auto after = client.ForwardRaw(SelfAttentionRequest("b", 1, 4, 16));
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->model_version(), "1");
+
+  ASSERT_TRUE(client.UnloadModel("a").ok());
+  auto gone = client.ForwardRaw(SelfAttentionRequest("a", 1, 4, 16));
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status().ToString();
+  EXPECT_EQ(IndexText(client), "a::MODEL_STATE_UNSPECIFIED:not loaded;b:1:READY:;");
+  const Status twice = client.UnloadModel("a");
+  EXPECT_EQ(twice.code(), StatusCode::kNotFound) << twice.ToString();
+  EXPECT_NE(twice.message().find("model 'a' is not loaded"), std::string::npos);
+
+  const Status missing = client.LoadModel("nope");
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.ToString();
+  const Status escape = client.LoadModel("../etc");
+  EXPECT_EQ(escape.code(), StatusCode::kInvalidArgument) << escape.ToString();
+  EXPECT_NE(escape.message().find("name:"), std::string::npos) << escape.ToString();
+  EXPECT_EQ(server.Stop(), 0) << server.log();
+}
+
+// Reload under load: new version 2 takes over, a corrupt version 3 fails while 2 keeps serving,
+// removing 3 and 2 rolls back to 1; traffic on "b" and on "a" never sees a failure.
+TEST(ModelControl, ReloadUnderLoadSwapsVersionsWithoutFailedRequests) {
+  ExplicitRepository repo;
+  ServerProcess server;
+  // A long grace period: the stop watchdog must not fire while a loaded box is still exiting.
+  ASSERT_TRUE(server.Start({"--model-repository", repo.path(), "--model-control-mode", "explicit",
+                            "--grace-period-s", "120"}));
+  client::TensorClient client({server.target(), 120s});
+  SteadyLoad on_a(server.target(), "a", 3);
+  SteadyLoad on_b(server.target(), "b", 1);
+  ASSERT_TRUE(on_a.WaitForAnswers(0, 20));
+
+  AddVersion(repo.path(), "a", "2", "causal");
+  size_t mark = on_a.count();
+  ASSERT_TRUE(client.LoadModel("a").ok());
+  EXPECT_GE(on_a.WaitForVersion(mark, "2"), 0) << "no answer from version 2";
+
+  AddCorruptVersion(repo.path(), "a", "3");
+  const Status corrupt = client.LoadModel("a");
+  EXPECT_EQ(corrupt.code(), StatusCode::kFailedPrecondition) << corrupt.ToString();
+  EXPECT_NE(corrupt.message().find("version 3 failed to load"), std::string::npos);
+  auto info = client.GetModel("a");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->version(), "2");  // the newest READY version
+  mark = on_a.count();
+  ASSERT_TRUE(on_a.WaitForAnswers(mark, 20));
+  auto answers = on_a.answers();
+  for (size_t i = mark; i < answers.size(); ++i) EXPECT_EQ(answers[i].version, "2") << i;
+
+  std::filesystem::remove_all(repo.File("a/3"));
+  std::filesystem::remove_all(repo.File("a/2"));
+  mark = on_a.count();
+  ASSERT_TRUE(client.LoadModel("a").ok());  // latest 1 of {1}: rolled back
+  EXPECT_GE(on_a.WaitForVersion(mark, "1"), 0);
+  EXPECT_EQ(IndexText(client), "a:1:READY:;b:1:READY:;");
+  on_a.Stop();
+  on_b.Stop();
+  EXPECT_EQ(Failures(on_a.answers()), "");
+  EXPECT_EQ(Failures(on_b.answers()), "");
+  EXPECT_GT(on_b.count(), 0u);
+  EXPECT_EQ(server.Stop(), 0) << server.log();
+}
+
+// Every request accepted before UnloadModel is answered OK; new ones get NOT_FOUND.
+TEST(ModelControl, UnloadDrainsAcceptedRequests) {
+  ExplicitRepository repo;
+  ServerProcess server;
+  const std::string metrics_port_file = server.work_dir() + "/metrics-port";
+  ASSERT_TRUE(
+      server.Start({"--model-repository", repo.path(), "--model-control-mode", "explicit",
+                    "--batching", "off", "--workers", "1", "--debug-forward-delay-ms", "1000",
+                    "--metrics-address", "127.0.0.1:0", "--metrics-port-file", metrics_port_file}));
+  const int metrics_port = ReadPort(metrics_port_file);
+  ASSERT_GT(metrics_port, 0);
+  client::TensorClient client({server.target(), 120s});
+  constexpr int kCalls = 6;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<v1::ForwardResponse> responses(kCalls);
+  const v1::ForwardRequest request = SelfAttentionRequest("a", 1, 4, 16);
+  std::mutex mu;
+  std::vector<grpc::Status> statuses;
+  for (int i = 0; i < kCalls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    client.ForwardAsync(contexts.back().get(), &request, &responses[i], 120s, [&](grpc::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      statuses.push_back(s);
+    });
+  }
+  // Every call accepted before the unload: answered + in flight = all (answers read first, so a
+  // call finishing between the two reads can only make the sum smaller). Passes take 1 s each.
+  const std::string inflight = R"(mha_inflight_requests{model="a"})";
+  auto answered = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return static_cast<double>(statuses.size());
+  };
+  double in_flight = 0;
+  for (int i = 0; i < 6000; ++i) {
+    const double done = answered();
+    in_flight = ScrapeMetric(metrics_port, inflight);
+    if (done + in_flight >= kCalls) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GE(in_flight, 2) << "the calls were answered before the unload: nothing to drain";
+  ASSERT_TRUE(client.UnloadModel("a").ok());
+  EXPECT_EQ(ScrapeMetric(metrics_port, inflight), 0) << "UnloadModel answered before the drain";
+  auto refused = client.ForwardRaw(request);
+  EXPECT_EQ(refused.status().code(), StatusCode::kNotFound) << refused.status().ToString();
+  for (int i = 0; i < 6000; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (statuses.size() == kCalls) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(statuses.size(), static_cast<size_t>(kCalls));
+  for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  EXPECT_EQ(ScrapeMetric(metrics_port, R"(mha_model_unloads_total{model="a"})"), 1);
+  EXPECT_EQ(server.Stop(), 0) << server.log();
+}
+
+TEST(ModelControl, AdminTokenGuardsControlCallsOnly) {
+  ExplicitRepository repo;
+  ServerProcess server;
+  const std::string token_file = server.work_dir() + "/admin-token";
+  WriteText(token_file, "s3cret-token\n");
+  ASSERT_TRUE(server.Start({"--model-repository", repo.path(), "--model-control-mode", "explicit",
+                            "--admin-token-file", token_file}));
+  client::TensorClient anonymous({server.target(), 60s});
+  const Status none = anonymous.RepositoryIndex().status();
+  EXPECT_EQ(none.code(), StatusCode::kUnauthenticated) << none.ToString();
+  EXPECT_NE(none.message().find("authorization: Bearer"), std::string::npos) << none.ToString();
+  EXPECT_TRUE(anonymous.ForwardRaw(SelfAttentionRequest("a", 1, 4, 16)).ok());
+  client::ClientOptions wrong_options{server.target(), 60s};
+  wrong_options.admin_token = "guess";
+  client::TensorClient wrong(wrong_options);
+  EXPECT_EQ(wrong.UnloadModel("a").code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(anonymous.ForwardRaw(SelfAttentionRequest("a", 1, 4, 16)).ok()) << "unloaded anyway";
+  client::ClientOptions right_options{server.target(), 60s};
+  right_options.admin_token = "s3cret-token";
+  client::TensorClient right(right_options);
+  EXPECT_TRUE(right.RepositoryIndex().ok());
+  EXPECT_TRUE(right.LoadModel("a").ok());
+  EXPECT_EQ(server.Stop(), 0) << server.log();
+}
+
+TEST(ModelControl, BadControlFlagsStopTheServerAtStart) {
+  ExplicitRepository repo;
+  ServerProcess server;
+  ASSERT_FALSE(server.Start({"--model-repository", repo.path(), "--model-control-mode", "explicit",
+                             "--admin-token-file", server.work_dir() + "/missing"},
+                            true, {}, 30s));
+  EXPECT_NE(server.log().find("--admin-token-file"), std::string::npos) << server.log();
+  ServerProcess unknown;
+  ASSERT_FALSE(unknown.Start({"--model-repository", repo.path(), "--model-control-mode", "explicit",
+                              "--load-model", "zzz"},
+                             true, {}, 30s));
+  EXPECT_NE(unknown.log().find("--load-model 'zzz' is not in the repository"), std::string::npos)
+      << unknown.log();
+}
+
+}  // namespace
+}  // namespace mha::testing
