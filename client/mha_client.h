@@ -29,7 +29,7 @@ struct ClientOptions {
   TlsClientOptions tls{};                    // plaintext unless set (client/credentials.h)
   // Sent as "authorization: Bearer <token>" on the model control calls (the server's
   // --admin-token-file); "" = none. Never sent on inference calls.
-  std::string admin_token;
+  std::string admin_token{};
 };
 
 class AttentionClient {
