@@ -8,6 +8,8 @@
 #include <future>
 #include <memory>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "frontends/grpc_v1/forward_request.h"
 #include "fuzz_common.h"
 #include "mha/v1/attention.pb.h"
@@ -19,6 +21,7 @@ constexpr int64_t kMaxMessageBytes = 4 << 20;
 
 mha::serve::ServerCore* Core() {
   static mha::serve::ServerCore* core = [] {
+    google::protobuf::SetLogHandler(nullptr);  // "invalid UTF-8" lines for every such input
     mha::serve::ServerCoreOptions options;  // no repository: the built-in default model
     options.batching = false;               // DirectRunner: one pass per request
     options.limits.max_batch_size = 4;
