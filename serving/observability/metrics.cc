@@ -194,20 +194,23 @@ static void AppendGpuMemory(std::vector<prometheus::MetricFamily>* families) {
     constexpr size_t aggregate = 0;  // StatType::AGGREGATE (its namespace moved across versions)
     for (int d = 0; d < devices; ++d) {
       // Before CUDA is initialised in this process (e.g. every model on the CPU) the allocator
-      // has no stats and throws: then there is nothing to report for the device.
-      c10::cuda::CUDACachingAllocator::DeviceStats stats;
+      // has no stats and throws: then there is nothing to report for the device. The stats type
+      // is not named: CUDACachingAllocator::DeviceStats in 1.x, an alias of
+      // c10::CachingDeviceAllocator::DeviceStats in later 2.x.
+      int64_t allocated_bytes = 0, reserved_bytes = 0;
       try {
-        stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+        const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+        allocated_bytes = stats.allocated_bytes[aggregate].current;
+        reserved_bytes = stats.reserved_bytes[aggregate].current;
       } catch (const c10::Error&) {
         continue;
       }
       const std::vector<prometheus::ClientMetric::Label> labels{
           {"device", "cuda:" + std::to_string(d)}};
       allocated.metric.push_back(
-          Sample(MetricType::Gauge, static_cast<double>(stats.allocated_bytes[aggregate].current),
-                 labels));
-      reserved.metric.push_back(Sample(
-          MetricType::Gauge, static_cast<double>(stats.reserved_bytes[aggregate].current), labels));
+          Sample(MetricType::Gauge, static_cast<double>(allocated_bytes), labels));
+      reserved.metric.push_back(
+          Sample(MetricType::Gauge, static_cast<double>(reserved_bytes), labels));
     }
     if (!allocated.metric.empty()) {
       families->push_back(std::move(allocated));
