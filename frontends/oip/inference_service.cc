@@ -131,6 +131,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerMetadata(
   response->set_version(options_.server_version.empty() ? CurrentBuildInfo().version
                                                         : options_.server_version);
   response->add_extensions("model_configuration");
+  if (options_.metrics != nullptr) response->add_extensions("statistics");
   FinishCall(reactor, log, Status::Ok());
   return reactor;
 }
@@ -188,6 +189,35 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelConfig(
   auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
   if (entry.ok()) FillModelConfig(*entry.value(), options_.scheduling, response->mutable_config());
   FinishCall(reactor, log, entry.status());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
+    grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RequestLog log = StartRequest(context, "ModelStatistics");
+  if (options_.metrics == nullptr) {
+    FinishCall(reactor, log, Unimplemented("ModelStatistics: this server keeps no metrics"));
+    return reactor;
+  }
+  auto repository = core_->repository();
+  if (!request->name().empty()) {
+    auto entry = ResolveVersion(*repository, request->name(), request->version());
+    if (entry.ok()) {
+      FillModelStatistics(*entry.value(), *options_.metrics->ForModel(entry.value()->name),
+                          response->add_model_stats());
+    }
+    FinishCall(reactor, log, entry.status());
+    return reactor;
+  }
+  for (const auto& entry : repository->entries()) {  // "" = every READY model
+    if (entry->state != ModelState::kReady) continue;
+    if (!request->version().empty() && entry->version != request->version()) continue;
+    FillModelStatistics(*entry, *options_.metrics->ForModel(entry->name),
+                        response->add_model_stats());
+  }
+  FinishCall(reactor, log, Status::Ok());
   return reactor;
 }
 

@@ -5,10 +5,10 @@
 // and map the status (wire/status_convert). No handler blocks a gRPC thread.
 //
 // Served: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer,
-// ModelConfig, RepositoryIndex; RepositoryModelLoad/Unload answer FAILED_PRECONDITION (models are
-// loaded at startup). Not yet overridden, so gRPC answers UNIMPLEMENTED: ModelStreamInfer,
-// ModelStatistics; and every RPC of the specification that the proto leaves out (shared memory,
-// TraceSetting, LogSettings).
+// ModelConfig, ModelStatistics, RepositoryIndex; RepositoryModelLoad/Unload answer
+// FAILED_PRECONDITION (models are loaded at startup). Not yet overridden, so gRPC answers
+// UNIMPLEMENTED: ModelStreamInfer; and every RPC of the specification that the proto leaves out
+// (shared memory, TraceSetting, LogSettings).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@
 #include "frontends/grpc_v1/request_log.h"
 #include "frontends/oip/infer_request.h"
 #include "frontends/oip/model_metadata.h"
+#include "frontends/oip/model_statistics.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "serving/inference_server.h"
 
@@ -31,6 +32,7 @@ struct OipFrontendOptions {
   // ServerReady; empty = no model is LOADING and one is READY. The app passes its health state.
   std::function<bool()> server_ready;
   std::string server_version;  // ServerMetadata.version ("" = the build's version)
+  Metrics* metrics = nullptr;  // ModelStatistics reads it (not owned); null = UNIMPLEMENTED
 };
 
 // ModelInfer is registered raw (bytes in, bytes out), as mha.v1 Forward, so that a request that
@@ -64,6 +66,9 @@ class GrpcInferenceServiceImpl final : public InferenceServiceBase {
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(
+      grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
+      inference::ModelStatisticsResponse* response) override;
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) override;
