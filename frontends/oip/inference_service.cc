@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "frontends/oip/infer_stream.h"
 #include "mha/text.h"
 #include "serving/observability/metrics.h"
 #include "wire/status_convert.h"
@@ -179,6 +180,11 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
                                 " compute_us=" + std::to_string(result.compute_us));
                });
   return reactor;
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+GrpcInferenceServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new InferStreamReactor(core_, options_, context);
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelConfig(

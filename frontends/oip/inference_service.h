@@ -5,9 +5,9 @@
 // and map the status (wire/status_convert). No handler blocks a gRPC thread.
 //
 // Served: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer,
-// ModelConfig, ModelStatistics, RepositoryIndex; RepositoryModelLoad/Unload answer
-// FAILED_PRECONDITION (models are loaded at startup). Not yet overridden, so gRPC answers
-// UNIMPLEMENTED: ModelStreamInfer; and every RPC of the specification that the proto leaves out
+// ModelStreamInfer (infer_stream.h), ModelConfig, ModelStatistics, RepositoryIndex;
+// RepositoryModelLoad/Unload answer FAILED_PRECONDITION (models are loaded at startup). gRPC
+// itself answers UNIMPLEMENTED for the RPCs of the specification that the proto leaves out
 // (shared memory, TraceSetting, LogSettings).
 #pragma once
 
@@ -63,6 +63,8 @@ class GrpcInferenceServiceImpl final : public InferenceServiceBase {
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;
