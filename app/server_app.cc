@@ -15,6 +15,7 @@
 
 #include "app/tls.h"
 #include "frontends/grpc_v1/attention_service.h"
+#include "frontends/oip/inference_service.h"
 #include "mha/runtime.h"
 #include "serving/observability/metrics_http.h"
 #include "serving/server_core.h"
@@ -23,6 +24,7 @@ namespace mha::serve {
 namespace {
 
 constexpr char kServiceName[] = "mha.v1.AttentionService";
+constexpr char kOipServiceName[] = "inference.GRPCInferenceService";
 
 bool WritePortFile(const std::string& path, int port) {
   const std::string tmp = path + ".tmp";
@@ -74,12 +76,14 @@ class ServerApp {
   Status StartHttp();
   Status StartGrpc();
   void SetServing(bool serving);
+  std::unique_ptr<oip::GrpcInferenceServiceImpl> MakeOipService();
 
   const ServerConfig& c_;
   std::shared_ptr<grpc::ServerCredentials> credentials_;  // app/tls.h: plaintext, TLS or mTLS
   std::unique_ptr<ServerCore> core_;
   std::unique_ptr<MetricsHttpServer> http_;
   std::unique_ptr<AttentionServiceImpl> service_;
+  std::unique_ptr<oip::GrpcInferenceServiceImpl> oip_service_;  // Open Inference Protocol v2
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> loaded_{false};
@@ -125,6 +129,8 @@ Status ServerApp::StartGrpc() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(c_.grpc_address, credentials_, &port_);
   builder.RegisterService(service_.get());
+  oip_service_ = MakeOipService();
+  builder.RegisterService(oip_service_.get());
   // A little above --max-message-bytes, so that the handler can say precisely what is too big.
   const int64_t receive_limit = std::min<int64_t>(INT_MAX, c_.max_message_bytes + (1 << 20));
   builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
@@ -143,10 +149,23 @@ Status ServerApp::StartGrpc() {
   return Status::Ok();
 }
 
+// Same core, limits, health and metrics as mha.v1.
+std::unique_ptr<oip::GrpcInferenceServiceImpl> ServerApp::MakeOipService() {
+  oip::OipFrontendOptions options;
+  options.max_message_bytes = c_.max_message_bytes;
+  options.scheduling.batching = core_->options().batching;
+  options.scheduling.batcher = core_->options().batcher;
+  options.scheduling.direct = core_->options().direct;
+  options.server_ready = [this] { return ready_.load(); };
+  options.metrics = core_->metrics();
+  return std::make_unique<oip::GrpcInferenceServiceImpl>(core_.get(), std::move(options));
+}
+
 void ServerApp::SetServing(bool serving) {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   health->SetServingStatus(serving);
   health->SetServingStatus(kServiceName, serving);
+  health->SetServingStatus(kOipServiceName, serving);
   ready_ = serving;
 }
 

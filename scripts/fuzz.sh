@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true  # anything after SECONDS goes to libFuzzer, e.g. -fork=1 -ignore_crashes=1
 build_dir=${MHA_FUZZ_BUILD_DIR:-build-fuzz}
-targets=${MHA_FUZZ_TARGETS:-safetensors torch_save weights_format config_json forward_request}
+targets=${MHA_FUZZ_TARGETS:-safetensors torch_save weights_format config_json forward_request model_infer_request}
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ missing (apt-get install clang)" >&2; exit 1; }
 
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -21,7 +21,7 @@ cmake --build "$build_dir" -j"${MHA_FUZZ_BUILD_JOBS:-2}" $(for t in $targets; do
 max_len() {
   case $1 in
     config_json) echo 4096 ;;
-    forward_request) echo 65536 ;;
+    forward_request | model_infer_request) echo 65536 ;;
     *) echo 16384 ;;
   esac
 }

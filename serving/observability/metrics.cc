@@ -5,6 +5,8 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -125,6 +127,28 @@ void ModelMetrics::RecordRequest(StatusCode code, double seconds) {
   }
   counter->Increment();
   request_duration->Observe(seconds);
+  const auto ns = static_cast<uint64_t>(std::max(0.0, seconds) * 1e9);
+  if (code == StatusCode::kOk) {
+    success_count_.fetch_add(1, std::memory_order_relaxed);
+    success_ns_.fetch_add(ns, std::memory_order_relaxed);
+  } else {
+    fail_count_.fetch_add(1, std::memory_order_relaxed);
+    fail_ns_.fetch_add(ns, std::memory_order_relaxed);
+  }
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  last_request_ms_.store(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now).count()),
+      std::memory_order_relaxed);
+}
+
+ModelMetrics::RequestTotals ModelMetrics::totals() const {
+  RequestTotals t;
+  t.success_count = success_count_.load(std::memory_order_relaxed);
+  t.success_ns = success_ns_.load(std::memory_order_relaxed);
+  t.fail_count = fail_count_.load(std::memory_order_relaxed);
+  t.fail_ns = fail_ns_.load(std::memory_order_relaxed);
+  t.last_request_ms = last_request_ms_.load(std::memory_order_relaxed);
+  return t;
 }
 
 void ModelMetrics::RecordBatch(int64_t requests, int64_t rows, int64_t real, int64_t padded) {
