@@ -6,6 +6,9 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdio>
@@ -215,14 +218,21 @@ void ServerApp::Stop(int sig) {
 
 // After a stop signal the process ends within the grace period plus one second, whatever is still
 // running: calls were told to finish or were cancelled at the grace deadline, so a forward pass
-// still computing then has nobody to answer. Exit code 0: the stop was asked for.
+// still computing then has nobody to answer. Exit code 0: the stop was asked for. It stays armed
+// through main's return and static destruction (those may hang too), so when it fires it touches
+// nothing that exit() may have destroyed: no spdlog (it once crashed there, exit 139), one
+// preformatted line written to stderr, then _Exit.
 void StartStopWatchdog(double grace_period_s) {
   const auto limit = std::chrono::milliseconds(static_cast<int64_t>(grace_period_s * 1000) + 1000);
-  std::thread([limit] {
+  static char message[160];  // formatted now, while everything is alive
+  const int n = std::snprintf(message, sizeof(message),
+                              "mha-server: still stopping %lld ms after the signal (a forward "
+                              "pass is running): exiting now\n",
+                              static_cast<long long>(limit.count()));
+  const size_t length = n > 0 ? std::min(static_cast<size_t>(n), sizeof(message) - 1) : 0;
+  std::thread([limit, length] {
     std::this_thread::sleep_for(limit);
-    spdlog::warn("still stopping {} ms after the signal (a forward pass is running): exiting now",
-                 limit.count());
-    spdlog::default_logger()->flush();
+    [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, message, length);
     std::_Exit(0);
   }).detach();
 }
