@@ -6,6 +6,9 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdio>
@@ -16,6 +19,7 @@
 #include "app/tls.h"
 #include "frontends/grpc_v1/attention_service.h"
 #include "frontends/grpc_v1/model_control_service.h"
+#include "frontends/oip/inference_service.h"
 #include "mha/runtime.h"
 #include "serving/observability/metrics_http.h"
 #include "serving/server_core.h"
@@ -24,6 +28,7 @@ namespace mha::serve {
 namespace {
 
 constexpr char kServiceName[] = "mha.v1.AttentionService";
+constexpr char kOipServiceName[] = "inference.GRPCInferenceService";
 
 bool WritePortFile(const std::string& path, int port) {
   const std::string tmp = path + ".tmp";
@@ -84,6 +89,7 @@ class ServerApp {
   Status StartHttp();
   Status StartGrpc();
   void SetServing(bool serving);
+  std::unique_ptr<oip::GrpcInferenceServiceImpl> MakeOipService();
 
   const ServerConfig& c_;
   std::shared_ptr<grpc::ServerCredentials> credentials_;  // app/tls.h: plaintext, TLS or mTLS
@@ -92,6 +98,7 @@ class ServerApp {
   std::unique_ptr<MetricsHttpServer> http_;
   std::unique_ptr<AttentionServiceImpl> service_;
   std::unique_ptr<ModelControlServiceImpl> control_;
+  std::unique_ptr<oip::GrpcInferenceServiceImpl> oip_service_;  // Open Inference Protocol v2
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> loaded_{false};
@@ -139,6 +146,8 @@ Status ServerApp::StartGrpc() {
   builder.AddListeningPort(c_.grpc_address, credentials_, &port_);
   builder.RegisterService(service_.get());
   builder.RegisterService(control_.get());
+  oip_service_ = MakeOipService();
+  builder.RegisterService(oip_service_.get());
   // A little above --max-message-bytes, so that the handler can say precisely what is too big.
   const int64_t receive_limit = std::min<int64_t>(INT_MAX, c_.max_message_bytes + (1 << 20));
   builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
@@ -157,10 +166,23 @@ Status ServerApp::StartGrpc() {
   return Status::Ok();
 }
 
+// Same core, limits, health and metrics as mha.v1.
+std::unique_ptr<oip::GrpcInferenceServiceImpl> ServerApp::MakeOipService() {
+  oip::OipFrontendOptions options;
+  options.max_message_bytes = c_.max_message_bytes;
+  options.scheduling.batching = core_->options().batching;
+  options.scheduling.batcher = core_->options().batcher;
+  options.scheduling.direct = core_->options().direct;
+  options.server_ready = [this] { return ready_.load(); };
+  options.metrics = core_->metrics();
+  return std::make_unique<oip::GrpcInferenceServiceImpl>(core_.get(), std::move(options));
+}
+
 void ServerApp::SetServing(bool serving) {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   health->SetServingStatus(serving);
   health->SetServingStatus(kServiceName, serving);
+  health->SetServingStatus(kOipServiceName, serving);
   ready_ = serving;
 }
 
@@ -210,14 +232,21 @@ void ServerApp::Stop(int sig) {
 
 // After a stop signal the process ends within the grace period plus one second, whatever is still
 // running: calls were told to finish or were cancelled at the grace deadline, so a forward pass
-// still computing then has nobody to answer. Exit code 0: the stop was asked for.
+// still computing then has nobody to answer. Exit code 0: the stop was asked for. It stays armed
+// through main's return and static destruction (those may hang too), so when it fires it touches
+// nothing that exit() may have destroyed: no spdlog (it once crashed there, exit 139), one
+// preformatted line written to stderr, then _Exit.
 void StartStopWatchdog(double grace_period_s) {
   const auto limit = std::chrono::milliseconds(static_cast<int64_t>(grace_period_s * 1000) + 1000);
-  std::thread([limit] {
+  static char message[160];  // formatted now, while everything is alive
+  const int n = std::snprintf(message, sizeof(message),
+                              "mha-server: still stopping %lld ms after the signal (a forward "
+                              "pass is running): exiting now\n",
+                              static_cast<long long>(limit.count()));
+  const size_t length = n > 0 ? std::min(static_cast<size_t>(n), sizeof(message) - 1) : 0;
+  std::thread([limit, length] {
     std::this_thread::sleep_for(limit);
-    spdlog::warn("still stopping {} ms after the signal (a forward pass is running): exiting now",
-                 limit.count());
-    spdlog::default_logger()->flush();
+    [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, message, length);
     std::_Exit(0);
   }).detach();
 }

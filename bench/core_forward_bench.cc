@@ -1,6 +1,7 @@
 // Forward passes/s and GFLOP/s of mha_core at the shape (B=8, T=S=128, E=512, H=8; or
 // MHA_BENCH_SHAPE), on MHA_BENCH_DEVICE (cpu) in MHA_BENCH_DTYPE (float32),
-// with and without attention weights, beside a 1024^2 fp32 matmul measured in the same run.
+// with and without attention weights, beside a 1024^2 fp32 matmul measured in the same run. On
+// CUDA also BM_ForwardHost (host query and outputs, 1 and 2 threads: see there).
 // FLOPs per pass: 8*B*T*E^2 (q/k/v/out projections) + 4*B*T*S*E (QK^T and PV).
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
@@ -98,8 +99,13 @@ std::unique_ptr<mha::MhaModel> MakeModel() {
   return std::move(model).value();
 }
 
+const mha::MhaModel& Model() {
+  static const auto model = MakeModel();
+  return *model;
+}
+
 void BM_Forward(benchmark::State& state) {
-  static auto model = MakeModel();
+  const mha::MhaModel& model = Model();
   mha::ForwardInputs in;
   const auto& sh = Shape();
   // On a GPU the input starts there (as for PyTorch's own module); on the CPU it stays fp32.
@@ -110,7 +116,7 @@ void BM_Forward(benchmark::State& state) {
   in.average_attn_weights = false;
   mha::ForwardOutputs out;
   for (auto _ : state) {
-    if (!model->Forward(in, &out).ok()) state.SkipWithError("forward failed");
+    if (!model.Forward(in, &out).ok()) state.SkipWithError("forward failed");
     Synchronize(out.output);
   }
   state.counters["passes/s"] = benchmark::Counter(state.iterations(), benchmark::Counter::kIsRate);
@@ -119,6 +125,27 @@ void BM_Forward(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Forward)->ArgName("need_weights")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The serving path on a GPU: the query in host memory in the model's dtype (as a request decodes
+// it), staged through pinned memory to the device, outputs back to the host, the thread's own
+// stream synchronized (MhaModel::ForwardValidated; mha/device_stream.h). Registered in main for
+// CUDA only, at 1 and 2 threads: 2 threads are two instances of one model, each on its own pool
+// stream, and passes/s (summed over threads) at 2 vs 1 is the overlap the streams give.
+void BM_ForwardHost(benchmark::State& state) {
+  const mha::MhaModel& model = Model();
+  const auto& sh = Shape();
+  mha::ForwardInputs in;
+  in.query = at::randn({sh.batch, sh.seq, sh.embed}, at::TensorOptions().dtype(at::kFloat))
+                 .to(BenchTensorOptions().dtype().toScalarType());
+  in.need_weights = state.range(0) != 0;
+  in.average_attn_weights = false;
+  mha::ForwardOutputs out;
+  for (auto _ : state) {
+    if (!model.ForwardValidated(in, &out).ok()) state.SkipWithError("forward failed");
+    benchmark::DoNotOptimize(out.output.data_ptr());  // on the host and complete on return
+  }
+  state.counters["passes/s"] = benchmark::Counter(state.iterations(), benchmark::Counter::kIsRate);
+}
 
 // The attention step alone, [B, H, T, D] (= [8, 8, 128, 64] by default), on the bench device and
 // dtype: the fused kernel against the explicit
@@ -156,6 +183,16 @@ int main(int argc, char** argv) {
   mha::ThreadingOptions threads;
   if (const char* n = std::getenv("MHA_INTRA_OP_THREADS")) threads.intra_op_threads = std::atoi(n);
   mha::ConfigureThreads(threads);
+  if (BenchTensorOptions().device().is_cuda()) {
+    benchmark::RegisterBenchmark("BM_ForwardHost", BM_ForwardHost)
+        ->ArgName("need_weights")
+        ->Arg(0)
+        ->Arg(1)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->Threads(1)
+        ->Threads(2);
+  }
   benchmark::Initialize(&argc, argv);
   benchmark::AddCustomContext("runtime", mha::RuntimeSummary());
   benchmark::RunSpecifiedBenchmarks();

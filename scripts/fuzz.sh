@@ -11,16 +11,17 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true  # anything after SECONDS goes to libFuzzer, e.g. -fork=1 -ignore_crashes=1
 build_dir=${MHA_FUZZ_BUILD_DIR:-build-fuzz}
-targets=${MHA_FUZZ_TARGETS:-safetensors torch_save weights_format config_json}
+targets=${MHA_FUZZ_TARGETS:-safetensors torch_save weights_format config_json forward_request model_infer_request}
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ missing (apt-get install clang)" >&2; exit 1; }
 
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMHA_FUZZ=ON -DMHA_BUILD_TESTS=OFF -DMHA_BUILD_BENCHMARKS=OFF -DMHA_BUILD_SERVICE=OFF
+  -DMHA_FUZZ=ON -DMHA_BUILD_TESTS=OFF -DMHA_BUILD_BENCHMARKS=OFF -DMHA_BUILD_SERVICE=ON
 cmake --build "$build_dir" -j"${MHA_FUZZ_BUILD_JOBS:-2}" $(for t in $targets; do echo --target "fuzz_$t"; done)
 
 max_len() {
   case $1 in
     config_json) echo 4096 ;;
+    forward_request | model_infer_request) echo 65536 ;;
     *) echo 16384 ;;
   esac
 }

@@ -7,17 +7,20 @@
 #                 carried path absent here is removed there, while ignored build outputs stay
 #                 on a warm machine between calls)
 #   env knobs:    OUT (default /tmp/gpu-check-out), GPU_CHECK_BUDGET (seconds, default 530),
-#                 GPU_CHECK_STEPS (default "risks unpack torchref configure build ctest corebench"),
+#                 GPU_CHECK_STEPS (default "risks unpack torchref configure build ctest streamtest
+#                 corebench streambench"; a second call on the warm machine, e.g.
+#                 GPU_CHECK_STEPS="streamtest streambench", reuses build-cuda),
 #                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda)
 # Prepare here first: scripts/device-deps.sh download .device-deps   (Debian 12 host).
-# Tests pick CUDA by themselves when at::hasCUDA() (tests/unit/model_test.cc runs cpu + cuda);
+# Tests pick CUDA by themselves when at::hasCUDA() (tests/unit/model_test.cc runs cpu + cuda,
+# tests/unit/device_stream_test.cc its DeviceStreamCudaTest cases: streams, pinned staging);
 # servers started by the service tests get MHA_DEVICE=cuda (server flag --device's env name).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 OUT=${OUT:-/tmp/gpu-check-out}; mkdir -p "$OUT"
 budget=${GPU_CHECK_BUDGET:-530}
-steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest corebench}
+steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest streamtest corebench streambench}
 jobs=${JOBS:-$(nproc)}
 prefix=${MHA_DEPS_PREFIX:-/tmp/mha-deps}
 build=${BUILD:-build-cuda}
@@ -140,6 +143,16 @@ tlog=$OUT/ctest.log; : > "$tlog"
   echo "## unit test cases on cuda:"; "$build"/tests/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
 step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j4 \
   --output-on-failure --timeout 120
+# Streams and pinned staging (tests/unit/device_stream_test.cc): run alone, verbose, and a skip
+# counts as a failure here (it would mean the binary sees no GPU).
+streamtest() {
+  "$build"/tests/mha_core_tests --gtest_filter='DeviceStream*' 2>&1 | tee "$bdir/streamtest.txt"
+  local rc=${PIPESTATUS[0]}
+  if grep -q '^\[  SKIPPED \]' "$bdir/streamtest.txt"; then echo "streamtest: skipped cases"; return 3; fi
+  return "$rc"
+}
+export -f streamtest
+step streamtest 60 "$tlog" streamtest
 
 # ---- 5. Benchmarks: in-process core (3 shapes x fp16/bf16) and PyTorch's own ---------------------
 corebench() {
@@ -147,6 +160,7 @@ corebench() {
     for dt in float16 bfloat16; do
       echo "### shape B,T,E,H=$shape dtype=$dt"
       MHA_BENCH_DEVICE=cuda MHA_BENCH_DTYPE=$dt MHA_BENCH_SHAPE=$shape "$build"/bench/mha_core_bench \
+        --benchmark_filter='^BM_(Forward|AttentionStep|Matmul1024)/' \
         --benchmark_min_time=0.2 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
         --benchmark_out="$bdir/core_${shape//,/_}_$dt.json" --benchmark_out_format=json || echo "rc=$?"
     done
@@ -154,6 +168,19 @@ corebench() {
 }
 export -f corebench
 step corebench 120 "$OUT/bench.log" corebench
+# Host query -> pinned staging -> GPU -> pinned outputs, 1 vs 2 threads (two instances, each on its
+# own pool stream): summary.json's stream_overlap is passes/s at 2 threads over 1.
+streambench() {
+  for shape in 8,128,512,8 32,1024,1024,16; do
+    echo "### BM_ForwardHost shape B,T,E,H=$shape dtype=float16"
+    MHA_BENCH_DEVICE=cuda MHA_BENCH_DTYPE=float16 MHA_BENCH_SHAPE=$shape "$build"/bench/mha_core_bench \
+      --benchmark_filter='^BM_ForwardHost/' --benchmark_min_time=0.2 --benchmark_repetitions=3 \
+      --benchmark_report_aggregates_only=true --benchmark_out_format=json \
+      --benchmark_out="$bdir/stream_${shape//,/_}_float16.json" || echo "rc=$?"
+  done
+}
+export -f streambench
+step streambench 60 "$OUT/bench.log" streambench
 
 # ---- 6. summary.json -----------------------------------------------------------------------------
 python3 - "$results" "$bdir" "$OUT" "$cuda_on" "$(git rev-parse HEAD 2>/dev/null)" <<'PY'
@@ -184,6 +211,21 @@ for f in sorted(glob.glob(os.path.join(bdir, "core_*.json"))):
     except Exception as e:
         core[key] = {"error": str(e)}
 s["core_bench"] = core
+stream = {}
+for f in sorted(glob.glob(os.path.join(bdir, "stream_*.json"))):
+    key = os.path.basename(f)[7:-5]
+    try:
+        for b in json.load(open(f))["benchmarks"]:
+            if b.get("aggregate_name") == "median" and "passes/s" in b:
+                stream[f"{key}/{b['run_name']}"] = b["passes/s"]
+    except Exception as e:
+        stream[key] = str(e)
+s["stream_bench_passes_per_s"] = stream
+s["stream_overlap"] = {k.replace("/threads:2", ""): v / stream[k.replace("threads:2", "threads:1")]
+                       for k, v in stream.items() if k.endswith("/threads:2")
+                       and isinstance(v, float) and stream.get(k.replace("threads:2", "threads:1"))}
+st = os.path.join(bdir, "streamtest.txt")
+s["streamtest_tail"] = open(st, errors="replace").read().splitlines()[-6:] if os.path.exists(st) else None
 try:
     ref = json.load(open(os.path.join(out, "torch_ref.json")))
     s["torch_ref"] = ref

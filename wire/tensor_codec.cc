@@ -56,11 +56,16 @@ std::string Field(std::string_view field) { return std::string(field) + ": "; }
 }  // namespace
 
 StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor, std::string_view field, bool borrow) {
+  return DecodeTensorBytes(tensor.dtype(), ShapeOf(tensor), tensor.data(), field, borrow);
+}
+
+StatusOr<at::Tensor> DecodeTensorBytes(int dtype, const std::vector<int64_t>& shape,
+                                       std::string_view data, std::string_view field,
+                                       bool borrow) {
   if (!HostIsLittleEndian()) return Unimplemented("big-endian hosts are not supported");
   int64_t numel = 0;
-  MHA_RETURN_IF_ERROR(CheckTensor(tensor, field, &numel));
-  const std::string& data = tensor.data();
-  if (tensor.dtype() == v1::BOOL) {
+  MHA_RETURN_IF_ERROR(CheckTensorBytes(dtype, shape, data.size(), field, &numel));
+  if (dtype == v1::BOOL) {
     for (size_t i = 0; i < data.size(); ++i) {
       const auto byte = static_cast<unsigned char>(data[i]);
       if (byte > 1) {
@@ -69,15 +74,15 @@ StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor, std::string_view fie
       }
     }
   }
-  auto type = ToScalarType(tensor.dtype());
+  auto type = ToScalarType(dtype);
   if (!type.ok()) return InvalidArgument(Field(field) + type.status().message());
   try {
     const auto address = reinterpret_cast<uintptr_t>(data.data());
     if (borrow && address % alignof(std::max_align_t) == 0) {
-      return at::from_blob(const_cast<char*>(data.data()), ShapeOf(tensor),
+      return at::from_blob(const_cast<char*>(data.data()), shape,
                            at::TensorOptions().dtype(*type));
     }
-    at::Tensor out = at::empty(ShapeOf(tensor), at::TensorOptions().dtype(*type));
+    at::Tensor out = at::empty(shape, at::TensorOptions().dtype(*type));
     if (!data.empty()) std::memcpy(out.data_ptr(), data.data(), data.size());
     return out;
   } catch (const std::exception& e) {

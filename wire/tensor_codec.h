@@ -21,6 +21,12 @@ namespace mha::codec {
 // writes to the result.
 StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor, std::string_view field,
                                   bool borrow = false);
+// The same on its parts (CheckTensorBytes, BOOL bytes 0 or 1, then the tensor), for wire formats
+// whose tensors are not a v1::Tensor: `dtype` is a v1::DataType value; with `borrow` the result
+// may point into `data`, which the caller then keeps alive and unchanged.
+StatusOr<at::Tensor> DecodeTensorBytes(int dtype, const std::vector<int64_t>& shape,
+                                       std::string_view data, std::string_view field,
+                                       bool borrow = false);
 
 // Writes `tensor` (any device) as `dtype` (DATA_TYPE_UNSPECIFIED = the tensor's own dtype).
 // INVALID_ARGUMENT for dtypes the wire cannot carry.

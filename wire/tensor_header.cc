@@ -43,12 +43,10 @@ std::vector<int64_t> ShapeOf(const v1::Tensor& tensor) {
 }
 
 Status CheckTensor(const v1::Tensor& tensor, std::string_view field, int64_t* numel) {
-  const size_t elem = ElementSize(tensor.dtype());
-  if (elem == 0) {
-    return InvalidArgument(Field(field) + "dtype " + DataTypeName(tensor.dtype()) +
-                           " is not supported (use FLOAT32, FLOAT16, BFLOAT16 or BOOL)");
-  }
-  const std::vector<int64_t> shape = ShapeOf(tensor);
+  return CheckTensorBytes(tensor.dtype(), ShapeOf(tensor), tensor.data().size(), field, numel);
+}
+
+StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape, std::string_view field) {
   int64_t count = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] <= 0) {
@@ -61,17 +59,29 @@ Status CheckTensor(const v1::Tensor& tensor, std::string_view field, int64_t* nu
                              " has more elements than fit in 64 bits");
     }
   }
+  return count;
+}
+
+Status CheckTensorBytes(int dtype, const std::vector<int64_t>& shape, size_t data_bytes,
+                        std::string_view field, int64_t* numel) {
+  const size_t elem = ElementSize(dtype);
+  if (elem == 0) {
+    return InvalidArgument(Field(field) + "dtype " + DataTypeName(dtype) +
+                           " is not supported (use FLOAT32, FLOAT16, BFLOAT16 or BOOL)");
+  }
+  auto count = ElementCount(shape, field);
+  if (!count.ok()) return count.status();
   int64_t bytes = 0;
-  if (__builtin_mul_overflow(count, static_cast<int64_t>(elem), &bytes)) {
+  if (__builtin_mul_overflow(*count, static_cast<int64_t>(elem), &bytes)) {
     return InvalidArgument(Field(field) + "shape " + ShapeString(shape) + " " +
-                           DataTypeName(tensor.dtype()) + " needs more bytes than fit in 64 bits");
+                           DataTypeName(dtype) + " needs more bytes than fit in 64 bits");
   }
-  if (static_cast<uint64_t>(bytes) != tensor.data().size()) {
-    return InvalidArgument(Field(field) + "data has " + std::to_string(tensor.data().size()) +
-                           " bytes, shape " + ShapeString(shape) + " " +
-                           DataTypeName(tensor.dtype()) + " needs " + std::to_string(bytes));
+  if (static_cast<uint64_t>(bytes) != data_bytes) {
+    return InvalidArgument(Field(field) + "data has " + std::to_string(data_bytes) +
+                           " bytes, shape " + ShapeString(shape) + " " + DataTypeName(dtype) +
+                           " needs " + std::to_string(bytes));
   }
-  if (numel) *numel = count;
+  if (numel) *numel = *count;
   return Status::Ok();
 }
 

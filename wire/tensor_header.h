@@ -26,6 +26,12 @@ std::vector<int64_t> ShapeOf(const v1::Tensor& tensor);
 
 // Pure header checks (no Torch). On success *numel (if given) receives the element count.
 Status CheckTensor(const v1::Tensor& tensor, std::string_view field, int64_t* numel = nullptr);
+// The same check on its parts, for wire formats whose tensors are not a v1::Tensor (the Open
+// Inference Protocol): `dtype` is a v1::DataType value, `data_bytes` the bytes that came.
+Status CheckTensorBytes(int dtype, const std::vector<int64_t>& shape, size_t data_bytes,
+                        std::string_view field, int64_t* numel = nullptr);
+// Every dimension > 0 and the element count fits in 64 bits: the count.
+StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape, std::string_view field);
 
 // Conversions between the wire, core and ATen dtypes.
 v1::DataType ToProtoDType(DType dtype);

@@ -31,11 +31,18 @@ at::Tensor attention_with_weights(const at::Tensor& q, const at::Tensor& k, cons
 
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& mask, bool is_causal) {
+#if TORCH_VERSION_MAJOR >= 2
+  // The mask goes in as a Tensor or as {}, never as a named optional type: the parameter is
+  // c10::optional<Tensor> up to 2.2 and std::optional<Tensor> after (c10::optional being kept only
+  // as a deprecated alias), and both convert. Trailing parameters (scale, enable_gqa) keep their
+  // defaults.
+  if (mask.defined()) {
+    return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, is_causal);
+  }
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, is_causal);
+#else
   c10::optional<at::Tensor> attn_mask;
   if (mask.defined()) attn_mask = mask;
-#if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, k, v, attn_mask, /*dropout_p=*/0.0, is_causal);
-#else
   // 1.13 reads a bool mask as "keep"; callers pass additive float masks only.
   return std::get<0>(at::_scaled_dot_product_attention(q, k, v, attn_mask, /*dropout_p=*/0.0,
                                                        /*need_attn_weights=*/false, is_causal));

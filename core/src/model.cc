@@ -4,9 +4,12 @@
 #include <c10/core/InferenceMode.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include "mha/attention_ops.h"
+#include "mha/device_stream.h"
 #include "mha/tensor_util.h"
 #include "shape_checks.h"
 
@@ -116,6 +119,9 @@ void MhaModel::PlaceWeights(const MhaWeights& source, const c10::Device& device,
   }
   compute_scalar_type_ = dtype;
   device_ = device;
+  // The copies and the concatenation above were queued on this thread's current (default) stream;
+  // passes run on pool streams, which do not wait for it.
+  SynchronizeCurrentStream(device);
 }
 
 Status MhaModel::ProbeKernels() const {
@@ -145,13 +151,42 @@ Status MhaModel::Forward(const ForwardInputs& in, ForwardOutputs* out) const {
 Status MhaModel::ForwardValidated(const ForwardInputs& in, ForwardOutputs* out) const {
   try {
     c10::InferenceMode guard;
-    RunForward(in, out);
+    if (device_.is_cuda()) {
+      RunForwardOnDevice(in, out);
+    } else {
+      RunForward(in, out);
+    }
   } catch (const c10::Error& e) {
     return Internal(std::string("forward pass failed: ") + e.what_without_backtrace());
   } catch (const std::exception& e) {
     return Internal(std::string("forward pass failed: ") + e.what());
   }
   return Status::Ok();
+}
+
+void MhaModel::RunForwardOnDevice(const ForwardInputs& in, ForwardOutputs* out) const {
+  DeviceStreamScope stream(device_);  // this thread's pool stream, current until return
+  // Every input on the device first (pinned + non_blocking when big), so that no blocking copy
+  // (e.g. of a mask, after the projections were queued) stalls the thread mid-pass; RunForward's
+  // own conversions then only cast, on the device.
+  ForwardInputs staged = in;
+  at::Tensor* const tensors[] = {&staged.query, &staged.key, &staged.value,
+                                 &staged.key_padding_mask, &staged.attn_mask};
+  // Inputs the caller made on a GPU were queued on its own stream: wait for them there.
+  if (std::any_of(std::begin(tensors), std::end(tensors),
+                  [](const at::Tensor* t) { return t->defined() && t->is_cuda(); })) {
+    stream.WaitForCaller();
+  }
+  for (at::Tensor* t : tensors) *t = StageToDevice(*t, device_);
+  RunForward(staged, out);
+  if (in.query.is_cuda()) {  // device in, device out (library callers, the GPU benchmark)
+    stream.HandToCaller(out->output);
+    stream.HandToCaller(out->attn_weights);
+  } else {  // host in, host out (the serving path): the encoder reads host memory
+    out->output = StageToHost(out->output);
+    out->attn_weights = StageToHost(out->attn_weights);
+  }
+  stream.Synchronize();  // outputs complete before they leave this thread and stream
 }
 
 void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {

@@ -5,6 +5,8 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -136,6 +138,28 @@ void ModelMetrics::RecordRequest(StatusCode code, double seconds) {
   }
   counter->Increment();
   request_duration->Observe(seconds);
+  const auto ns = static_cast<uint64_t>(std::max(0.0, seconds) * 1e9);
+  if (code == StatusCode::kOk) {
+    success_count_.fetch_add(1, std::memory_order_relaxed);
+    success_ns_.fetch_add(ns, std::memory_order_relaxed);
+  } else {
+    fail_count_.fetch_add(1, std::memory_order_relaxed);
+    fail_ns_.fetch_add(ns, std::memory_order_relaxed);
+  }
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  last_request_ms_.store(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now).count()),
+      std::memory_order_relaxed);
+}
+
+ModelMetrics::RequestTotals ModelMetrics::totals() const {
+  RequestTotals t;
+  t.success_count = success_count_.load(std::memory_order_relaxed);
+  t.success_ns = success_ns_.load(std::memory_order_relaxed);
+  t.fail_count = fail_count_.load(std::memory_order_relaxed);
+  t.fail_ns = fail_ns_.load(std::memory_order_relaxed);
+  t.last_request_ms = last_request_ms_.load(std::memory_order_relaxed);
+  return t;
 }
 
 void ModelMetrics::RecordBatch(int64_t requests, int64_t rows, int64_t real, int64_t padded) {
@@ -253,20 +277,23 @@ static void AppendGpuMemory(std::vector<prometheus::MetricFamily>* families) {
     constexpr size_t aggregate = 0;  // StatType::AGGREGATE (its namespace moved across versions)
     for (int d = 0; d < devices; ++d) {
       // Before CUDA is initialised in this process (e.g. every model on the CPU) the allocator
-      // has no stats and throws: then there is nothing to report for the device.
-      c10::cuda::CUDACachingAllocator::DeviceStats stats;
+      // has no stats and throws: then there is nothing to report for the device. The stats type
+      // is not named: CUDACachingAllocator::DeviceStats in 1.x, an alias of
+      // c10::CachingDeviceAllocator::DeviceStats in later 2.x.
+      int64_t allocated_bytes = 0, reserved_bytes = 0;
       try {
-        stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+        const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+        allocated_bytes = stats.allocated_bytes[aggregate].current;
+        reserved_bytes = stats.reserved_bytes[aggregate].current;
       } catch (const c10::Error&) {
         continue;
       }
       const std::vector<prometheus::ClientMetric::Label> labels{
           {"device", "cuda:" + std::to_string(d)}};
       allocated.metric.push_back(
-          Sample(MetricType::Gauge, static_cast<double>(stats.allocated_bytes[aggregate].current),
-                 labels));
-      reserved.metric.push_back(Sample(
-          MetricType::Gauge, static_cast<double>(stats.reserved_bytes[aggregate].current), labels));
+          Sample(MetricType::Gauge, static_cast<double>(allocated_bytes), labels));
+      reserved.metric.push_back(
+          Sample(MetricType::Gauge, static_cast<double>(reserved_bytes), labels));
     }
     if (!allocated.metric.empty()) {
       families->push_back(std::move(allocated));

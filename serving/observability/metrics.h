@@ -79,6 +79,17 @@ class ModelMetrics {
   void SetQueueDepth(int64_t depth) { queue_depth->Set(static_cast<double>(depth)); }
   void AddInflight(int64_t delta) { inflight->Increment(static_cast<double>(delta)); }
 
+  // Cumulative request totals kept beside the Prometheus series (which do not split durations by
+  // outcome), for the Open Inference Protocol's ModelStatistics; not exported to /metrics.
+  struct RequestTotals {
+    uint64_t success_count = 0;
+    uint64_t success_ns = 0;
+    uint64_t fail_count = 0;
+    uint64_t fail_ns = 0;
+    uint64_t last_request_ms = 0;  // when the last request was answered, ms since the epoch
+  };
+  RequestTotals totals() const;
+
   const std::string model;
   prometheus::Histogram* request_duration = nullptr;
   prometheus::Histogram* queue_duration = nullptr;
@@ -97,6 +108,11 @@ class ModelMetrics {
   static constexpr int kCodes = kStatusCodeCount;
   prometheus::Family<prometheus::Counter>* const requests_;
   std::array<std::atomic<prometheus::Counter*>, kCodes> by_code_{};
+  std::atomic<uint64_t> success_count_{0};
+  std::atomic<uint64_t> success_ns_{0};
+  std::atomic<uint64_t> fail_count_{0};
+  std::atomic<uint64_t> fail_ns_{0};
+  std::atomic<uint64_t> last_request_ms_{0};
 };
 
 class Metrics {

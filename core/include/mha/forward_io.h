@@ -18,8 +18,11 @@ struct ForwardInputs {
   bool average_attn_weights = true;  // weights [B, T, S] if true, per head [B, H, T, S] if false
 };
 
+// Model dtype. On a CPU model on the CPU; on a CUDA model on the host when the query was on the
+// host (pinned when big: mha/device_stream.h), else on the model's device. Complete on return
+// either way (the pass's stream is synchronized).
 struct ForwardOutputs {
-  at::Tensor output;        // [B, T, E], model dtype, model device
+  at::Tensor output;        // [B, T, E]
   at::Tensor attn_weights;  // undefined unless need_weights
 };
 

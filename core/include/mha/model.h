@@ -22,7 +22,10 @@ class MhaModel {
 
   // Validates shapes and dtypes (INVALID_ARGUMENT naming the field, expected and actual), moves
   // inputs to the model's device and compute dtype, and runs the forward pass under
-  // c10::InferenceMode. LibTorch errors come back as INTERNAL, never as exceptions.
+  // c10::InferenceMode. LibTorch errors come back as INTERNAL, never as exceptions. On a CUDA
+  // device the pass runs on the calling thread's own pool stream, inputs are staged through pinned
+  // memory and host queries get host outputs (mha/device_stream.h); thread-safe, so several
+  // threads (instances) may run passes of one model at once.
   Status Forward(const ForwardInputs& inputs, ForwardOutputs* outputs) const;
 
   // Shape/dtype checks only; Forward calls it first. Exposed for callers that validate early.
@@ -45,6 +48,8 @@ class MhaModel {
   void PlaceWeights(const MhaWeights& source, const c10::Device& device, at::ScalarType dtype);
   Status ProbeKernels() const;  // one tiny forward per path in the compute dtype
   void RunForward(const ForwardInputs& inputs, ForwardOutputs* outputs) const;  // may throw
+  // CUDA only: RunForward on this thread's stream with staged inputs (mha/device_stream.h).
+  void RunForwardOnDevice(const ForwardInputs& inputs, ForwardOutputs* outputs) const;
 
   MhaOptions options_;
   MhaWeights weights_;

@@ -1,0 +1,82 @@
+// Streams and pinned staging for forward passes on a CUDA device; no-ops on the CPU.
+//
+// Streams: every thread that runs forward passes (a DirectRunner worker, a DynamicBatcher
+// instance) takes one stream from LibTorch's per-device pool the first time it runs a pass on a
+// device and keeps it (a thread_local), so the passes of several instances of one model overlap
+// on the GPU instead of queueing on the default stream. MhaModel::ForwardValidated makes that
+// stream current for the pass (DeviceStreamScope) and synchronizes it before the outputs leave
+// the call, so the caller may read them on any thread and any stream.
+//
+// Staging: host inputs of kPinnedStagingMinBytes or more are copied into a pinned buffer and sent
+// with non_blocking=true (an asynchronous DMA on the pass's stream); smaller ones are copied
+// directly. Outputs of a pass whose query came from the host go back the same way (pinned buffer,
+// non_blocking copy, then the stream synchronization above).
+//
+// The public header holds no CUDA types (c10::Stream, c10::OptionalStreamGuard: the device-generic
+// forms of CUDAStream / CUDAStreamGuard), so CPU builds and callers need no CUDA headers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace mha {
+
+// Host tensors of at least this many bytes are staged through pinned memory. Below it a copy is
+// latency-bound (a few microseconds of DMA against ~10 us of call and synchronization overhead),
+// so a pinned buffer's extra host memcpy and the pinned allocator's lock buy nothing; above it a
+// pageable copy runs at roughly half the pinned bandwidth and holds the worker thread for the
+// whole transfer. 256 KiB: a request of [1, 128, 512] fp32 (256 KiB) and up is staged; the issue's
+// smallest benchmark shape (query [8, 128, 512]: 2 MiB fp32, 1 MiB fp16) is. To be confirmed on
+// the device (bench BM_ForwardHost; scripts/gpu-check.sh step streambench).
+inline constexpr int64_t kPinnedStagingMinBytes = int64_t{256} << 10;
+
+// Makes the calling thread's pool stream for `device` (and `device` itself) current until
+// destruction, restoring the previous ones then. On the CPU: does nothing. Throws c10::Error where
+// LibTorch does (no CUDA in this build, invalid device).
+class DeviceStreamScope {
+ public:
+  explicit DeviceStreamScope(const c10::Device& device);
+  DeviceStreamScope(const DeviceStreamScope&) = delete;
+  DeviceStreamScope& operator=(const DeviceStreamScope&) = delete;
+
+  // Blocks until the work queued on the stream has finished; no-op on the CPU. May throw.
+  void Synchronize() const;
+
+  // For inputs the caller made on the device: the stream waits (on the GPU, through an event) for
+  // the work queued so far on the stream that was current when the scope opened.
+  void WaitForCaller() const;
+
+  // For outputs left on the device: the caching allocator keeps `t`'s memory out of reuse until
+  // the work the caller queues on its stream by the time `t` is freed has finished.
+  void HandToCaller(const at::Tensor& t) const;
+
+  // The stream in use: the same one for every scope a thread opens on one device; nullopt on CPU.
+  const std::optional<c10::Stream>& stream() const { return stream_; }
+
+ private:
+  std::optional<c10::Stream> stream_;
+  c10::OptionalStreamGuard guard_;
+};
+
+// `t` on `device`, same dtype, queued on the current stream. Returns `t` itself when it is
+// undefined or already there (always on a CPU model). A host tensor going to a CUDA device of at
+// least kPinnedStagingMinBytes is copied into a pinned buffer and sent non_blocking; the source may
+// be freed on return (the pinned buffer is kept by LibTorch's host allocator until the copy is
+// done).
+at::Tensor StageToDevice(const at::Tensor& t, const c10::Device& device);
+
+// `t` on the host. Returns `t` itself unless it is a CUDA tensor. At least kPinnedStagingMinBytes:
+// a pinned tensor filled by a non_blocking copy on the current stream, valid only after that
+// stream is synchronized (DeviceStreamScope::Synchronize); smaller: a blocking copy.
+at::Tensor StageToHost(const at::Tensor& t);
+
+// Waits for the work queued so far on `device`'s current stream (e.g. the default stream that
+// MhaModel::Create placed the weights on, which pool streams do not wait for). No-op on the CPU.
+void SynchronizeCurrentStream(const c10::Device& device);
+
+}  // namespace mha
