@@ -175,8 +175,8 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
                  Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
                  if (status.ok()) status = SerializeResponse(call->response, response_bytes);
                  FinishCall(reactor, log, status,
-                            "model=" + result.model + " queue_us=" +
-                                std::to_string(result.queue_us) +
+                            "model=" + result.model +
+                                " queue_us=" + std::to_string(result.queue_us) +
                                 " compute_us=" + std::to_string(result.compute_us));
                });
   return reactor;
@@ -211,8 +211,10 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
   if (!request->name().empty()) {
     auto entry = ResolveVersion(*repository, request->name(), request->version());
     if (entry.ok()) {
-      FillModelStatistics(*entry.value(), *options_.metrics->ForModel(entry.value()->name),
-                          response->add_model_stats());
+      FillModelStatistics(
+          *entry.value(),
+          *options_.metrics->ForVersion(entry.value()->name, entry.value()->version),
+          response->add_model_stats());
     }
     FinishCall(reactor, log, entry.status());
     return reactor;
@@ -220,7 +222,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
   for (const auto& entry : repository->entries()) {  // "" = every READY model
     if (entry->state != ModelState::kReady) continue;
     if (!request->version().empty() && entry->version != request->version()) continue;
-    FillModelStatistics(*entry, *options_.metrics->ForModel(entry->name),
+    FillModelStatistics(*entry, *options_.metrics->ForVersion(entry->name, entry->version),
                         response->add_model_stats());
   }
   FinishCall(reactor, log, Status::Ok());
