@@ -155,8 +155,8 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
                  Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
                  if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
                  FinishCall(reactor, log, status,
-                            "model=" + result.model + " queue_us=" +
-                                std::to_string(result.queue_us) +
+                            "model=" + result.model +
+                                " queue_us=" + std::to_string(result.queue_us) +
                                 " compute_us=" + std::to_string(result.compute_us));
                });
   return reactor;
