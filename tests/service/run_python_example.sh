@@ -22,17 +22,23 @@ models="format_safetensors format_torch_save format_torchscript kdim_vdim"
 for m in $models; do ln -s "$src/tests/fixtures/cases/$m" "$work/repo/$m"; done
 "$src/client/python/gen_stubs.sh" "$work/stubs" >/dev/null
 
-"$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
-  --model-repository "$work/repo" --default-model format_safetensors >"$work/server.log" 2>&1 &
-pid=$!
-i=0
-while [ ! -s "$work/port" ]; do
-  if ! kill -0 "$pid" 2>/dev/null; then echo "mha-server exited early:"; cat "$work/server.log"; exit 1; fi
-  i=$((i + 1))
-  if [ "$i" -gt 1200 ]; then echo "mha-server did not start:"; cat "$work/server.log"; exit 1; fi
-  sleep 0.05
-done
-port=$(cat "$work/port")
+# start_server [FLAGS...]: mha-server on a free port over $work/repo; sets pid and port.
+start_server() {
+  rm -f "$work/port"
+  "$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
+    --model-repository "$work/repo" --default-model format_safetensors "$@" \
+    >"$work/server.log" 2>&1 &
+  pid=$!
+  i=0
+  while [ ! -s "$work/port" ]; do
+    if ! kill -0 "$pid" 2>/dev/null; then echo "mha-server exited early:"; cat "$work/server.log"; exit 1; fi
+    i=$((i + 1))
+    if [ "$i" -gt 1200 ]; then echo "mha-server did not start:"; cat "$work/server.log"; exit 1; fi
+    sleep 0.05
+  done
+  port=$(cat "$work/port")
+}
+start_server
 
 status=0
 for m in $models; do
@@ -56,20 +62,8 @@ stop_server
 echo "== mTLS: format_safetensors"
 "$src/tests/service/make_test_certs.sh" "$work/certs"
 c=$work/certs
-rm -f "$work/port"
-"$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
-  --model-repository "$work/repo" --default-model format_safetensors \
-  --tls-cert-file "$c/server.pem" --tls-key-file "$c/server.key" --tls-client-ca-file "$c/ca.pem" \
-  >"$work/server.log" 2>&1 &
-pid=$!
-i=0
-while [ ! -s "$work/port" ]; do
-  if ! kill -0 "$pid" 2>/dev/null; then echo "mha-server exited early:"; cat "$work/server.log"; exit 1; fi
-  i=$((i + 1))
-  if [ "$i" -gt 1200 ]; then echo "mha-server did not start:"; cat "$work/server.log"; exit 1; fi
-  sleep 0.05
-done
-port=$(cat "$work/port")
+start_server --tls-cert-file "$c/server.pem" --tls-key-file "$c/server.key" \
+  --tls-client-ca-file "$c/ca.pem"
 m=format_safetensors
 PYTHONPATH="$work/stubs" "$python" "$src/client/python/mha_client_example.py" \
   --target "127.0.0.1:$port" --model "$m" --weights "$work/repo/$m/model.safetensors" \
