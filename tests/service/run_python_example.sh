@@ -1,7 +1,8 @@
 #!/bin/sh
 # ctest wrapper: starts mha-server on a free port with a repository holding one fixture case per
 # weights format, generates the Python stubs, runs client/python/mha_client_example.py against
-# every model (it compares the server's numbers with PyTorch and exits non-zero on mismatch),
+# every model (it compares the server's numbers with PyTorch and exits non-zero on mismatch) and
+# client/python/oip_client_example.py (the Open Inference Protocol, raw and typed inputs),
 # stops the server by PID (SIGTERM) and checks its exit code. Then once more over mTLS (certs from
 # make_test_certs.sh): the example's --tls-* flags against a server that requires client certs.
 #   run_python_example.sh MHA_SERVER SOURCE_DIR WORK_DIR
@@ -46,6 +47,15 @@ for m in $models; do
   echo "== $m ($weights)"
   PYTHONPATH="$work/stubs" "$python" "$src/client/python/mha_client_example.py" \
     --target "127.0.0.1:$port" --model "$m" --weights "$weights" || status=1
+done
+
+# The Open Inference Protocol example: ModelInfer with raw and with typed (fp32_contents) inputs.
+m=format_safetensors
+for typed in "" --typed; do
+  echo "== OIP ModelInfer: $m ${typed:-(raw)}"
+  PYTHONPATH="$work/stubs" "$python" "$src/client/python/oip_client_example.py" \
+    --target "127.0.0.1:$port" --model "$m" --weights "$work/repo/$m/model.safetensors" $typed \
+    || status=1
 done
 
 stop_server() {
