@@ -7,7 +7,7 @@
 # Stages: build (the README's own scripts) -> runtime (binaries + runtime packages only) ->
 # smoke (starts the server in the image, one forward pass, /readyz, /metrics) -> final.
 # The CUDA variant is Dockerfile.cuda. tests/deploy checks this file and the runtime package list
-# without a Docker engine (see README "Deploy").
+# without a Docker engine (see docs/deploy.md).
 
 ARG DEBIAN_IMAGE=debian:12
 ARG RUNTIME_IMAGE=debian:12-slim

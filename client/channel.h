@@ -10,7 +10,7 @@
 // calls to mha.v1.AttentionService that fail with UNAVAILABLE, or CANCELLED by a stopping server,
 // are retried (Forward is a pure function of its request, so a retry is safe): up to 5 attempts,
 // backoff 50 ms doubling to 1 s.
-// The service config is ClientServiceConfig()'s; see README "Containers".
+// The service config is ClientServiceConfig()'s; see docs/deploy.md "Containers".
 #pragma once
 
 #include <grpcpp/channel.h>

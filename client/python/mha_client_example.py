@@ -128,8 +128,8 @@ def make_channel(args):
     return grpc.secure_channel(args.target, credentials, options=options)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def add_common_args(p):
+    """The flags this example shares with oip_client_example.py: server, model, shapes, TLS."""
     p.add_argument("--target", default="localhost:8500")
     p.add_argument("--model", default="", help="model name on the server ('' = default)")
     p.add_argument("--weights", required=True, help="the weights file the server loaded")
@@ -145,6 +145,11 @@ def main():
                             ("--tls-server-name", "name to verify the server certificate for")):
         env = "MHA_" + flag[2:].upper().replace("-", "_")
         p.add_argument(flag, default=os.environ.get(env, ""), help=f"{help_text} (env {env})")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_common_args(p)
     args = p.parse_args()
 
     config_path = args.config or os.path.join(os.path.dirname(args.weights), "config.json")

@@ -45,20 +45,8 @@ def outputs_of(response):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--target", default="localhost:8500")
-    p.add_argument("--model", default="", help="model name on the server ('' = default)")
-    p.add_argument("--weights", required=True, help="the weights file the server loaded")
-    p.add_argument("--config", help="config.json (default: beside --weights)")
-    p.add_argument("--batch", type=int, default=3)
-    p.add_argument("--seq", type=int, default=7)
-    p.add_argument("--kv-seq", type=int, default=5, help="key/value length (cross-attention)")
+    native.add_common_args(p)
     p.add_argument("--typed", action="store_true", help="send contents.fp32_contents, not raw")
-    p.add_argument("--atol", type=float, default=1e-5)
-    p.add_argument("--seed", type=int, default=0)
-    for flag in ("--tls-ca-file", "--tls-cert-file", "--tls-key-file", "--tls-server-name"):
-        env = "MHA_" + flag[2:].upper().replace("-", "_")
-        p.add_argument(flag, default=os.environ.get(env, ""),
-                       help=f"as mha_client_example (env {env})")
     args = p.parse_args()
 
     stub = pb_grpc.GRPCInferenceServiceStub(native.make_channel(args))

@@ -1,40 +1,20 @@
 #include "frontends/grpc_v1/attention_service.h"
 
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <memory>
 #include <utility>
 
 #include "frontends/grpc_v1/forward_stream.h"
+#include "frontends/raw_call.h"
 #include "mha/text.h"
 #include "wire/status_convert.h"
 
 namespace mha::serve {
 namespace {
 
-void FinishCall(grpc::ServerUnaryReactor* reactor, const RequestLog& log, const Status& status,
-                const std::string& detail = "") {
-  LogOutcome(log, status, detail);
-  reactor->Finish(codec::ToGrpcStatus(status));
-}
-
 struct UnaryCall {
   v1::ForwardRequest request;
   v1::ForwardResponse response;
 };
-
-bool ParseRequest(const grpc::ByteBuffer& bytes, v1::ForwardRequest* request) {
-  grpc::ByteBuffer shared(bytes);  // shares the slices, no copy
-  grpc::ProtoBufferReader reader(&shared);
-  return request->ParseFromZeroCopyStream(&reader);
-}
-
-Status SerializeResponse(const v1::ForwardResponse& response, grpc::ByteBuffer* out) {
-  bool own_buffer = false;
-  const grpc::Status s =
-      grpc::SerializationTraits<v1::ForwardResponse>::Serialize(response, out, &own_buffer);
-  return s.ok() ? Status::Ok() : Internal("encoding the response failed: " + s.error_message());
-}
 
 }  // namespace
 
@@ -60,7 +40,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerCont
   RequestLog log = StartRequest(context, "Forward");
   // The messages live until the call is answered: the decoded tensors borrow the request's bytes.
   auto call = std::make_shared<UnaryCall>();
-  if (!ParseRequest(*request_bytes, &call->request)) {
+  if (!ParseRawMessage(*request_bytes, &call->request)) {
     const Status status = InvalidArgument("request is not a valid mha.v1.ForwardRequest (" +
                                           std::to_string(request_bytes->Length()) + " bytes)");
     core_->RecordOutcome(std::nullopt, status, log.start);
@@ -78,7 +58,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerCont
   core_->Infer(std::move(decoded.value()), [reactor, response_bytes, need_weights, call,
                                             log = std::move(log)](InferenceResponse result) {
     Status status = EncodeForwardResponse(result, need_weights, &call->response);
-    if (status.ok()) status = SerializeResponse(call->response, response_bytes);
+    if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
     FinishCall(reactor, log, status,
                "model=" + result.model + " queue_us=" + std::to_string(result.queue_us) +
                    " compute_us=" + std::to_string(result.compute_us));

@@ -1,13 +1,12 @@
 #include "frontends/oip/inference_service.h"
 
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "frontends/oip/infer_stream.h"
+#include "frontends/raw_call.h"
 #include "mha/text.h"
 #include "serving/observability/metrics.h"
 #include "wire/status_convert.h"
@@ -15,31 +14,12 @@
 namespace mha::serve::oip {
 namespace {
 
-void FinishCall(grpc::ServerUnaryReactor* reactor, const RequestLog& log, const Status& status,
-                const std::string& detail = "") {
-  LogOutcome(log, status, detail);
-  reactor->Finish(codec::ToGrpcStatus(status));
-}
-
 // The messages of one ModelInfer call; they live until it is answered (the decoded tensors
 // borrow the request's bytes).
 struct UnaryCall {
   inference::ModelInferRequest request;
   inference::ModelInferResponse response;
 };
-
-bool ParseRequest(const grpc::ByteBuffer& bytes, inference::ModelInferRequest* request) {
-  grpc::ByteBuffer shared(bytes);  // shares the slices, no copy
-  grpc::ProtoBufferReader reader(&shared);
-  return request->ParseFromZeroCopyStream(&reader);
-}
-
-Status SerializeResponse(const inference::ModelInferResponse& response, grpc::ByteBuffer* out) {
-  bool own_buffer = false;
-  const grpc::Status s = grpc::SerializationTraits<inference::ModelInferResponse>::Serialize(
-      response, out, &own_buffer);
-  return s.ok() ? Status::Ok() : Internal("encoding the response failed: " + s.error_message());
-}
 
 // Every model has finished loading and one of them is READY (what health SERVING means).
 bool RepositoryReady(const ModelRepository& repository) {
@@ -154,7 +134,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RequestLog log = StartRequest(context, "ModelInfer");
   auto call = std::make_shared<UnaryCall>();
-  if (!ParseRequest(*request_bytes, &call->request)) {
+  if (!ParseRawMessage(*request_bytes, &call->request)) {
     const Status status = InvalidArgument("request is not a valid inference.ModelInferRequest (" +
                                           std::to_string(request_bytes->Length()) + " bytes)");
     core_->RecordOutcome(std::nullopt, status, log.start);
@@ -173,7 +153,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
                [reactor, response_bytes, call, outputs = std::move(infer.outputs),
                 id = std::move(infer.id), log = std::move(log)](InferenceResponse result) {
                  Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
-                 if (status.ok()) status = SerializeResponse(call->response, response_bytes);
+                 if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
                  FinishCall(reactor, log, status,
                             "model=" + result.model +
                                 " queue_us=" + std::to_string(result.queue_us) +

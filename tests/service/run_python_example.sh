@@ -1,7 +1,8 @@
 #!/bin/sh
 # ctest wrapper: starts mha-server on a free port with a repository holding one fixture case per
 # weights format, generates the Python stubs, runs client/python/mha_client_example.py against
-# every model (it compares the server's numbers with PyTorch and exits non-zero on mismatch),
+# every model (it compares the server's numbers with PyTorch and exits non-zero on mismatch) and
+# client/python/oip_client_example.py (the Open Inference Protocol, raw and typed inputs),
 # stops the server by PID (SIGTERM) and checks its exit code. Then once more over mTLS (certs from
 # make_test_certs.sh): the example's --tls-* flags against a server that requires client certs.
 #   run_python_example.sh MHA_SERVER SOURCE_DIR WORK_DIR
@@ -22,17 +23,23 @@ models="format_safetensors format_torch_save format_torchscript kdim_vdim"
 for m in $models; do ln -s "$src/tests/fixtures/cases/$m" "$work/repo/$m"; done
 "$src/client/python/gen_stubs.sh" "$work/stubs" >/dev/null
 
-"$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
-  --model-repository "$work/repo" --default-model format_safetensors >"$work/server.log" 2>&1 &
-pid=$!
-i=0
-while [ ! -s "$work/port" ]; do
-  if ! kill -0 "$pid" 2>/dev/null; then echo "mha-server exited early:"; cat "$work/server.log"; exit 1; fi
-  i=$((i + 1))
-  if [ "$i" -gt 1200 ]; then echo "mha-server did not start:"; cat "$work/server.log"; exit 1; fi
-  sleep 0.05
-done
-port=$(cat "$work/port")
+# start_server [FLAGS...]: mha-server on a free port over $work/repo; sets pid and port.
+start_server() {
+  rm -f "$work/port"
+  "$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
+    --model-repository "$work/repo" --default-model format_safetensors "$@" \
+    >"$work/server.log" 2>&1 &
+  pid=$!
+  i=0
+  while [ ! -s "$work/port" ]; do
+    if ! kill -0 "$pid" 2>/dev/null; then echo "mha-server exited early:"; cat "$work/server.log"; exit 1; fi
+    i=$((i + 1))
+    if [ "$i" -gt 1200 ]; then echo "mha-server did not start:"; cat "$work/server.log"; exit 1; fi
+    sleep 0.05
+  done
+  port=$(cat "$work/port")
+}
+start_server
 
 status=0
 for m in $models; do
@@ -40,6 +47,15 @@ for m in $models; do
   echo "== $m ($weights)"
   PYTHONPATH="$work/stubs" "$python" "$src/client/python/mha_client_example.py" \
     --target "127.0.0.1:$port" --model "$m" --weights "$weights" || status=1
+done
+
+# The Open Inference Protocol example: ModelInfer with raw and with typed (fp32_contents) inputs.
+m=format_safetensors
+for typed in "" --typed; do
+  echo "== OIP ModelInfer: $m ${typed:-(raw)}"
+  PYTHONPATH="$work/stubs" "$python" "$src/client/python/oip_client_example.py" \
+    --target "127.0.0.1:$port" --model "$m" --weights "$work/repo/$m/model.safetensors" $typed \
+    || status=1
 done
 
 stop_server() {
@@ -56,20 +72,8 @@ stop_server
 echo "== mTLS: format_safetensors"
 "$src/tests/service/make_test_certs.sh" "$work/certs"
 c=$work/certs
-rm -f "$work/port"
-"$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
-  --model-repository "$work/repo" --default-model format_safetensors \
-  --tls-cert-file "$c/server.pem" --tls-key-file "$c/server.key" --tls-client-ca-file "$c/ca.pem" \
-  >"$work/server.log" 2>&1 &
-pid=$!
-i=0
-while [ ! -s "$work/port" ]; do
-  if ! kill -0 "$pid" 2>/dev/null; then echo "mha-server exited early:"; cat "$work/server.log"; exit 1; fi
-  i=$((i + 1))
-  if [ "$i" -gt 1200 ]; then echo "mha-server did not start:"; cat "$work/server.log"; exit 1; fi
-  sleep 0.05
-done
-port=$(cat "$work/port")
+start_server --tls-cert-file "$c/server.pem" --tls-key-file "$c/server.key" \
+  --tls-client-ca-file "$c/ca.pem"
 m=format_safetensors
 PYTHONPATH="$work/stubs" "$python" "$src/client/python/mha_client_example.py" \
   --target "127.0.0.1:$port" --model "$m" --weights "$work/repo/$m/model.safetensors" \
