@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "app/tls.h"
+#include "frontends/grpc_v1/admin_auth.h"
 #include "frontends/grpc_v1/attention_service.h"
 #include "frontends/grpc_v1/model_control_service.h"
 #include "frontends/oip/inference_service.h"
@@ -175,6 +176,9 @@ std::unique_ptr<oip::GrpcInferenceServiceImpl> ServerApp::MakeOipService() {
   options.scheduling.direct = core_->options().direct;
   options.server_ready = [this] { return ready_.load(); };
   options.metrics = core_->metrics();
+  options.controller = core_.get();
+  options.admin_token = admin_token_;
+  options.stream_window = c_.stream_window;
   return std::make_unique<oip::GrpcInferenceServiceImpl>(core_.get(), std::move(options));
 }
 

@@ -14,24 +14,35 @@
 #include <vector>
 
 #include "bench_tally.h"
+#include "oip_translate.h"
 
 namespace mha::client {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Serialized once: every call sends the same bytes (the server still parses each one).
-std::vector<grpc::ByteBuffer> Serialize(const std::vector<v1::ForwardRequest>& requests) {
+// Serialized once: every call sends the same bytes (the server still parses each one). With
+// --protocol oip each request is sent as the ModelInferRequest that oip_translate makes of it (an
+// untranslatable one is sent empty, and its error counted).
+std::vector<grpc::ByteBuffer> Serialize(const std::vector<v1::ForwardRequest>& requests,
+                                        WireProtocol protocol) {
   std::vector<grpc::ByteBuffer> buffers;
   for (const auto& request : requests) {
-    const std::string bytes = request.SerializeAsString();
+    std::string bytes = request.SerializeAsString();
+    if (protocol == WireProtocol::kOip) {
+      auto infer = ToModelInferRequest(request);
+      bytes = infer.ok() ? infer->SerializeAsString() : std::string();
+    }
     grpc::Slice slice(bytes);
     buffers.emplace_back(&slice, 1);
   }
   return buffers;
 }
 
-constexpr char kForwardMethod[] = "/mha.v1.AttentionService/Forward";
+const char* ForwardMethod(WireProtocol protocol) {
+  return protocol == WireProtocol::kOip ? "/inference.GRPCInferenceService/ModelInfer"
+                                        : "/mha.v1.AttentionService/Forward";
+}
 
 class ClosedLoop {
  public:
@@ -41,8 +52,10 @@ class ClosedLoop {
         generic_(client.channel()),
         options_(options),
         lanes_(options.concurrency),
-        requests_(Serialize(requests)),
-        rng_(options.seed) {
+        requests_(Serialize(requests, client.options().protocol)),
+        method_(ForwardMethod(client.options().protocol)),
+        rng_(options.seed),
+        tally_(client.options().protocol == WireProtocol::kOip) {
     ping_request_.set_name(requests.front().model());
   }
 
@@ -96,7 +109,7 @@ class ClosedLoop {
                             std::move(done));
     } else {
       lane->context->set_deadline(std::chrono::system_clock::now() + options_.timeout);
-      generic_.UnaryCall(lane->context.get(), kForwardMethod, grpc::StubOptions(), &requests_[pick],
+      generic_.UnaryCall(lane->context.get(), method_, grpc::StubOptions(), &requests_[pick],
                          &lane->response, std::move(done));
     }
   }
@@ -113,6 +126,7 @@ class ClosedLoop {
   const BenchOptions options_;
   std::vector<Lane> lanes_;
   const std::vector<grpc::ByteBuffer> requests_;
+  const std::string method_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::mt19937_64 rng_;
@@ -128,7 +142,11 @@ class OpenLoop {
  public:
   OpenLoop(AttentionClient& client, const std::vector<v1::ForwardRequest>& requests,
            const BenchOptions& options)
-      : generic_(client.channel()), options_(options), requests_(Serialize(requests)) {}
+      : generic_(client.channel()),
+        options_(options),
+        requests_(Serialize(requests, client.options().protocol)),
+        method_(ForwardMethod(client.options().protocol)),
+        tally_(client.options().protocol == WireProtocol::kOip) {}
 
   BenchReport Run() {
     std::mt19937_64 rng(options_.seed);
@@ -152,7 +170,7 @@ class OpenLoop {
         std::lock_guard<std::mutex> lock(mu_);
         ++outstanding_;
       }
-      generic_.UnaryCall(&call->context, kForwardMethod, grpc::StubOptions(), &requests_[pick],
+      generic_.UnaryCall(&call->context, method_, grpc::StubOptions(), &requests_[pick],
                          &call->response, [this, call](grpc::Status s) { OnDone(call, s); });
       offset_s += options_.poisson ? gap_s(rng) : 1.0 / options_.rate;
     }
@@ -185,6 +203,7 @@ class OpenLoop {
   grpc::GenericStub generic_;
   const BenchOptions options_;
   const std::vector<grpc::ByteBuffer> requests_;
+  const std::string method_;
   std::deque<Call> calls_;  // touched by the sender thread only
   std::mutex mu_;
   std::condition_variable cv_;

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "wire/status_convert.h"
 
@@ -48,9 +49,78 @@ bool ReadTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* compute_u
   return true;
 }
 
+namespace {
+
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::internal::WireFormatLite;
+
+// One length-delimited field's bytes as a sub-stream: `read` parses them, then the limit is popped.
+template <typename Read>
+bool ReadNested(CodedInputStream* input, Read read) {
+  uint32_t length = 0;
+  if (!input->ReadVarint32(&length)) return false;
+  const CodedInputStream::Limit limit = input->PushLimit(static_cast<int>(length));
+  const bool ok = read() && input->ConsumedEntireMessage();
+  input->PopLimit(limit);
+  return ok;
+}
+
+// One entry of the map<string, InferParameter> `parameters`: its key and int64_param.
+bool ReadParameter(CodedInputStream* input, std::string* key, int64_t* value) {
+  const uint32_t key_tag = WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  const uint32_t value_tag = WireFormatLite::MakeTag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  const uint32_t int64_tag = WireFormatLite::MakeTag(2, WireFormatLite::WIRETYPE_VARINT);
+  for (uint32_t tag = input->ReadTag(); tag != 0; tag = input->ReadTag()) {
+    if (tag == key_tag) {
+      if (!WireFormatLite::ReadString(input, key)) return false;
+    } else if (tag == value_tag) {
+      const bool ok = ReadNested(input, [&] {
+        for (uint32_t t = input->ReadTag(); t != 0; t = input->ReadTag()) {
+          uint64_t v = 0;
+          if (t == int64_tag) {
+            if (!input->ReadVarint64(&v)) return false;
+            *value = static_cast<int64_t>(v);
+          } else if (!WireFormatLite::SkipField(input, t)) {
+            return false;
+          }
+        }
+        return true;
+      });
+      if (!ok) return false;
+    } else if (!WireFormatLite::SkipField(input, tag)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ReadOipTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* compute_us) {
+  grpc::ProtoBufferReader reader(buffer);
+  CodedInputStream input(&reader);
+  input.SetTotalBytesLimit(INT_MAX);
+  const uint32_t parameters_tag =
+      WireFormatLite::MakeTag(4, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  for (uint32_t tag = input.ReadTag(); tag != 0; tag = input.ReadTag()) {
+    if (tag != parameters_tag) {
+      if (!WireFormatLite::SkipField(&input, tag)) return false;
+      continue;
+    }
+    std::string key;
+    int64_t value = 0;
+    if (!ReadNested(&input, [&] { return ReadParameter(&input, &key, &value); })) return false;
+    if (key == "queue_us") *queue_us = value;
+    if (key == "compute_us") *compute_us = value;
+  }
+  return true;
+}
+
 void BenchTally::Record(const grpc::Status& s, double latency_us, grpc::ByteBuffer* response) {
   int64_t queue_us = 0, compute_us = 0;
-  const bool timings = !s.ok() || !response || ReadTimings(response, &queue_us, &compute_us);
+  const bool timings = !s.ok() || !response ||
+                       (oip_ ? ReadOipTimings(response, &queue_us, &compute_us)
+                             : ReadTimings(response, &queue_us, &compute_us));
   std::lock_guard<std::mutex> lock(mu_);
   if (s.ok() && !timings) {
     ++report_.errors;

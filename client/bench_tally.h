@@ -21,14 +21,19 @@ double Percentile(const std::vector<double>& sorted, double p);
 // queue_us and compute_us of a serialized ForwardResponse, reading nothing else: the tensors
 // are skipped in place (no copy), which keeps the load generator light on a shared box.
 bool ReadTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* compute_us);
+// The same from a serialized inference.ModelInferResponse (its queue_us / compute_us parameters).
+bool ReadOipTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* compute_us);
 
 class BenchTally {
  public:
+  // `oip`: the responses are inference.ModelInferResponse, else mha.v1 ForwardResponse.
+  explicit BenchTally(bool oip = false) : oip_(oip) {}
   // One finished call; `response` is null for GetModel pings. Thread-safe.
   void Record(const grpc::Status& status, double latency_us, grpc::ByteBuffer* response);
   BenchReport Finish(double seconds);
 
  private:
+  const bool oip_;
   std::mutex mu_;
   BenchReport report_;
   std::vector<double> latencies_, queue_us_, compute_us_;

@@ -1,5 +1,6 @@
 // mha-client: command-line client for mha-server.
 //   mha-client [--target HOST:PORT] list | info MODEL | health [SERVICE] | forward ... | bench ...
+//   mha-client --protocol oip forward|bench ...   (the same through the Open Inference Protocol)
 //   mha-client [--admin-token-file FILE] load MODEL | unload MODEL | index
 //   mha-client local-bench ...   (the same pass in this process, no server)
 #include <CLI/CLI.hpp>
@@ -22,6 +23,13 @@ int main(int argc, char** argv) {
                  "round_robin or pick_first (default: round_robin for several addresses or dns:)")
       ->check(CLI::IsMember({"round_robin", "pick_first"}));
   app.add_option("--timeout-ms", timeout_ms, "Deadline of each call")->capture_default_str();
+  std::string protocol = "mha.v1";
+  app.add_option("--protocol", protocol,
+                 "API of forward and bench: mha.v1 (AttentionService/Forward) or oip (the Open "
+                 "Inference Protocol's ModelInfer, same port)")
+      ->envname("MHA_PROTOCOL")
+      ->check(CLI::IsMember({"mha.v1", "oip"}))
+      ->capture_default_str();
   AddTlsFlags(app, &client_options.tls);
   std::string admin_token_file;
   AddAdminTokenFlag(app, &admin_token_file);
@@ -38,6 +46,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   client_options.timeout = std::chrono::milliseconds(timeout_ms);
+  client_options.protocol =
+      protocol == "oip" ? mha::client::WireProtocol::kOip : mha::client::WireProtocol::kNative;
   if (*local.cmd) return local.Run();
   if (auto tls = mha::client::MakeChannelCredentials(client_options.tls); !tls.ok()) {
     return Fail(tls.status());  // an unreadable TLS file, before any call

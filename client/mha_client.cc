@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "client/oip_translate.h"
 #include "wire/status_convert.h"
 
 namespace mha::client {
@@ -25,6 +26,7 @@ AttentionClient::AttentionClient(ClientOptions options) : options_(std::move(opt
   stub_ = v1::AttentionService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
   control_ = v1::ModelControlService::NewStub(channel_);
+  oip_ = inference::GRPCInferenceService::NewStub(channel_);
 }
 
 void AttentionClient::PrepareAdmin(grpc::ClientContext* context,
@@ -110,6 +112,15 @@ StatusOr<v1::ForwardResponse> AttentionClient::ForwardRaw(
     std::string* request_id) {
   grpc::ClientContext context;
   Prepare(&context, timeout, request_id ? *request_id : "");
+  if (options_.protocol == WireProtocol::kOip) {
+    auto infer = ToModelInferRequest(request);
+    if (!infer.ok()) return infer.status();
+    inference::ModelInferResponse answer;
+    const grpc::Status s = oip_->ModelInfer(&context, *infer, &answer);
+    if (request_id) *request_id = InitialMetadata(context, "x-request-id");
+    if (!s.ok()) return codec::FromGrpcStatus(s);
+    return FromModelInferResponse(answer);
+  }
   v1::ForwardResponse response;
   const grpc::Status s = stub_->Forward(&context, request, &response);
   if (request_id) *request_id = InitialMetadata(context, "x-request-id");

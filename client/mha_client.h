@@ -17,10 +17,15 @@
 #include "channel.h"
 #include "credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "mha/status.h"
 #include "mha/v1/attention.grpc.pb.h"
 
 namespace mha::client {
+
+// Which API Forward calls go through: mha.v1.AttentionService/Forward, or the Open Inference
+// Protocol's inference.GRPCInferenceService/ModelInfer (same server port; oip_translate.h).
+enum class WireProtocol { kNative, kOip };
 
 struct ClientOptions {
   std::string target = "localhost:8500";     // or several: see channel.h
@@ -30,6 +35,8 @@ struct ClientOptions {
   // Sent as "authorization: Bearer <token>" on the model control calls (the server's
   // --admin-token-file); "" = none. Never sent on inference calls.
   std::string admin_token{};
+  // ForwardRaw and the load generator; every other call is mha.v1 (or grpc.health.v1).
+  WireProtocol protocol = WireProtocol::kNative;
 };
 
 class AttentionClient {
@@ -46,6 +53,7 @@ class AttentionClient {
                                                            const std::string& version = "");
 
   // The raw call, for callers that build requests themselves. `request_id` receives the echo.
+  // With options.protocol kOip it goes through ModelInfer and is translated back.
   StatusOr<v1::ForwardResponse> ForwardRaw(const v1::ForwardRequest& request,
                                            std::optional<std::chrono::milliseconds> timeout = {},
                                            std::string* request_id = nullptr);
@@ -92,6 +100,7 @@ class AttentionClient {
   std::unique_ptr<v1::AttentionService::Stub> stub_;
   std::unique_ptr<v1::ModelControlService::Stub> control_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> oip_;
 };
 
 }  // namespace mha::client

@@ -12,6 +12,7 @@
 #include "mha/options.h"
 #include "mha/status.h"
 #include "serving/clock.h"
+#include "serving/protocol.h"
 
 namespace mha::serve {
 
@@ -30,6 +31,7 @@ struct InferenceRequest {
   // false: ServerCore does not count this request's outcome in mha_requests_total; the front end
   // does (InferenceServer::RecordOutcome), e.g. only once the answer has been written.
   bool count_outcome = true;
+  Protocol protocol = Protocol::kNative;  // the front end's: mha_protocol_requests_total
 };
 
 struct InferenceResponse {

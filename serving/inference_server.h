@@ -31,7 +31,7 @@ class InferenceServer {
   // requested
   // ("" = the default model); nullopt when the request could not even be read ("unknown").
   virtual void RecordOutcome(const std::optional<std::string>& model, const Status& status,
-                             Clock::time_point start) = 0;
+                             Clock::time_point start, Protocol protocol) = 0;
   // The models as they are now; never null.
   virtual std::shared_ptr<const ModelRepository> repository() const = 0;
   // Per version: name "" = every model, version "" = every version of it. NOT_FOUND for an

@@ -74,8 +74,10 @@ void RecordStats(VersionStats* stats, bool ok, int64_t rows, int64_t queue_us, i
 }
 
 // A scheduler's answer: the request's metrics on its handle, then the front end's `done`.
+// `count_as`: the protocol to count the outcome under; nullopt = the front end counts it.
 void Complete(const ModelHandle& handle, DType output_dtype, Clock::time_point start,
-              bool count_outcome, int64_t rows, InferenceResult result, const InferDone& done) {
+              std::optional<Protocol> count_as, int64_t rows, InferenceResult result,
+              const InferDone& done) {
   ModelMetrics& m = *handle.metrics;
   const bool computed = result.status.ok() || result.compute_us > 0;
   const bool refused = result.status.code() == StatusCode::kResourceExhausted ||
@@ -83,8 +85,9 @@ void Complete(const ModelHandle& handle, DType output_dtype, Clock::time_point s
   if (!refused || computed) m.RecordQueue(result.queue_us * 1e-6);
   if (computed) m.RecordCompute(result.compute_us * 1e-6);
   m.AddInflight(-1);
-  if (count_outcome)
-    m.RecordRequest(result.status.code(), MicrosBetween(start, Clock::now()) * 1e-6);
+  if (count_as) {
+    m.RecordRequest(result.status.code(), MicrosBetween(start, Clock::now()) * 1e-6, *count_as);
+  }
   RecordStats(&m.stats, result.status.ok(), rows, result.queue_us, result.compute_us);
   InferenceResponse response;
   response.status = std::move(result.status);
@@ -300,10 +303,10 @@ ModelMetrics* ServerCore::MetricsFor(const State* state, const std::string& requ
 }
 
 void ServerCore::RecordOutcome(const std::optional<std::string>& model, const Status& status,
-                               Clock::time_point start) {
+                               Clock::time_point start, Protocol protocol) {
   auto state = Current();
   MetricsFor(model ? state.get() : nullptr, model.value_or(""))
-      ->RecordRequest(status.code(), MicrosBetween(start, Clock::now()) * 1e-6);
+      ->RecordRequest(status.code(), MicrosBetween(start, Clock::now()) * 1e-6, protocol);
 }
 
 Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& request) const {
@@ -321,7 +324,8 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
   auto state = Current();
   auto refuse = [&](ModelMetrics* metrics, Status status, const std::string& model) {
     if (request.count_outcome) {
-      metrics->RecordRequest(status.code(), MicrosBetween(request.start, Clock::now()) * 1e-6);
+      metrics->RecordRequest(status.code(), MicrosBetween(request.start, Clock::now()) * 1e-6,
+                             request.protocol);
     }
     request.inputs = ForwardInputs();  // may borrow the wire message: drop before answering
     InferenceResponse response;
@@ -356,13 +360,14 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
   task.request_id = request.request_id;
   const DType output_dtype = request.output_dtype.value_or(task.model->options().dtype);
   const Clock::time_point start = request.start;
-  const bool count_outcome = request.count_outcome;
+  const std::optional<Protocol> count_as =
+      request.count_outcome ? std::optional<Protocol>(request.protocol) : std::nullopt;
   handle->metrics->AddInflight(1);
   ModelRunner* scheduler = handle->scheduler.get();
   scheduler->Submit(
-      std::move(task), [handle = std::move(handle), output_dtype, start, count_outcome, rows,
+      std::move(task), [handle = std::move(handle), output_dtype, start, count_as, rows,
                         done = std::move(done)](InferenceResult result) {
-        Complete(*handle, output_dtype, start, count_outcome, rows, std::move(result), done);
+        Complete(*handle, output_dtype, start, count_as, rows, std::move(result), done);
       });
 }
 

@@ -84,7 +84,7 @@ class ServerCore final : public InferenceServer, public ModelController {
   // A request a front end refused before Infer (undecodable message, too big): counted in
   // mha_requests_total like the others. `model` is the name the request gave.
   void RecordOutcome(const std::optional<std::string>& model, const Status& status,
-                     Clock::time_point start) override;
+                     Clock::time_point start, Protocol protocol) override;
 
   // The models as they are now (LOADING entries while loading). Never null after Create.
   std::shared_ptr<const ModelRepository> repository() const override;

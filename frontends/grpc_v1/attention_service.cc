@@ -43,13 +43,13 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerCont
   if (!ParseRawMessage(*request_bytes, &call->request)) {
     const Status status = InvalidArgument("request is not a valid mha.v1.ForwardRequest (" +
                                           std::to_string(request_bytes->Length()) + " bytes)");
-    core_->RecordOutcome(std::nullopt, status, log.start);
+    core_->RecordOutcome(std::nullopt, status, log.start, Protocol::kNative);
     FinishCall(reactor, log, status);
     return reactor;
   }
   auto decoded = DecodeCall(call->request, options_, /*borrow=*/true, context, log);
   if (!decoded.ok()) {
-    core_->RecordOutcome(call->request.model(), decoded.status(), log.start);
+    core_->RecordOutcome(call->request.model(), decoded.status(), log.start, Protocol::kNative);
     FinishCall(reactor, log, decoded.status());
     return reactor;
   }

@@ -1,86 +1,30 @@
 #include "frontends/grpc_v1/model_control_service.h"
 
-#include <fstream>
 #include <utility>
 
+#include "frontends/grpc_v1/admin_auth.h"
 #include "frontends/grpc_v1/forward_request.h"
 #include "frontends/grpc_v1/request_log.h"
+#include "frontends/raw_call.h"
 #include "wire/status_convert.h"
 
 namespace mha::serve {
-namespace {
-
-constexpr char kAuthorization[] = "authorization";
-constexpr char kBearer[] = "Bearer ";
-
-// Compares in time independent of where the strings differ.
-bool SameToken(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  }
-  return diff == 0;
-}
-
-void Finish(grpc::ServerUnaryReactor* reactor, const RequestLog& log, const Status& status,
-            const std::string& detail) {
-  LogOutcome(log, status, detail);
-  reactor->Finish(codec::ToGrpcStatus(status));
-}
-
-std::string Trim(const std::string& s) {
-  const size_t first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
-}
-
-}  // namespace
-
-StatusOr<std::string> ReadAdminToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("--admin-token-file " + path + ": cannot open");
-  std::string line;
-  std::getline(in, line);
-  line = Trim(line);
-  if (line.empty()) return InvalidArgument("--admin-token-file " + path + ": the token is empty");
-  return line;
-}
-
 ModelControlServiceImpl::ModelControlServiceImpl(ModelController* controller,
                                                  std::string admin_token)
     : controller_(controller), admin_token_(std::move(admin_token)) {}
-
-Status ModelControlServiceImpl::Authorize(const grpc::CallbackServerContext& context) const {
-  if (admin_token_.empty()) return Status::Ok();
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kAuthorization);
-  if (it == metadata.end()) {
-    return Unauthenticated(
-        "model control needs 'authorization: Bearer <token>' metadata (--admin-token-file is "
-        "set)");
-  }
-  const std::string value(it->second.data(), it->second.size());
-  if (value.rfind(kBearer, 0) != 0) {
-    return Unauthenticated("authorization metadata must be 'Bearer <token>'");
-  }
-  if (!SameToken(value.substr(sizeof(kBearer) - 1), admin_token_)) {
-    return PermissionDenied("the admin token does not match --admin-token-file");
-  }
-  return Status::Ok();
-}
 
 grpc::ServerUnaryReactor* ModelControlServiceImpl::LoadModel(grpc::CallbackServerContext* context,
                                                              const v1::LoadModelRequest* request,
                                                              v1::LoadModelResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RequestLog log = StartRequest(context, "LoadModel");
-  if (Status denied = Authorize(*context); !denied.ok()) {
-    Finish(reactor, log, denied, "");
+  if (Status denied = AuthorizeAdmin(*context, admin_token_); !denied.ok()) {
+    FinishCall(reactor, log, denied, "");
     return reactor;
   }
   const std::string detail = "model=" + request->name().substr(0, 128);
   controller_->LoadModel(request->name(), [reactor, log, detail](Status status) {
-    Finish(reactor, log, status, detail);
+    FinishCall(reactor, log, status, detail);
   });
   return reactor;
 }
@@ -90,13 +34,13 @@ grpc::ServerUnaryReactor* ModelControlServiceImpl::UnloadModel(
     v1::UnloadModelResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RequestLog log = StartRequest(context, "UnloadModel");
-  if (Status denied = Authorize(*context); !denied.ok()) {
-    Finish(reactor, log, denied, "");
+  if (Status denied = AuthorizeAdmin(*context, admin_token_); !denied.ok()) {
+    FinishCall(reactor, log, denied, "");
     return reactor;
   }
   const std::string detail = "model=" + request->name().substr(0, 128);
   controller_->UnloadModel(request->name(), [reactor, log, detail](Status status) {
-    Finish(reactor, log, status, detail);
+    FinishCall(reactor, log, status, detail);
   });
   return reactor;
 }
@@ -106,7 +50,7 @@ grpc::ServerUnaryReactor* ModelControlServiceImpl::RepositoryIndex(
     v1::RepositoryIndexResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RequestLog log = StartRequest(context, "RepositoryIndex");
-  Status status = Authorize(*context);
+  Status status = AuthorizeAdmin(*context, admin_token_);
   if (status.ok()) {
     auto index = controller_->RepositoryIndex();
     status = index.status();
@@ -118,7 +62,7 @@ grpc::ServerUnaryReactor* ModelControlServiceImpl::RepositoryIndex(
       row->set_reason(e.reason);
     }
   }
-  Finish(reactor, log, status, "");
+  FinishCall(reactor, log, status, "");
   return reactor;
 }
 

@@ -1,7 +1,6 @@
 // mha.v1.ModelControlService on gRPC's callback API: LoadModel, UnloadModel, RepositoryIndex,
-// translated to serving/model_controller.h. Optionally guarded by an admin token: with one set,
-// each call needs "authorization: Bearer <token>" metadata (UNAUTHENTICATED without it,
-// PERMISSION_DENIED with another token). Load and unload answer when done, from the core's
+// translated to serving/model_controller.h. Optionally guarded by an admin token
+// (admin_auth.h). Load and unload answer when done, from the core's
 // lifecycle thread: no gRPC thread waits.
 #pragma once
 
@@ -28,14 +27,8 @@ class ModelControlServiceImpl final : public v1::ModelControlService::CallbackSe
                                             v1::RepositoryIndexResponse* response) override;
 
  private:
-  Status Authorize(const grpc::CallbackServerContext& context) const;
-
   ModelController* const controller_;
   const std::string admin_token_;
 };
-
-// Reads the admin token: the file's first line, surrounding whitespace removed. Errors name the
-// file: unreadable, or empty.
-StatusOr<std::string> ReadAdminToken(const std::string& path);
 
 }  // namespace mha::serve

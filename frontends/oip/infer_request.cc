@@ -229,7 +229,12 @@ StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& 
   InferCall call;
   call.request.model = r.model_name();
   call.id = r.id();
-  call.model_version = r.model_version();
+  if (r.model_version().size() > 64) {
+    return InvalidArgument("model_version: " + std::to_string(r.model_version().size()) +
+                           " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
+  }
+  call.request.model_version = r.model_version();
+  call.request.protocol = Protocol::kOip;
   ForwardInputs& in = call.request.inputs;
   MHA_RETURN_IF_ERROR(DecodeInputs(r, options.borrow, &in));
   auto is_causal = BoolParameter(r, kIsCausal);

@@ -53,7 +53,6 @@ struct InferCall {
   InferenceRequest request;
   std::vector<OutputTensor> outputs;  // the response's outputs, in this order
   std::string id;                     // echoed in the response
-  std::string model_version;          // requested; "" = whichever the server serves
 };
 
 struct DecodeOptions {

@@ -1,11 +1,19 @@
-// ModelStreamInfer (Triton's streaming extension) as a bidi reactor: one request at a time in
-// arrival order (read -> ServerCore::Infer -> write -> read the next), so answers come back in
-// request order and at most one gRPC operation is outstanding at any time. A request that fails
-// does not end the stream: its answer carries error_message ("CODE: message", the same message as
-// ModelInfer) and infer_response.id; the stream ends OK when the client half-closes, CANCELLED
-// when a write fails. Every request is counted once, by ServerCore or by RecordOutcome here.
-// Not pipelined yet: a stream gets one forward pass at a time (the batcher still merges streams).
+// ModelStreamInfer (Triton's streaming extension) as a bidi reactor, pipelined like mha.v1
+// ForwardStream: up to `stream_window` requests of one stream are decoded and in the core at once
+// (the next one is read while earlier ones compute), and the answers are written strictly in
+// request order. A request that fails does not end the stream: its answer carries error_message
+// ("CODE: message", the same message as ModelInfer) and infer_response.id/model_name; the stream
+// ends OK when the client half-closes and every answer is written, CANCELLED when a write fails or
+// the call is cancelled. Every request is counted once, by ServerCore or by RecordOutcome here.
+// Finish is the last thing a method does, after unlocking, once no core callback is outstanding,
+// so OnDone can delete the reactor safely.
 #pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 
 #include "frontends/grpc_v1/request_log.h"
 #include "frontends/oip/inference_service.h"
@@ -23,23 +31,46 @@ class InferStreamReactor final
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
-  void OnDone() override { delete this; }
+  void OnCancel() override;
+  void OnDone() override;
 
  private:
-  void Answer(InferenceResponse result, const std::vector<OutputTensor>& outputs);
-  void AnswerError(const Status& status);
-  void FinishStream(const Status& status);
+  using Response = inference::ModelStreamInferResponse;
+  // Decodes request `index` and submits it; its answer arrives through OnAnswer.
+  void Submit(int64_t index, std::shared_ptr<inference::ModelInferRequest> request);
+  void OnAnswer(int64_t index, std::unique_ptr<Response> response);
+  // Each returns with mu_ held; they start reads and writes.
+  void MaybeStartReadLocked();
+  void MaybeWriteLocked();
+  // The final status when the stream should finish now (sets finishing_); the caller calls
+  // FinishNow with it after unlocking, as its last statement.
+  std::optional<Status> ShouldFinishLocked();
+  void FinishNow(const Status& status);
 
   InferenceServer* const core_;
   const OipFrontendOptions options_;
   grpc::CallbackServerContext* const context_;
   const RequestLog log_;
-  // Owned by the one request in progress: the decoded tensors borrow request_'s bytes, and the
-  // next read starts only after its answer is written.
-  inference::ModelInferRequest request_;
-  inference::ModelStreamInferResponse response_;
-  int64_t index_ = 0;  // of the request in progress
+
+  std::mutex mu_;
+  // The outstanding read's message. Each request keeps its own message until answered: the
+  // decoded tensors borrow its bytes.
+  std::shared_ptr<inference::ModelInferRequest> read_buffer_;
+  bool reading_ = false;      // a StartRead is outstanding
+  bool read_closed_ = false;  // the client half-closed
+  bool broken_ = false;       // a write failed or the call was cancelled
+  bool finishing_ = false;
+  int64_t next_read_index_ = 0;
+  int64_t next_write_index_ = 0;
+  int in_flight_ = 0;  // read, answer not back yet
+  std::map<int64_t, std::unique_ptr<Response>> ready_;
+  std::unique_ptr<Response> writing_;  // the outstanding write
   int64_t answered_ = 0;
 };
+
+// The stream answer for a request that failed: error_message "CODE: message", the request's id
+// and model name.
+std::unique_ptr<inference::ModelStreamInferResponse> StreamError(
+    const inference::ModelInferRequest& request, const Status& status);
 
 }  // namespace mha::serve::oip

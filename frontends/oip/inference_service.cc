@@ -31,18 +31,10 @@ bool RepositoryReady(const ModelRepository& repository) {
 
 }  // namespace
 
-Status CheckVersion(const ModelEntry& entry, const std::string& version) {
-  if (version.empty() || entry.version == version) return Status::Ok();
-  return NotFound("model '" + entry.name + "' has no version '" + Abbreviate(version) +
-                  "' (it serves version " + entry.version + ")");
-}
-
 StatusOr<std::shared_ptr<const ModelEntry>> ResolveVersion(const ModelRepository& repository,
                                                            const std::string& name,
                                                            const std::string& version) {
-  auto entry = repository.Resolve(name);
-  if (entry.ok()) MHA_RETURN_IF_ERROR(CheckVersion(*entry.value(), version));
-  return entry;
+  return repository.Resolve(name, version);
 }
 
 StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
@@ -53,12 +45,6 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
   decode.borrow = true;
   auto decoded = DecodeModelInferRequest(request, decode);
   if (!decoded.ok()) return decoded.status();
-  if (!decoded->model_version.empty()) {
-    // Only another version is refused here; a model that does not resolve is left to Infer,
-    // which words (and counts) the error as for mha.v1.
-    auto entry = core.repository()->Resolve(decoded->request.model);
-    if (entry.ok()) MHA_RETURN_IF_ERROR(CheckVersion(*entry.value(), decoded->model_version));
-  }
   decoded->request.start = log.start;
   decoded->request.deadline = SteadyDeadline(context);
   decoded->request.is_cancelled = [context] { return context->IsCancelled(); };
@@ -137,13 +123,13 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
   if (!ParseRawMessage(*request_bytes, &call->request)) {
     const Status status = InvalidArgument("request is not a valid inference.ModelInferRequest (" +
                                           std::to_string(request_bytes->Length()) + " bytes)");
-    core_->RecordOutcome(std::nullopt, status, log.start);
+    core_->RecordOutcome(std::nullopt, status, log.start, Protocol::kOip);
     FinishCall(reactor, log, status);
     return reactor;
   }
   auto decoded = DecodeCall(call->request, options_, *core_, context, log);
   if (!decoded.ok()) {
-    core_->RecordOutcome(call->request.model_name(), decoded.status(), log.start);
+    core_->RecordOutcome(call->request.model_name(), decoded.status(), log.start, Protocol::kOip);
     FinishCall(reactor, log, decoded.status());
     return reactor;
   }
@@ -206,42 +192,6 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
                         response->add_model_stats());
   }
   FinishCall(reactor, log, Status::Ok());
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryIndex(
-    grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
-    inference::RepositoryIndexResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "RepositoryIndex");
-  // One repository: repository_name is not checked.
-  for (const auto& entry : core_->repository()->entries()) {
-    if (request->ready() && entry->state != ModelState::kReady) continue;
-    FillModelIndex(*entry, response->add_models());
-  }
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryModelLoad(
-    grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
-    inference::RepositoryModelLoadResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "RepositoryModelLoad");
-  FinishCall(reactor, log,
-             FailedPrecondition("RepositoryModelLoad: models cannot be loaded on request yet; "
-                                "the server loads every model of --model-repository at startup"));
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryModelUnload(
-    grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
-    inference::RepositoryModelUnloadResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "RepositoryModelUnload");
-  FinishCall(reactor, log,
-             FailedPrecondition("RepositoryModelUnload: models cannot be unloaded on request "
-                                "yet; the server serves every model it loaded at startup"));
   return reactor;
 }
 

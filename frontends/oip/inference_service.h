@@ -5,8 +5,9 @@
 // and map the status (wire/status_convert). No handler blocks a gRPC thread.
 //
 // Served: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer,
-// ModelStreamInfer (infer_stream.h), ModelConfig, ModelStatistics, RepositoryIndex;
-// RepositoryModelLoad/Unload answer FAILED_PRECONDITION (models are loaded at startup). gRPC
+// ModelStreamInfer (infer_stream.h), ModelConfig, ModelStatistics, and the model repository
+// extension RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload (repository_rpcs.cc: the
+// model lifecycle's LoadModel / UnloadModel, guarded by the same admin token). gRPC
 // itself answers UNIMPLEMENTED for the RPCs of the specification that the proto leaves out
 // (shared memory, TraceSetting, LogSettings).
 #pragma once
@@ -21,6 +22,7 @@
 #include "frontends/oip/model_statistics.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "serving/inference_server.h"
+#include "serving/model_controller.h"
 
 namespace mha::serve::oip {
 
@@ -33,6 +35,10 @@ struct OipFrontendOptions {
   std::function<bool()> server_ready;
   std::string server_version;  // ServerMetadata.version ("" = the build's version)
   Metrics* metrics = nullptr;  // ModelStatistics reads it (not owned); null = UNIMPLEMENTED
+  // The repository extension's load / unload / index (not owned); null = FAILED_PRECONDITION.
+  ModelController* controller = nullptr;
+  std::string admin_token;  // "" = the repository calls need no token (admin_auth.h)
+  int stream_window = 4;    // ModelStreamInfer: requests of one stream in flight at once
 };
 
 // ModelInfer is registered raw (bytes in, bytes out), as mha.v1 Forward, so that a request that
@@ -92,12 +98,8 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
                                const OipFrontendOptions& options, const InferenceServer& core,
                                grpc::CallbackServerContext* context, const RequestLog& log);
 
-// NOT_FOUND unless `version` is "" or the entry's version.
-Status CheckVersion(const ModelEntry& entry, const std::string& version);
-
-// The READY entry of `name` ("" = the default model) at `version` ("" = the one served):
-// ModelRepository::Resolve's NOT_FOUND / UNAVAILABLE / FAILED_PRECONDITION, or NOT_FOUND for
-// another version.
+// The READY entry of `name` ("" = the default model) at `version` ("" = the newest READY one):
+// ModelRepository::Resolve's NOT_FOUND / UNAVAILABLE / FAILED_PRECONDITION.
 StatusOr<std::shared_ptr<const ModelEntry>> ResolveVersion(const ModelRepository& repository,
                                                            const std::string& name,
                                                            const std::string& version);

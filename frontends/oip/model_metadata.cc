@@ -137,21 +137,28 @@ void FillModelConfig(const ModelEntry& entry, const SchedulingDefaults& scheduli
   FillParameters(entry, out);
 }
 
-void FillModelIndex(const ModelEntry& entry, inference::RepositoryIndexResponse::ModelIndex* out) {
+void FillModelIndex(const IndexEntry& entry, inference::RepositoryIndexResponse::ModelIndex* out) {
   out->set_name(entry.name);
   out->set_version(entry.version);
-  switch (entry.state) {
+  out->set_reason(entry.reason);
+  if (!entry.state) {  // a model folder that is not loaded
+    out->set_state("UNAVAILABLE");
+    return;
+  }
+  switch (*entry.state) {
     case ModelState::kReady:
       out->set_state("READY");
       break;
     case ModelState::kLoading:
       out->set_state("LOADING");
       break;
+    case ModelState::kUnloading:
+      out->set_state("UNLOADING");
+      break;
     case ModelState::kFailed:
       out->set_state("UNAVAILABLE");
       break;
   }
-  out->set_reason(entry.error);
 }
 
 }  // namespace mha::serve::oip

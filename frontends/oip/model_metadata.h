@@ -13,6 +13,7 @@
 
 #include "inference/grpc_service.pb.h"
 #include "inference/model_config.pb.h"
+#include "serving/model_controller.h"
 #include "serving/repository/model_repository.h"
 #include "serving/scheduling/direct_runner.h"
 #include "serving/scheduling/dynamic_batcher.h"
@@ -34,7 +35,8 @@ void FillModelMetadata(const ModelEntry& entry, inference::ModelMetadataResponse
 void FillModelConfig(const ModelEntry& entry, const SchedulingDefaults& scheduling,
                      inference::ModelConfig* out);
 
-// Any state: READY, LOADING or UNAVAILABLE (FAILED, with the error as the reason).
-void FillModelIndex(const ModelEntry& entry, inference::RepositoryIndexResponse::ModelIndex* out);
+// Triton's state words: READY, LOADING, UNLOADING, or UNAVAILABLE (FAILED, with the error as the
+// reason; or a model folder that is not loaded, reason "not loaded").
+void FillModelIndex(const IndexEntry& entry, inference::RepositoryIndexResponse::ModelIndex* out);
 
 }  // namespace mha::serve::oip

@@ -111,7 +111,11 @@ Metrics::Metrics(const BuildInfo& build_info)
                               "Model versions unloaded (after their requests were answered)",
                               *registry_)),
       build_info_(Register(prometheus::BuildGauge(), "mha_build_info",
-                           "Always 1; the labels describe the build", *registry_)) {
+                           "Always 1; the labels describe the build", *registry_)),
+      protocol_requests_(Register(prometheus::BuildCounter(), "mha_protocol_requests_total",
+                                  "Forward calls answered, by front end (mha.v1, oip) and code",
+                                  *registry_)),
+      protocols_(&protocol_requests_) {
   build_info_
       .Add({{"version", build_info.version},
             {"torch_version", build_info.torch_version},
@@ -120,10 +124,29 @@ Metrics::Metrics(const BuildInfo& build_info)
 }
 
 ModelMetrics::ModelMetrics(const std::string& model_name,
-                           prometheus::Family<prometheus::Counter>* requests)
-    : model(model_name), requests_(requests) {}
+                           prometheus::Family<prometheus::Counter>* requests,
+                           ProtocolCounters* protocols)
+    : model(model_name), requests_(requests), protocols_(protocols) {}
 
-void ModelMetrics::RecordRequest(StatusCode code, double seconds) {
+void ProtocolCounters::Record(Protocol protocol, StatusCode code) {
+  const int c = static_cast<int>(code);
+  const prometheus::Labels labels{{"protocol", ProtocolName(protocol)},
+                                  {"code", StatusCodeName(code)}};
+  if (c < 0 || c >= kStatusCodeCount) {
+    family_->Add(labels).Increment();
+    return;
+  }
+  auto& slot = counters_[static_cast<size_t>(protocol) * kStatusCodeCount + c];
+  prometheus::Counter* counter = slot.load(std::memory_order_acquire);
+  if (!counter) {
+    counter = &family_->Add(labels);  // thread-safe; the same counter for the same labels
+    slot.store(counter, std::memory_order_release);
+  }
+  counter->Increment();
+}
+
+void ModelMetrics::RecordRequest(StatusCode code, double seconds, Protocol protocol) {
+  if (protocols_ != nullptr) protocols_->Record(protocol, code);
   const int index = static_cast<int>(code);
   prometheus::Counter* counter = nullptr;
   if (index >= 0 && index < kCodes) {
@@ -177,7 +200,7 @@ ModelMetrics* Metrics::ForModel(const std::string& model) {
   auto it = series_.find(model);
   if (it != series_.end()) return it->second.get();
   const prometheus::Labels labels{{"model", model}};
-  auto s = std::make_unique<ModelMetrics>(model, &requests_);
+  auto s = std::make_unique<ModelMetrics>(model, &requests_, &protocols_);
   s->request_duration = &request_duration_.Add(labels, DurationBuckets());
   s->queue_duration = &queue_duration_.Add(labels, DurationBuckets());
   s->compute_duration = &compute_duration_.Add(labels, DurationBuckets());
@@ -197,7 +220,7 @@ ModelMetrics* Metrics::ForVersion(const std::string& model, const std::string& v
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = versions_[{model, version}];
   if (slot) return slot.get();
-  slot = std::make_unique<ModelMetrics>(model, &requests_);
+  slot = std::make_unique<ModelMetrics>(model, &requests_, &protocols_);
   slot->request_duration = shared->request_duration;
   slot->queue_duration = shared->queue_duration;
   slot->compute_duration = shared->compute_duration;

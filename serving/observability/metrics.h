@@ -2,6 +2,8 @@
 // family; handlers, runners and the batcher only call its recording methods. The family names
 // are a contract (dashboards and alerts are written against them):
 //   mha_requests_total{model,code}              counter, code = gRPC status name (OK, ...)
+//   mha_protocol_requests_total{protocol,code}  counter, the same requests by front end:
+//                                               protocol = mha.v1 or oip (serving/protocol.h)
 //   mha_request_duration_seconds{model}         histogram, whole call (handler start -> finish)
 //   mha_queue_duration_seconds{model}           histogram, enqueue -> forward pass start
 //   mha_compute_duration_seconds{model}         histogram, the (batched) forward pass
@@ -39,6 +41,7 @@
 #include <vector>
 
 #include "mha/status.h"
+#include "serving/protocol.h"
 
 namespace mha::serve {
 
@@ -62,16 +65,29 @@ struct VersionStats {
   std::atomic<int64_t> last_inference_ms{0};  // Unix time of the last answer; 0 = none yet
 };
 
+// mha_protocol_requests_total's counters, one per protocol and code, made on first use.
+class ProtocolCounters {
+ public:
+  explicit ProtocolCounters(prometheus::Family<prometheus::Counter>* family) : family_(family) {}
+  void Record(Protocol protocol, StatusCode code);
+
+ private:
+  prometheus::Family<prometheus::Counter>* const family_;
+  std::array<std::atomic<prometheus::Counter*>, kProtocolCount * kStatusCodeCount> counters_{};
+};
+
 // The series of one model, looked up once (when the model's handle is made) and then used without
 // any lock: prometheus-cpp's metrics are atomic. Status-code counters are made on first use.
 class ModelMetrics {
  public:
-  ModelMetrics(const std::string& model, prometheus::Family<prometheus::Counter>* requests);
+  ModelMetrics(const std::string& model, prometheus::Family<prometheus::Counter>* requests,
+               ProtocolCounters* protocols = nullptr);
   ModelMetrics(const ModelMetrics&) = delete;
   ModelMetrics& operator=(const ModelMetrics&) = delete;
 
-  // One answered request: mha_requests_total{code} and mha_request_duration_seconds.
-  void RecordRequest(StatusCode code, double seconds);
+  // One answered request: mha_requests_total{code}, mha_request_duration_seconds and
+  // mha_protocol_requests_total{protocol,code}.
+  void RecordRequest(StatusCode code, double seconds, Protocol protocol = Protocol::kNative);
   void RecordQueue(double seconds) { queue_duration->Observe(seconds); }
   void RecordCompute(double seconds) { compute_duration->Observe(seconds); }
   // One forward pass of `requests` requests, `rows` batch rows in all.
@@ -107,6 +123,7 @@ class ModelMetrics {
  private:
   static constexpr int kCodes = kStatusCodeCount;
   prometheus::Family<prometheus::Counter>* const requests_;
+  ProtocolCounters* const protocols_;
   std::array<std::atomic<prometheus::Counter*>, kCodes> by_code_{};
   std::atomic<uint64_t> success_count_{0};
   std::atomic<uint64_t> success_ns_{0};
@@ -182,6 +199,8 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& model_load_duration_;
   prometheus::Family<prometheus::Counter>& model_unloads_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Counter>& protocol_requests_;
+  ProtocolCounters protocols_;
 
   std::mutex mu_;  // guards the maps only
   std::map<std::string, std::unique_ptr<ModelMetrics>> series_;

@@ -193,7 +193,7 @@ TEST(OipWireCompat, RawRequestFromSpecificationNumbersDecodesAsIntended) {
   auto call = DecodeModelInferRequest(parsed, DecodeOptions{});
   ASSERT_TRUE(call.ok()) << call.status().ToString();
   EXPECT_EQ(call->request.model, "enc");
-  EXPECT_EQ(call->model_version, "1");
+  EXPECT_EQ(call->request.model_version, "1");
   EXPECT_EQ(call->id, "req-7");
   const ForwardInputs& in = call->request.inputs;
   EXPECT_TRUE(at::equal(in.query, at::arange(1, 9, at::kFloat).reshape({1, 2, 4})));

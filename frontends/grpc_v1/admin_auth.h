@@ -1,0 +1,21 @@
+// The admin token of the model control calls (mha.v1.ModelControlService and the Open Inference
+// Protocol's repository extension): with a token set, a call needs "authorization: Bearer <token>"
+// metadata — UNAUTHENTICATED without it, PERMISSION_DENIED with another token.
+#pragma once
+
+#include <grpcpp/server_context.h>
+
+#include <string>
+
+#include "mha/status.h"
+
+namespace mha::serve {
+
+// OK when `token` is "" (no token needed) or the call carries it (compared in constant time).
+Status AuthorizeAdmin(const grpc::CallbackServerContext& context, const std::string& token);
+
+// Reads the admin token: the file's first line, surrounding whitespace removed. Errors name the
+// file: unreadable, or empty.
+StatusOr<std::string> ReadAdminToken(const std::string& path);
+
+}  // namespace mha::serve
