@@ -88,6 +88,13 @@ class GrpcInferenceServiceImpl final : public InferenceServiceBase {
       inference::RepositoryModelUnloadResponse* response) override;
 
  private:
+  using ControlAction = void (ModelController::*)(const std::string&, ModelController::Callback);
+  // A repository load / unload: the admin token, then `parameters` (their check), then `action`
+  // on the controller, answered when it calls back.
+  grpc::ServerUnaryReactor* ControlModel(grpc::CallbackServerContext* context, const char* rpc,
+                                         const std::string& model, Status parameters,
+                                         ControlAction action);
+
   InferenceServer* const core_;
   const OipFrontendOptions options_;
 };

@@ -72,38 +72,32 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryIndex(
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryModelLoad(
     grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "RepositoryModelLoad");
-  Status status = AuthorizeAdmin(*context, options_.admin_token);
-  if (status.ok()) status = CheckParameters(request->parameters(), nullptr);
-  if (status.ok() && options_.controller == nullptr) status = NoController("RepositoryModelLoad");
-  if (!status.ok()) {
-    FinishCall(reactor, log, status);
-    return reactor;
-  }
-  const std::string detail = "model=" + Abbreviate(request->model_name());
-  options_.controller->LoadModel(request->model_name(), [reactor, log, detail](Status done) {
-    FinishCall(reactor, log, done, detail);
-  });
-  return reactor;
+  return ControlModel(context, "RepositoryModelLoad", request->model_name(),
+                      CheckParameters(request->parameters(), nullptr), &ModelController::LoadModel);
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryModelUnload(
     grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse* response) {
+  return ControlModel(context, "RepositoryModelUnload", request->model_name(),
+                      CheckParameters(request->parameters(), "unload_dependents"),
+                      &ModelController::UnloadModel);
+}
+
+grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ControlModel(
+    grpc::CallbackServerContext* context, const char* rpc, const std::string& model,
+    Status parameters, ControlAction action) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "RepositoryModelUnload");
+  RequestLog log = StartRequest(context, rpc);
   Status status = AuthorizeAdmin(*context, options_.admin_token);
-  if (status.ok()) status = CheckParameters(request->parameters(), "unload_dependents");
-  if (status.ok() && options_.controller == nullptr) {
-    status = NoController("RepositoryModelUnload");
-  }
+  if (status.ok()) status = std::move(parameters);
+  if (status.ok() && options_.controller == nullptr) status = NoController(rpc);
   if (!status.ok()) {
     FinishCall(reactor, log, status);
     return reactor;
   }
-  const std::string detail = "model=" + Abbreviate(request->model_name());
-  options_.controller->UnloadModel(request->model_name(), [reactor, log, detail](Status done) {
+  const std::string detail = "model=" + Abbreviate(model);
+  (options_.controller->*action)(model, [reactor, log, detail](Status done) {
     FinishCall(reactor, log, done, detail);
   });
   return reactor;
