@@ -260,6 +260,10 @@ void Metrics::SetModelLoaded(const std::string& model, bool loaded) {
 void Metrics::RecordModelLoad(const std::string& model, bool ok, double seconds) {
   model_loads_.Add({{"model", model}, {"result", ok ? "success" : "failure"}}).Increment();
   model_load_duration_.Add({{"model", model}}, DurationBuckets()).Observe(seconds);
+  // Both outcomes and the unloads exist from the first load on, at 0 until they happen, so that
+  // rate() and increase() see them start (Prometheus' advice for counters with labels).
+  model_loads_.Add({{"model", model}, {"result", ok ? "failure" : "success"}});
+  model_unloads_.Add({{"model", model}});
 }
 
 void Metrics::RecordModelUnload(const std::string& model) {
