@@ -148,7 +148,7 @@ TEST(ModelVersions, FlatLayoutIsVersionOne) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-TEST(ModelVersions, WarmupRunsBeforeReadyAndABadWarmupKeyFailsTheModel) {
+TEST(ModelVersions, WarmupRunsBeforeReadyAndABadKeyOrAFailingPassFailsTheVersion) {
   TempDir repo;
   WriteText(
       repo.File("w/config.json"),
@@ -158,6 +158,10 @@ TEST(ModelVersions, WarmupRunsBeforeReadyAndABadWarmupKeyFailsTheModel) {
   AddVersion(repo.path(), "x", "1", "self_basic");
   WriteText(repo.File("y/config.json"), R"({"num_heads": 4, "warmup": [{"batch": 1, "sq": 4}]})");
   AddVersion(repo.path(), "y", "1", "self_basic");
+  // A valid warmup that this model cannot run: warmup passes are self-attention, and kdim/vdim
+  // differ from embed_dim here. The pass fails, and so does the version.
+  WriteText(repo.File("z/config.json"), R"({"num_heads": 4, "warmup": [{"batch": 1, "seq": 4}]})");
+  AddVersion(repo.path(), "z", "1", "kdim_vdim");
   ServerProcess server;
   ASSERT_TRUE(server.Start({"--model-repository", repo.path()}));
   client::TensorClient client({server.target(), std::chrono::seconds(60)});
@@ -169,6 +173,11 @@ TEST(ModelVersions, WarmupRunsBeforeReadyAndABadWarmupKeyFailsTheModel) {
       << x;
   const std::string y = VersionsOf(client, "y")["1"].error();
   EXPECT_NE(y.find("y/config.json warmup[0]: unknown key 'sq'"), std::string::npos) << y;
+  const v1::ModelInfo z = VersionsOf(client, "z")["1"];
+  EXPECT_EQ(z.state(), v1::FAILED);
+  EXPECT_NE(z.error().find("warmup[0] (batch 1, seq 4) failed: INVALID_ARGUMENT"), std::string::npos)
+      << z.error();
+  EXPECT_EQ(VersionsOf(client, "w")["1"].state(), v1::READY);  // the others still serve
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
