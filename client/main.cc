@@ -1,12 +1,14 @@
 // mha-client: command-line client for mha-server.
 //   mha-client [--target HOST:PORT] list | info MODEL | health [SERVICE] | forward ... | bench ...
 //   mha-client --protocol oip forward|bench ...   (the same through the Open Inference Protocol)
+//   mha-client analyze [MODEL] [--plot FILE.png]
 //   mha-client [--admin-token-file FILE] load MODEL | unload MODEL | index
 //   mha-client local-bench ...   (the same pass in this process, no server)
 #include <CLI/CLI.hpp>
 
 #include "client/cli/commands.h"
 #include "client/cli/control_commands.h"
+#include "client/cli/head_commands.h"
 #include "client/cli/tls_flags.h"
 
 int main(int argc, char** argv) {
@@ -38,11 +40,13 @@ int main(int argc, char** argv) {
   BenchCommand bench;
   LocalBenchCommand local;
   ControlCommands control;
+  AnalyzeCommand analyze;
   info.Add(app);
   control.Add(app);
   forward.Add(app);
   bench.Add(app);
   local.Add(app);
+  analyze.Add(app);
   CLI11_PARSE(app, argc, argv);
 
   client_options.timeout = std::chrono::milliseconds(timeout_ms);
@@ -59,6 +63,7 @@ int main(int argc, char** argv) {
   if (const int code = control.Run(client); code >= 0) return code;
   if (*forward.cmd) return forward.Run(client);
   if (*bench.cmd) return bench.Run(client, client_options.timeout);
+  if (*analyze.cmd) return analyze.Run(client);
   const int code = info.Run(client);
   return code < 0 ? 0 : code;
 }

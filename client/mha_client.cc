@@ -107,6 +107,19 @@ StatusOr<v1::ModelStatisticsResponse> AttentionClient::GetModelStatistics(
   return response;
 }
 
+StatusOr<v1::ModelAnalysis> AttentionClient::AnalyzeModel(const std::string& name,
+                                                          const std::string& version) {
+  grpc::ClientContext context;
+  Prepare(&context, std::nullopt);
+  v1::AnalyzeModelRequest request;
+  request.set_model(name);
+  request.set_version(version);
+  v1::ModelAnalysis response;
+  const grpc::Status s = stub_->AnalyzeModel(&context, request, &response);
+  if (!s.ok()) return codec::FromGrpcStatus(s);
+  return response;
+}
+
 StatusOr<v1::ForwardResponse> AttentionClient::ForwardRaw(
     const v1::ForwardRequest& request, std::optional<std::chrono::milliseconds> timeout,
     std::string* request_id) {

@@ -51,6 +51,9 @@ class AttentionClient {
   // name "" = every model, version "" = every version.
   StatusOr<v1::ModelStatisticsResponse> GetModelStatistics(const std::string& name = "",
                                                            const std::string& version = "");
+  // Seed 001's head analysis of one version ("" = the default model / newest READY version).
+  StatusOr<v1::ModelAnalysis> AnalyzeModel(const std::string& name = "",
+                                           const std::string& version = "");
 
   // The raw call, for callers that build requests themselves. `request_id` receives the echo.
   // With options.protocol kOip it goes through ModelInfer and is translated back.

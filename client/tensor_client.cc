@@ -14,6 +14,32 @@ Status Encode(const at::Tensor& t, const char* field, v1::Tensor* out) {
   return s;
 }
 
+v1::DataType WireFloatType(at::ScalarType type) {
+  return type == at::kHalf ? v1::FLOAT16 : type == at::kBFloat16 ? v1::BFLOAT16 : v1::FLOAT32;
+}
+
+Status EncodeHeadOptions(const ForwardInputs& in, v1::ForwardRequest* r) {
+  const WeightsSelection& s = in.weights_selection;
+  for (int64_t h : s.heads) r->add_weights_heads(h);
+  if (s.query_begin) r->set_weights_query_begin(*s.query_begin);
+  if (s.query_end) r->set_weights_query_end(*s.query_end);
+  r->set_weights_top_k(s.top_k);
+  if (s.topk_indices_int64) r->set_weights_topk_indices_dtype(v1::INT64);
+  if (in.weights_dtype) r->set_weights_dtype(WireFloatType(*in.weights_dtype));
+  r->set_head_stats(in.head_stats);
+  if (!in.head_mask.defined()) return Status::Ok();  // mutable_head_mask() would send an empty one
+  return Encode(in.head_mask, "head_mask", r->mutable_head_mask());
+}
+
+// `field` of the response decoded into *out when present.
+Status DecodeIfPresent(bool present, const v1::Tensor& t, const char* field, at::Tensor* out) {
+  if (!present) return Status::Ok();
+  auto decoded = codec::DecodeTensor(t, field);
+  if (!decoded.ok()) return Internal(decoded.status().message());
+  *out = std::move(decoded.value());
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<v1::ForwardRequest> MakeForwardRequest(const ForwardInputs& in,
@@ -35,6 +61,7 @@ StatusOr<v1::ForwardRequest> MakeForwardRequest(const ForwardInputs& in,
   r.set_need_weights(in.need_weights);
   r.set_average_attn_weights(options.average_attn_weights.value_or(in.average_attn_weights));
   r.set_output_dtype(options.output_dtype);
+  MHA_RETURN_IF_ERROR(EncodeHeadOptions(in, &r));
   return r;
 }
 
@@ -44,11 +71,19 @@ StatusOr<ForwardResult> ParseForwardResponse(const v1::ForwardResponse& response
   auto output = codec::DecodeTensor(response.output(), "output");
   if (!output.ok()) return Internal(output.status().message());
   result.output = std::move(output.value());
-  if (response.has_attn_weights()) {
-    auto weights = codec::DecodeTensor(response.attn_weights(), "attn_weights");
-    if (!weights.ok()) return Internal(weights.status().message());
-    result.attn_weights = std::move(weights.value());
-  }
+  const v1::ForwardResponse& r = response;
+  MHA_RETURN_IF_ERROR(DecodeIfPresent(r.has_attn_weights(), r.attn_weights(), "attn_weights",
+                                      &result.attn_weights));
+  MHA_RETURN_IF_ERROR(DecodeIfPresent(r.has_attn_weights_topk_values(),
+                                      r.attn_weights_topk_values(), "attn_weights_topk_values",
+                                      &result.topk_values));
+  MHA_RETURN_IF_ERROR(DecodeIfPresent(r.has_attn_weights_topk_indices(),
+                                      r.attn_weights_topk_indices(), "attn_weights_topk_indices",
+                                      &result.topk_indices));
+  MHA_RETURN_IF_ERROR(DecodeIfPresent(r.has_head_entropy(), r.head_entropy(), "head_entropy",
+                                      &result.head_entropy));
+  MHA_RETURN_IF_ERROR(DecodeIfPresent(r.has_head_max_weight(), r.head_max_weight(),
+                                      "head_max_weight", &result.head_max_weight));
   result.model = response.model();
   result.model_version = response.model_version();
   result.queue_us = response.queue_us();

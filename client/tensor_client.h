@@ -24,8 +24,10 @@ struct ForwardOptions {
 };
 
 struct ForwardResult {
-  at::Tensor output;        // [B, T, E]
-  at::Tensor attn_weights;  // undefined unless need_weights
+  at::Tensor output;                         // [B, T, E]
+  at::Tensor attn_weights;                   // undefined unless need_weights (and no top-k)
+  at::Tensor topk_values, topk_indices;      // weights_top_k > 0
+  at::Tensor head_entropy, head_max_weight;  // head_stats: [B, H, T]
   std::string model;
   std::string model_version;
   std::string request_id;  // echoed by the server (initial metadata)
@@ -33,7 +35,8 @@ struct ForwardResult {
   int64_t compute_us = 0;
 };
 
-// ForwardInputs (flags included: is_causal, need_weights, average_attn_weights) -> request.
+// ForwardInputs (flags included: is_causal, need_weights, average_attn_weights, the weights
+// selection, weights_dtype, head_stats, head_mask) -> request.
 // average_attn_weights is always sent explicitly; options.average_attn_weights overrides it.
 StatusOr<v1::ForwardRequest> MakeForwardRequest(const ForwardInputs& inputs,
                                                 const ForwardOptions& options);

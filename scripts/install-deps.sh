@@ -10,6 +10,7 @@ build_pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libtorch-dev libopenblas0-pthread libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libpng-dev
 )
 test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps python3-yaml)
 # kubectl (kustomize) for tests/deploy, unless one is installed already: dpkg refuses a second

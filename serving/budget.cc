@@ -4,6 +4,8 @@
 
 #include <limits>
 
+#include "mha/head_selection.h"
+
 namespace mha::serve {
 namespace {
 
@@ -40,22 +42,53 @@ int64_t PassWorkBytes(int64_t embed_dim, int64_t num_heads, int64_t extra_keys, 
   return Add(projections, scores);
 }
 
+namespace {
+
+// The bytes of the weights a request gets back (selection applied) and of what produces them.
+struct WeightsCost {
+  int64_t response = 0;  // encoded
+  int64_t work = 0;      // the selected copy in the compute dtype, head_mask's scaled copy
+};
+
+WeightsCost EstimateWeightsCost(const MhaOptions& o, int64_t compute, int64_t out,
+                                const ForwardInputs& in) {
+  const int64_t b = in.query.size(0), t = in.query.size(1);
+  const int64_t s = in.key.defined() ? in.key.size(1) : t, keys = Add(s, ExtraKeys(o));
+  WeightsCost cost;
+  if (in.head_mask.defined()) cost.work = Mul({b, o.num_heads, t, keys, compute});
+  if (in.head_stats) {  // [B, H, T] twice as float32, and one head's [B, T, S'] temporary
+    cost.response = Mul({2, b, o.num_heads, t, 4});
+    cost.work = Add(cost.work, Add(cost.response, Mul({b, t, keys, compute})));
+  }
+  if (!in.need_weights) return cost;
+  const SelectedShape shape = SelectedWeightsShape(in, o.num_heads, keys);
+  const int64_t values =
+      Mul({shape.batch, shape.heads > 0 ? shape.heads : 1, shape.rows, shape.columns});
+  const int64_t value_bytes = in.weights_dtype ? at::elementSize(*in.weights_dtype) : out;
+  int64_t bytes = Mul({values, value_bytes});
+  if (in.weights_selection.top_k > 0) {
+    bytes = Add(bytes, Mul({values, in.weights_selection.topk_indices_int64 ? 8 : 4}));
+  }
+  cost.response = Add(cost.response, bytes);
+  cost.work = Add(cost.work, Mul({values, compute}));
+  return cost;
+}
+
+}  // namespace
+
 PassCost EstimatePassCost(const MhaOptions& o, DType compute, DType output,
                           const ForwardInputs& in) {
   const int64_t b = in.query.size(0), t = in.query.size(1);
   const int64_t s = in.key.defined() ? in.key.size(1) : t;
-  const int64_t out = Bytes(output), keys = Add(s, ExtraKeys(o));  // S' columns of weights
   PassCost cost;
-  cost.response_bytes = Mul({b, t, o.embed_dim, out});
-  if (in.need_weights) {
-    const int64_t weights =
-        in.average_attn_weights ? Mul({b, t, keys, out}) : Mul({b, o.num_heads, t, keys, out});
-    cost.response_bytes = Add(cost.response_bytes, weights);
-  }
-  // The encoded response is built beside the tensors it copies.
+  cost.response_bytes = Mul({b, t, o.embed_dim, Bytes(output)});
+  const WeightsCost weights = EstimateWeightsCost(o, Bytes(compute), Bytes(output), in);
+  cost.response_bytes = Add(cost.response_bytes, weights.response);
+  // Scores, mask and probabilities (PassWorkBytes without weights), what the selection copies,
+  // and the encoded response built beside the tensors it copies.
   cost.work_bytes = Add(PassWorkBytes(o.embed_dim, o.num_heads, ExtraKeys(o), Bytes(compute), b, t,
-                                      s, in.need_weights),
-                        Mul({2, cost.response_bytes}));
+                                      s, /*need_weights=*/false),
+                        Add(weights.work, Mul({2, cost.response_bytes})));
   return cost;
 }
 
@@ -66,6 +99,10 @@ Status CheckPassCost(const PassCost& cost, const ForwardInputs& in, int64_t max_
     how = in.average_attn_weights
               ? "ask without need_weights, or " + how
               : "ask for averaged weights (average_attn_weights=true) or none, or " + how;
+    how =
+        "select fewer weights (weights_top_k, weights_heads, weights_query_begin/end, or "
+        "head_stats alone), " +
+        how;
   }
   if (cost.response_bytes > max_response_bytes) {
     return ResourceExhausted("the response would be " + std::to_string(cost.response_bytes) +

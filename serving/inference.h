@@ -40,6 +40,8 @@ struct InferenceResponse {
   std::string model;       // the model that answered ("" when none was resolved)
   std::string model_version;
   DType output_dtype = DType::kFloat32;  // the request's, else the model's
+  // The request's weights_dtype (the weights tensors already have it); unset = output_dtype.
+  std::optional<at::ScalarType> weights_dtype;
   int64_t queue_us = 0;
   int64_t compute_us = 0;
 };

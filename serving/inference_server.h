@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mha/head_analysis.h"
 #include "serving/inference.h"
 #include "serving/repository/model_repository.h"
 
@@ -18,6 +19,12 @@ struct VersionStatistics {
   int64_t inference_count = 0, execution_count = 0, success_count = 0, failure_count = 0;
   int64_t queue_ns = 0, compute_ns = 0;
   int64_t last_inference_ms = 0;  // Unix time; 0 = none yet
+};
+
+// AnalyzeModel's answer: the version that answered and its head analysis (shared, cached).
+struct ModelAnalysisResult {
+  std::string model, model_version;
+  std::shared_ptr<const HeadAnalysis> analysis;
 };
 
 class InferenceServer {
@@ -39,6 +46,12 @@ class InferenceServer {
   virtual StatusOr<std::vector<VersionStatistics>> Statistics(const std::string& name,
                                                               const std::string& version) {
     return Unimplemented("this server keeps no statistics");
+  }
+  // The head analysis of one loaded version (mha/head_analysis.h), computed on first use and
+  // cached for the version's lifetime. NOT_FOUND / UNAVAILABLE as Infer.
+  virtual StatusOr<ModelAnalysisResult> Analyze(const std::string& name,
+                                                const std::string& version) {
+    return Unimplemented("this server has no model analysis");
   }
 };
 

@@ -73,9 +73,14 @@ void RecordStats(VersionStats* stats, bool ok, int64_t rows, int64_t queue_us, i
                                  std::memory_order_relaxed);
 }
 
+struct ResponseDTypes {
+  DType output;
+  std::optional<at::ScalarType> weights;
+};
+
 // A scheduler's answer: the request's metrics on its handle, then the front end's `done`.
 // `count_as`: the protocol to count the outcome under; nullopt = the front end counts it.
-void Complete(const ModelHandle& handle, DType output_dtype, Clock::time_point start,
+void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_point start,
               std::optional<Protocol> count_as, int64_t rows, InferenceResult result,
               const InferDone& done) {
   ModelMetrics& m = *handle.metrics;
@@ -94,7 +99,8 @@ void Complete(const ModelHandle& handle, DType output_dtype, Clock::time_point s
   response.outputs = std::move(result.outputs);
   response.model = handle.entry->name;
   response.model_version = handle.entry->version;
-  response.output_dtype = output_dtype;
+  response.output_dtype = dtypes.output;
+  response.weights_dtype = dtypes.weights;
   response.queue_us = result.queue_us;
   response.compute_us = result.compute_us;
   done(std::move(response));
@@ -359,16 +365,18 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
   task.is_cancelled = std::move(request.is_cancelled);
   task.request_id = request.request_id;
   const DType output_dtype = request.output_dtype.value_or(task.model->options().dtype);
+  const std::optional<at::ScalarType> weights_dtype = task.inputs.weights_dtype;
   const Clock::time_point start = request.start;
   const std::optional<Protocol> count_as =
       request.count_outcome ? std::optional<Protocol>(request.protocol) : std::nullopt;
   handle->metrics->AddInflight(1);
   ModelRunner* scheduler = handle->scheduler.get();
-  scheduler->Submit(
-      std::move(task), [handle = std::move(handle), output_dtype, start, count_as, rows,
-                        done = std::move(done)](InferenceResult result) {
-        Complete(*handle, output_dtype, start, count_as, rows, std::move(result), done);
-      });
+  scheduler->Submit(std::move(task),
+                    [handle = std::move(handle), output_dtype, weights_dtype, start, count_as, rows,
+                     done = std::move(done)](InferenceResult result) {
+                      Complete(*handle, {output_dtype, weights_dtype}, start, count_as, rows,
+                               std::move(result), done);
+                    });
 }
 
 void ServerCore::Stop() {

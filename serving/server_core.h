@@ -51,6 +51,10 @@ struct ModelHandle {
   std::shared_ptr<const ModelEntry> entry;
   std::unique_ptr<ModelRunner> scheduler;  // null unless READY
   ModelMetrics* metrics = nullptr;
+  // AnalyzeModel's answer, computed once on first use (server_core_analysis.cc).
+  std::once_flag analysis_once;
+  std::shared_ptr<const HeadAnalysis> analysis;
+  Status analysis_status;
   ~ModelHandle();
 };
 
@@ -90,6 +94,8 @@ class ServerCore final : public InferenceServer, public ModelController {
   std::shared_ptr<const ModelRepository> repository() const override;
   StatusOr<std::vector<VersionStatistics>> Statistics(const std::string& name,
                                                       const std::string& version) override;
+  StatusOr<ModelAnalysisResult> Analyze(const std::string& name,
+                                        const std::string& version) override;
   Metrics* metrics() { return &metrics_; }
   const ServerCoreOptions& options() const { return options_; }
 

@@ -722,6 +722,11 @@ byte-identical on rerun). `--check` re-validates the existing files without rewr
     average_attn_weights and `expect` (embed_dim, num_heads, kdim, vdim, bias,
     add_bias_kv, add_zero_attn, format, layout, prefix) = what a loader must detect.
 * `bad/<name>/` -- broken weight files for error tests, see `bad/README.md`.
+* `heads/` -- head options and head analysis (docs/heads.md), by `tools/head_reference.py`:
+  `index.json`; per case `<name>.json` (requests: options and the expected tensors' names) and
+  `<name>.safetensors` (`<request>/<field>`: head_mask inputs, expected F32, top-k indices I64)
+  on the weights and inputs of `cases/<name>`; `analysis.json` (seed 001's
+  OutputProjectionAnalyzer in float64, per model case).
 
 Weight layouts (Linear weights are [out, in]):
 
@@ -883,10 +888,16 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     rmtree(os.path.join(args.out, "cases"))
     rmtree(os.path.join(args.out, "bad"))
+    rmtree(os.path.join(args.out, "heads"))
     gen_cases(args.out)
     gen_bad(args.out)
+    # Head options and head analysis (docs/heads.md), from the cases just written.
+    import head_reference
+    n_heads, n_requests = head_reference.gen_head_fixtures(args.out, sys.modules[__name__])
     write_text(os.path.join(args.out, "README.md"), README_TEXT)
     check(args.out)
+    print("head options: %d cases x %d requests, analysis of %d models (tools/head_reference.py)"
+          % (n_heads, n_requests, len(head_reference.ANALYSIS_CASES)))
     print("module float32 forward self-check passed on %d cases: %s"
           % (len(SELF_CHECKED), " ".join(SELF_CHECKED)))
     print("wrote %d cases + %d bad files to %s" % (len(CASES), len(BAD), args.out))

@@ -28,6 +28,10 @@ StatusOr<at::ScalarType> ToScalarType(int dtype) {
       return at::kBFloat16;
     case v1::BOOL:
       return at::kBool;
+    case v1::INT32:
+      return at::kInt;
+    case v1::INT64:
+      return at::kLong;
     default:
       break;
   }
@@ -44,11 +48,15 @@ StatusOr<v1::DataType> FromScalarType(at::ScalarType type) {
       return v1::BFLOAT16;
     case at::kBool:
       return v1::BOOL;
+    case at::kInt:
+      return v1::INT32;
+    case at::kLong:
+      return v1::INT64;
     default:
       break;
   }
   return InvalidArgument(std::string("tensor dtype ") + c10::toString(type) +
-                         " cannot be sent (float32, float16, bfloat16 or bool)");
+                         " cannot be sent (float32, float16, bfloat16, bool, int32 or int64)");
 }
 
 std::string Field(std::string_view field) { return std::string(field) + ": "; }
@@ -60,8 +68,7 @@ StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor, std::string_view fie
 }
 
 StatusOr<at::Tensor> DecodeTensorBytes(int dtype, const std::vector<int64_t>& shape,
-                                       std::string_view data, std::string_view field,
-                                       bool borrow) {
+                                       std::string_view data, std::string_view field, bool borrow) {
   if (!HostIsLittleEndian()) return Unimplemented("big-endian hosts are not supported");
   int64_t numel = 0;
   MHA_RETURN_IF_ERROR(CheckTensorBytes(dtype, shape, data.size(), field, &numel));
@@ -79,8 +86,7 @@ StatusOr<at::Tensor> DecodeTensorBytes(int dtype, const std::vector<int64_t>& sh
   try {
     const auto address = reinterpret_cast<uintptr_t>(data.data());
     if (borrow && address % alignof(std::max_align_t) == 0) {
-      return at::from_blob(const_cast<char*>(data.data()), shape,
-                           at::TensorOptions().dtype(*type));
+      return at::from_blob(const_cast<char*>(data.data()), shape, at::TensorOptions().dtype(*type));
     }
     at::Tensor out = at::empty(shape, at::TensorOptions().dtype(*type));
     if (!data.empty()) std::memcpy(out.data_ptr(), data.data(), data.size());

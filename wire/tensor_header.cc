@@ -19,6 +19,10 @@ std::string DataTypeName(int dtype) {
       return "bfloat16";
     case v1::BOOL:
       return "bool";
+    case v1::INT32:
+      return "int32";
+    case v1::INT64:
+      return "int64";
     default:
       return "dtype(" + std::to_string(dtype) + ")";
   }
@@ -33,6 +37,10 @@ size_t ElementSize(int dtype) {
       return 2;
     case v1::BOOL:
       return 1;
+    case v1::INT32:
+      return 4;
+    case v1::INT64:
+      return 8;
     default:
       return 0;
   }

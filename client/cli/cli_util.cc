@@ -8,6 +8,7 @@
 
 #include "client/tensor_client.h"
 #include "mha/loader.h"
+#include "mha/tensor_util.h"
 #include "wire/tensor_header.h"
 
 namespace mha::client::cli {
@@ -34,7 +35,60 @@ void AddShapeFlags(CLI::App* cmd, ShapeFlags* f) {
   cmd->add_option("-i,--input", f->input_file,
                   "Inputs from a safetensors file (query, key, value, key_padding_mask, attn_mask) "
                   "instead of random ones");
+  cmd->add_option("--heads", f->heads, "weights_heads: per-head weights of these heads, \"2,0\"");
+  cmd->add_option("--query-begin", f->query_begin, "weights_query_begin: first query row");
+  cmd->add_option("--query-end", f->query_end, "weights_query_end: one past the last row");
+  cmd->add_option("--top-k", f->top_k, "weights_top_k: the k largest weights per row");
+  cmd->add_flag("--topk-int64", f->topk_int64, "Top-k indices as INT64 (default INT32)");
+  cmd->add_option("--weights-dtype", f->weights_dtype, "weights_dtype: float16 or bfloat16");
+  cmd->add_flag("--head-stats", f->head_stats, "head_stats: entropy and max weight [B,H,T]");
+  cmd->add_option("--head-mask", f->head_mask, "head_mask [H], e.g. \"1,0,1,1\" (0 drops a head)");
 }
+
+namespace {
+
+// "2,0" -> {2, 0}; INVALID_ARGUMENT naming the flag.
+template <typename T>
+StatusOr<std::vector<T>> ParseList(const std::string& text, const char* flag) {
+  std::vector<T> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::stringstream one(item);
+    T v{};
+    if (!(one >> v) || !(one >> std::ws).eof()) {
+      return InvalidArgument(std::string(flag) + ": '" + text + "' is not a comma-separated list");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+Status SetHeadOptions(const ShapeFlags& f, ForwardInputs* in) {
+  auto heads = ParseList<int64_t>(f.heads, "--heads");
+  if (!heads.ok()) return heads.status();
+  WeightsSelection& s = in->weights_selection;
+  s.heads = *heads;
+  if (!s.heads.empty()) in->average_attn_weights = false;  // those heads' own weights
+  if (f.query_begin >= 0) s.query_begin = f.query_begin;
+  if (f.query_end >= 0) s.query_end = f.query_end;
+  s.top_k = f.top_k;
+  s.topk_indices_int64 = f.topk_int64;
+  if (!f.weights_dtype.empty()) {
+    auto dtype = ParseDType(f.weights_dtype);
+    if (!dtype.ok()) return dtype.status();
+    in->weights_dtype = ToScalarType(*dtype);
+  }
+  in->head_stats = f.head_stats;
+  if (!f.head_mask.empty()) {
+    auto mask = ParseList<float>(f.head_mask, "--head-mask");
+    if (!mask.ok()) return mask.status();
+    in->head_mask = at::tensor(*mask, at::kFloat);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 int Fail(const Status& status) {
   std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
@@ -70,6 +124,7 @@ StatusOr<v1::ForwardRequest> BuildRequest(AttentionClient& client, const ShapeFl
   in.is_causal = f.causal;
   in.need_weights = f.need_weights;
   in.average_attn_weights = !f.per_head;
+  MHA_RETURN_IF_ERROR(SetHeadOptions(f, &in));
   mha::client::ForwardOptions options;
   options.model = f.model;
   options.model_version = f.model_version;

@@ -20,6 +20,10 @@ struct ShapeFlags {
   std::string output_dtype;
   uint64_t seed = 0;
   std::string input_file;
+  // Head options (docs/heads.md); -1 = unset.
+  std::string heads, head_mask, weights_dtype;  // "2,0"; "1,0,0.5,1"; float16 | bfloat16
+  int64_t query_begin = -1, query_end = -1, top_k = 0;
+  bool topk_int64 = false, head_stats = false;
 };
 
 void AddShapeFlags(CLI::App* cmd, ShapeFlags* f);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "client/cli/head_commands.h"
 #include "client/tensor_client.h"
 #include "mha/loader.h"
 
@@ -46,6 +47,8 @@ void ForwardCommand::Add(CLI::App& app) {
   cmd = app.add_subcommand("forward", "One forward pass; prints shapes and stats");
   AddShapeFlags(cmd, &shape);
   cmd->add_option("-o,--output", output_file, "Write output (+attn_weights) as safetensors");
+  cmd->add_option("--plot", plot_file,
+                  "Draw the returned weights of batch row 0 as heatmaps, one panel per head (PNG)");
 }
 
 int ForwardCommand::Run(AttentionClient& client) {
@@ -63,10 +66,25 @@ int ForwardCommand::Run(AttentionClient& client) {
               result->model.c_str(), result->model_version.c_str(), request_id.c_str(), ms,
               result->queue_us / 1e3, result->compute_us / 1e3);
   PrintStats("output", result->output);
-  if (result->attn_weights.defined()) PrintStats("attn_weights", result->attn_weights);
+  const std::pair<const char*, const at::Tensor*> returned[] = {
+      {"attn_weights", &result->attn_weights},
+      {"attn_weights_topk_values", &result->topk_values},
+      {"attn_weights_topk_indices", &result->topk_indices},
+      {"head_entropy", &result->head_entropy},
+      {"head_max_weight", &result->head_max_weight}};
+  for (const auto& [name, tensor] : returned) {
+    if (tensor->defined()) PrintStats(name, *tensor);
+  }
+  PrintHeadStats(*result);
+  std::printf("response: %zu bytes\n", response->ByteSizeLong());
+  if (!plot_file.empty()) {
+    if (const Status s = PlotForward(*result, *request, plot_file); !s.ok()) return Fail(s);
+  }
   if (!output_file.empty()) {
     TensorMap tensors{{"output", result->output}};
-    if (result->attn_weights.defined()) tensors["attn_weights"] = result->attn_weights;
+    for (const auto& [name, tensor] : returned) {
+      if (tensor->defined()) tensors[name] = *tensor;
+    }
     const Status s = WriteSafetensors(output_file, tensors);
     if (!s.ok()) return Fail(s);
     std::printf("wrote %s\n", output_file.c_str());

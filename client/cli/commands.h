@@ -29,7 +29,7 @@ struct ForwardCommand {
 
   CLI::App* cmd = nullptr;
   ShapeFlags shape;
-  std::string output_file;
+  std::string output_file, plot_file;
 };
 
 struct BenchCommand {

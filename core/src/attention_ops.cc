@@ -18,12 +18,33 @@ at::Tensor combine_heads(const at::Tensor& x) {
   return x.transpose(1, 2).contiguous().view({batch, len, heads * head_dim});
 }
 
-at::Tensor attention_with_weights(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const at::Tensor& mask, at::Tensor* weights) {
+at::Tensor attention_probs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor scores = at::matmul(q * scale, k.transpose(-2, -1));  // [B, H, T, S]
   if (mask.defined()) scores.add_(mask);
-  at::Tensor probs = at::softmax(scores, -1);
+  return at::softmax(scores, -1);
+}
+
+void head_statistics(const at::Tensor& probs, at::Tensor* entropy, at::Tensor* max_weight) {
+  const int64_t batch = probs.size(0), heads = probs.size(1), rows = probs.size(2);
+  *entropy = at::empty({batch, heads, rows}, probs.options());
+  for (int64_t h = 0; h < heads; ++h) {
+    const at::Tensor p = probs.select(1, h);  // [B, T, S], a view
+    entropy->select(1, h).copy_(at::xlogy(p, p).sum(-1).neg_());
+  }
+  *max_weight = std::get<0>(probs.max(-1));
+}
+
+at::Tensor apply_head_mask(const at::Tensor& probs, const at::Tensor& head_mask) {
+  const int64_t heads = probs.size(1);
+  const at::Tensor scale = head_mask.to(probs.device(), probs.scalar_type());
+  return probs * (scale.dim() == 1 ? scale.view({1, heads, 1, 1})
+                                   : scale.view({probs.size(0), heads, 1, 1}));
+}
+
+at::Tensor attention_with_weights(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& mask, at::Tensor* weights) {
+  at::Tensor probs = attention_probs(q, k, mask);
   at::Tensor out = at::matmul(probs, v);
   *weights = std::move(probs);
   return out;

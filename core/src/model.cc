@@ -10,6 +10,7 @@
 
 #include "mha/attention_ops.h"
 #include "mha/device_stream.h"
+#include "mha/head_selection.h"
 #include "mha/tensor_util.h"
 #include "shape_checks.h"
 
@@ -170,8 +171,9 @@ void MhaModel::RunForwardOnDevice(const ForwardInputs& in, ForwardOutputs* out) 
   // (e.g. of a mask, after the projections were queued) stalls the thread mid-pass; RunForward's
   // own conversions then only cast, on the device.
   ForwardInputs staged = in;
-  at::Tensor* const tensors[] = {&staged.query, &staged.key, &staged.value,
-                                 &staged.key_padding_mask, &staged.attn_mask};
+  at::Tensor* const tensors[] = {&staged.query,     &staged.key,
+                                 &staged.value,     &staged.key_padding_mask,
+                                 &staged.attn_mask, &staged.head_mask};
   // Inputs the caller made on a GPU were queued on its own stream: wait for them there.
   if (std::any_of(std::begin(tensors), std::end(tensors),
                   [](const at::Tensor* t) { return t->defined() && t->is_cuda(); })) {
@@ -179,12 +181,14 @@ void MhaModel::RunForwardOnDevice(const ForwardInputs& in, ForwardOutputs* out) 
   }
   for (at::Tensor* t : tensors) *t = StageToDevice(*t, device_);
   RunForward(staged, out);
-  if (in.query.is_cuda()) {  // device in, device out (library callers, the GPU benchmark)
-    stream.HandToCaller(out->output);
-    stream.HandToCaller(out->attn_weights);
-  } else {  // host in, host out (the serving path): the encoder reads host memory
-    out->output = StageToHost(out->output);
-    out->attn_weights = StageToHost(out->attn_weights);
+  at::Tensor* const outputs[] = {&out->output,       &out->attn_weights, &out->topk_values,
+                                 &out->topk_indices, &out->head_entropy, &out->head_max_weight};
+  for (at::Tensor* t : outputs) {
+    if (in.query.is_cuda()) {  // device in, device out (library callers, the GPU benchmark)
+      stream.HandToCaller(*t);
+    } else {                 // host in, host out (the serving path): the encoder reads host memory
+      *t = StageToHost(*t);  // only what the selection kept leaves the device
+    }
   }
   stream.Synchronize();  // outputs complete before they leave this thread and stream
 }
@@ -218,25 +222,43 @@ void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
     vh = at::cat({vh, zeros}, 2);
   }
   const int64_t extra_keys = (options_.add_bias_kv ? 1 : 0) + (options_.add_zero_attn ? 1 : 0);
-  const bool use_kernel = !in.need_weights && fused_kernel_preferred(qh);
+  // The fused kernel gives no probabilities: head statistics and head_mask need the explicit path.
+  const bool use_kernel =
+      !in.need_weights && !in.head_stats && !in.head_mask.defined() && fused_kernel_preferred(qh);
   const bool has_other_mask = in.attn_mask.defined() || in.key_padding_mask.defined();
   // The fused kernel applies causality itself when it is the only mask and no key was appended.
   const bool kernel_causal = use_kernel && in.is_causal && !has_other_mask && extra_keys == 0;
   at::Tensor mask =
       BuildAdditiveMask(in, in.is_causal && !kernel_causal, batch, heads, extra_keys, opts);
 
-  at::Tensor attn_weights, per_head;
+  at::Tensor per_head;
   if (use_kernel) {
     per_head = fused_attention(qh, kh, vh, mask, kernel_causal);
+    *out = ForwardOutputs();
   } else {
-    per_head = attention_with_weights(qh, kh, vh, mask, &attn_weights);
+    per_head = AttendExplicit(in, qh, kh, vh, mask, out);
   }
   at::Tensor output = at::linear(combine_heads(per_head), w.out_weight, w.out_bias);
+  out->output = output.to(ToScalarType(options_.dtype));
+}
 
-  if (in.need_weights && in.average_attn_weights) attn_weights = attn_weights.sum(1) / heads;
-  const at::ScalarType out_type = ToScalarType(options_.dtype);
-  out->output = output.to(out_type);
-  out->attn_weights = in.need_weights ? attn_weights.to(out_type) : at::Tensor();
+at::Tensor MhaModel::AttendExplicit(const ForwardInputs& in, const at::Tensor& qh,
+                                    const at::Tensor& kh, const at::Tensor& vh,
+                                    const at::Tensor& mask, ForwardOutputs* out) const {
+  at::Tensor probs = attention_probs(qh, kh, mask);  // [B, H, T, S']
+  *out = ForwardOutputs();
+  if (in.head_stats) {  // of each head's softmax distribution, before head_mask
+    head_statistics(probs, &out->head_entropy, &out->head_max_weight);
+    out->head_entropy = out->head_entropy.to(at::kFloat);
+    out->head_max_weight = out->head_max_weight.to(at::kFloat);
+  }
+  if (in.head_mask.defined()) probs = apply_head_mask(probs, in.head_mask);
+  at::Tensor per_head = at::matmul(probs, vh);
+  if (in.need_weights) {
+    const at::ScalarType dtype = in.weights_dtype.value_or(ToScalarType(options_.dtype));
+    SelectWeights(probs, in.weights_selection, in.average_attn_weights, dtype, out);
+  }
+  return per_head;
 }
 
 int64_t MhaModel::parameter_count() const {

@@ -3,6 +3,8 @@
 #include <sstream>
 #include <vector>
 
+#include "mha/head_selection.h"
+
 namespace mha {
 namespace {
 
@@ -134,7 +136,8 @@ Status CheckForwardInputs(const MhaOptions& o, const ForwardInputs& in) {
                              ShapeString(m.sizes()));
     }
   }
-  return Status::Ok();
+  const int64_t keys = s + (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
+  return CheckHeadOptions(o, in, keys);
 }
 
 }  // namespace mha

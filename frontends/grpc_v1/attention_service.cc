@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "frontends/grpc_v1/forward_stream.h"
+#include "frontends/grpc_v1/head_options.h"
 #include "frontends/raw_call.h"
 #include "mha/text.h"
 #include "wire/status_convert.h"
@@ -130,6 +131,17 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetModelStatistics(
     }
   }
   FinishCall(reactor, log, stats.status());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::AnalyzeModel(grpc::CallbackServerContext* context,
+                                                             const v1::AnalyzeModelRequest* request,
+                                                             v1::ModelAnalysis* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RequestLog log = StartRequest(context, "AnalyzeModel");
+  auto result = core_->Analyze(request->model(), request->version());
+  if (result.ok()) FillModelAnalysis(*result, response);
+  FinishCall(reactor, log, result.status());
   return reactor;
 }
 

@@ -43,6 +43,11 @@ class AttentionServiceImpl final : public v1::AttentionService::WithRawCallbackM
   grpc::ServerUnaryReactor* GetModelStatistics(grpc::CallbackServerContext* context,
                                                const v1::ModelStatisticsRequest* request,
                                                v1::ModelStatisticsResponse* response) override;
+  // Seed 001's head analysis (computed on the version's first call, on this gRPC thread: four
+  // SVDs of [E, E] in float64; cached for the version's lifetime after that).
+  grpc::ServerUnaryReactor* AnalyzeModel(grpc::CallbackServerContext* context,
+                                         const v1::AnalyzeModelRequest* request,
+                                         v1::ModelAnalysis* response) override;
 
  private:
   InferenceServer* const core_;

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <utility>
 
+#include "frontends/grpc_v1/head_options.h"
 #include "wire/tensor_codec.h"
 
 namespace mha::serve {
@@ -15,6 +16,11 @@ Status Decode(const v1::Tensor& t, const char* field, bool borrow, at::Tensor* o
   if (!is_mask && t.dtype() == v1::BOOL) {  // the wire contract: only masks may be BOOL
     return InvalidArgument(std::string(field) +
                            ": dtype bool is not allowed (use FLOAT32, FLOAT16 or BFLOAT16)");
+  }
+  if (t.dtype() == v1::INT32 || t.dtype() == v1::INT64) {  // response-only dtypes
+    return InvalidArgument(std::string(field) + ": dtype " + codec::DataTypeName(t.dtype()) +
+                           " is not allowed (use FLOAT32, FLOAT16, BFLOAT16" +
+                           (is_mask ? " or BOOL)" : ")"));
   }
   auto decoded = codec::DecodeTensor(t, field, borrow);
   if (!decoded.ok()) return decoded.status();
@@ -38,7 +44,7 @@ Status DecodeInputs(const v1::ForwardRequest& r, bool borrow, ForwardInputs* in)
   in->need_weights = r.need_weights();
   // Unset = PyTorch's default (average over heads).
   in->average_attn_weights = r.has_average_attn_weights() ? r.average_attn_weights() : true;
-  return Status::Ok();
+  return DecodeHeadOptions(r, borrow, in);
 }
 
 }  // namespace
@@ -72,13 +78,12 @@ Status EncodeForwardResponse(const InferenceResponse& r, bool need_weights,
   if (!r.status.ok()) return r.status;
   const v1::DataType dtype = codec::ToProtoDType(r.output_dtype);
   MHA_RETURN_IF_ERROR(codec::EncodeTensor(r.outputs.output, dtype, out->mutable_output()));
-  if (need_weights) {
-    if (!r.outputs.attn_weights.defined()) {
-      return Internal("need_weights was set but the model returned no attention weights");
-    }
-    MHA_RETURN_IF_ERROR(
-        codec::EncodeTensor(r.outputs.attn_weights, dtype, out->mutable_attn_weights()));
+  if (need_weights && !r.outputs.attn_weights.defined() && !r.outputs.topk_values.defined()) {
+    return Internal("need_weights was set but the model returned no attention weights");
   }
+  // Weights with the request's weights_dtype already have it; else they go as the output.
+  MHA_RETURN_IF_ERROR(
+      EncodeHeadOutputs(r.outputs, r.weights_dtype ? v1::DATA_TYPE_UNSPECIFIED : dtype, out));
   out->set_model(r.model);
   out->set_model_version(r.model_version);
   out->set_queue_us(r.queue_us);

@@ -28,6 +28,7 @@ at::Tensor* InputSlot(const std::string& name, ForwardInputs* in) {
   if (name == kValue) return &in->value;
   if (name == kKeyPaddingMask) return &in->key_padding_mask;
   if (name == kAttnMask) return &in->attn_mask;
+  if (name == kHeadMask) return &in->head_mask;
   return nullptr;
 }
 
@@ -131,7 +132,8 @@ Status DecodeInputs(const inference::ModelInferRequest& r, bool borrow, ForwardI
     at::Tensor* slot = InputSlot(t.name(), in);
     if (slot == nullptr) {
       return InvalidArgument(where + "unknown input " + Quoted(t.name()) +
-                             " (the model takes query, key, value, key_padding_mask, attn_mask)");
+                             " (the model takes query, key, value, key_padding_mask, attn_mask, "
+                             "head_mask)");
     }
     if (slot->defined()) return InvalidArgument(where + "input '" + t.name() + "' given twice");
     MHA_RETURN_IF_ERROR(DecodeInput(t, raw ? &r.raw_input_contents(i) : nullptr, borrow, slot));
@@ -151,16 +153,32 @@ StatusOr<std::optional<bool>> BoolParameter(const inference::ModelInferRequest& 
   return std::optional<bool>(it->second.bool_param());
 }
 
-StatusOr<OutputTensor> ParseOutput(const inference::ModelInferRequest& r, int i) {
-  const auto& requested = r.outputs(i);
-  const std::string where = "outputs[" + std::to_string(i) + "]: ";
-  if (requested.parameters().count("classification") > 0) {
-    return InvalidArgument(where + "parameter classification is not supported");
+const at::Tensor& OutputOf(const ForwardOutputs& o, OutputTensor which) {
+  switch (which) {
+    case OutputTensor::kOutput:
+      return o.output;
+    case OutputTensor::kAttnWeights:
+      return o.attn_weights;
+    case OutputTensor::kTopkValues:
+      return o.topk_values;
+    case OutputTensor::kTopkIndices:
+      return o.topk_indices;
+    case OutputTensor::kHeadEntropy:
+      return o.head_entropy;
+    case OutputTensor::kHeadMaxWeight:
+      break;
   }
-  if (requested.name() == kOutput) return OutputTensor::kOutput;
-  if (requested.name() == kAttnWeights) return OutputTensor::kAttnWeights;
-  return InvalidArgument(where + "unknown output " + Quoted(requested.name()) +
-                         " (the model has output, attn_weights)");
+  return o.head_max_weight;
+}
+
+// The wire dtype of an output: weights as weights_dtype (already cast) or the output's dtype,
+// top-k indices and head statistics as they are (INT32/INT64, FP32).
+v1::DataType OutputDType(const InferenceResponse& r, OutputTensor which, v1::DataType output) {
+  if (which == OutputTensor::kOutput) return output;
+  if (which == OutputTensor::kAttnWeights || which == OutputTensor::kTopkValues) {
+    return r.weights_dtype ? v1::DATA_TYPE_UNSPECIFIED : output;
+  }
+  return v1::DATA_TYPE_UNSPECIFIED;
 }
 
 }  // namespace
@@ -175,47 +193,22 @@ const char* DatatypeName(int dtype) {
       return "BF16";
     case v1::BOOL:
       return "BOOL";
+    case v1::INT32:
+      return "INT32";
+    case v1::INT64:
+      return "INT64";
     default:
       return "";
   }
 }
 
+// Inputs are floating or BOOL; INT32/INT64 are for top-k indices, which only go out.
 StatusOr<v1::DataType> ParseDatatype(const std::string& datatype, std::string_view field) {
   for (v1::DataType dtype : {v1::FLOAT32, v1::FLOAT16, v1::BFLOAT16, v1::BOOL}) {
     if (datatype == DatatypeName(dtype)) return dtype;
   }
   return InvalidArgument(std::string(field) + ": datatype " + Quoted(datatype) +
                          " is not supported (use FP32, FP16, BF16 or BOOL)");
-}
-
-const char* OutputName(OutputTensor output) {
-  return output == OutputTensor::kOutput ? kOutput : kAttnWeights;
-}
-
-StatusOr<std::vector<OutputTensor>> SelectOutputs(const inference::ModelInferRequest& r,
-                                                  std::optional<bool> need_weights,
-                                                  bool* weights) {
-  std::vector<OutputTensor> outputs;
-  for (int i = 0; i < r.outputs_size(); ++i) {
-    auto output = ParseOutput(r, i);
-    if (!output.ok()) return output.status();
-    if (std::find(outputs.begin(), outputs.end(), *output) != outputs.end()) {
-      return InvalidArgument("outputs[" + std::to_string(i) + "]: output '" +
-                             OutputName(*output) + "' requested twice");
-    }
-    outputs.push_back(*output);
-  }
-  const bool asks_weights = std::find(outputs.begin(), outputs.end(),
-                                      OutputTensor::kAttnWeights) != outputs.end();
-  if (asks_weights && need_weights == false) {
-    return InvalidArgument("outputs: attn_weights requested but parameters.need_weights is false");
-  }
-  *weights = asks_weights || need_weights.value_or(false);
-  if (outputs.empty()) {
-    outputs.push_back(OutputTensor::kOutput);
-    if (*weights) outputs.push_back(OutputTensor::kAttnWeights);
-  }
-  return outputs;
 }
 
 StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& r,
@@ -245,7 +238,8 @@ StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& 
   if (!average.ok()) return average.status();
   in.is_causal = is_causal->value_or(false);
   in.average_attn_weights = average->value_or(true);  // PyTorch's default
-  auto outputs = SelectOutputs(r, *need_weights, &in.need_weights);
+  MHA_RETURN_IF_ERROR(DecodeHeadParameters(r, average->has_value(), &in));
+  auto outputs = SelectOutputs(r, *need_weights, &in);
   if (!outputs.ok()) return outputs.status();
   call.outputs = std::move(outputs.value());
   return StatusOr<InferCall>(std::move(call));
@@ -262,14 +256,13 @@ Status EncodeModelInferResponse(const InferenceResponse& r,
   (*out->mutable_parameters())["compute_us"].set_int64_param(r.compute_us);
   const v1::DataType dtype = codec::ToProtoDType(r.output_dtype);
   for (OutputTensor which : outputs) {
-    const at::Tensor& tensor = which == OutputTensor::kOutput ? r.outputs.output
-                                                              : r.outputs.attn_weights;
+    const at::Tensor& tensor = OutputOf(r.outputs, which);
     if (!tensor.defined()) {
       return Internal(std::string(OutputName(which)) +
                       " was requested but the model returned none");
     }
     v1::Tensor wire;  // encoded once by the shared codec, then its bytes move, no copy
-    MHA_RETURN_IF_ERROR(codec::EncodeTensor(tensor, dtype, &wire));
+    MHA_RETURN_IF_ERROR(codec::EncodeTensor(tensor, OutputDType(r, which, dtype), &wire));
     auto* tensor_out = out->add_outputs();
     tensor_out->set_name(OutputName(which));
     tensor_out->set_datatype(DatatypeName(wire.dtype()));

@@ -20,17 +20,20 @@ struct TensorSpec {
 
 std::vector<TensorSpec> InputSpecs(const MhaOptions& o) {
   const int dtype = codec::ToProtoDType(o.dtype);
-  return {{kQuery, dtype, {-1, -1, o.embed_dim}, false},
-          {kKey, dtype, {-1, -1, o.key_dim()}, true},
-          {kValue, dtype, {-1, -1, o.value_dim()}, true},
-          {kKeyPaddingMask, v1::BOOL, {-1, -1}, true},
-          {kAttnMask, v1::BOOL, {-1, -1}, true}};
+  return {
+      {kQuery, dtype, {-1, -1, o.embed_dim}, false},  {kKey, dtype, {-1, -1, o.key_dim()}, true},
+      {kValue, dtype, {-1, -1, o.value_dim()}, true}, {kKeyPaddingMask, v1::BOOL, {-1, -1}, true},
+      {kAttnMask, v1::BOOL, {-1, -1}, true},          {kHeadMask, dtype, {-1}, true}};
 }
 
 std::vector<TensorSpec> OutputSpecs(const MhaOptions& o) {
   const int dtype = codec::ToProtoDType(o.dtype);
   return {{kOutput, dtype, {-1, -1, o.embed_dim}, false},
-          {kAttnWeights, dtype, {-1, -1, -1}, false}};
+          {kAttnWeights, dtype, {-1, -1, -1}, false},
+          {kTopkValues, dtype, {-1, -1, -1}, false},
+          {kTopkIndices, v1::INT32, {-1, -1, -1}, false},
+          {kHeadEntropy, v1::FLOAT32, {-1, o.num_heads, -1}, false},
+          {kHeadMaxWeight, v1::FLOAT32, {-1, o.num_heads, -1}, false}};
 }
 
 inference::DataType ConfigDataType(int dtype) {
@@ -43,6 +46,8 @@ inference::DataType ConfigDataType(int dtype) {
       return inference::TYPE_BF16;
     case v1::BOOL:
       return inference::TYPE_BOOL;
+    case v1::INT32:
+      return inference::TYPE_INT32;
     default:
       return inference::TYPE_INVALID;
   }

@@ -59,7 +59,7 @@ bool GroupKey::operator==(const GroupKey& o) const {
   return cross == o.cross && is_causal == o.is_causal && need_weights == o.need_weights &&
          average_attn_weights == o.average_attn_weights && query_dtype == o.query_dtype &&
          key_dtype == o.key_dtype && value_dtype == o.value_dtype && t_bucket == o.t_bucket &&
-         s_bucket == o.s_bucket;
+         s_bucket == o.s_bucket && solo == o.solo;
 }
 
 GroupKey MakeGroupKey(const ForwardInputs& in) {
@@ -69,6 +69,7 @@ GroupKey MakeGroupKey(const ForwardInputs& in) {
   key.need_weights = in.need_weights;
   key.average_attn_weights = in.need_weights && in.average_attn_weights;
   key.query_dtype = static_cast<int8_t>(in.query.scalar_type());
+  key.solo = in.wants_head_options();
   const RequestShape shape = ShapeOf(in);
   key.t_bucket = LengthBucket(shape.t);
   if (key.cross) {

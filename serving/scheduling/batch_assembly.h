@@ -39,6 +39,9 @@ struct GroupKey {
   bool average_attn_weights = false;  // only meaningful with need_weights (false otherwise)
   int8_t query_dtype = -1, key_dtype = -1, value_dtype = -1;
   int64_t t_bucket = 0, s_bucket = 0;  // s_bucket 0 for self-attention
+  // Head options (weights selection, head_stats, head_mask: ForwardInputs::wants_head_options)
+  // are per request: such a request runs alone, never merged.
+  bool solo = false;
   bool operator==(const GroupKey& other) const;
   bool operator!=(const GroupKey& other) const { return !(*this == other); }
 };

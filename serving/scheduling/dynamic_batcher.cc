@@ -142,6 +142,10 @@ std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
     plan.push_back(it);
     rows = next_rows, t_max = next_t, s_max = next_s;
     urgent = urgent || it->task.deadline <= waited_enough;
+    if (key.solo) {  // head options are per request: run it alone, now
+      *full = true;
+      break;
+    }
   }
   if (rows >= options_.max_batch_rows) *full = true;
   *dispatch_at = urgent ? Clock::time_point::min() : waited_enough;

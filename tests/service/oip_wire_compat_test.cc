@@ -291,7 +291,7 @@ TEST(OipWireCompat, MalformedRequestsNameTheField) {
       .Bytes(spec::kRequestRawInputContents, four_floats);
   EXPECT_EQ(message(r1),
             "inputs[0]: unknown input 'qurey' (the model takes query, key, value, "
-            "key_padding_mask, attn_mask)");
+            "key_padding_mask, attn_mask, head_mask)");
   WireWriter r2;
   r2.Message(spec::kRequestInputs, InputHeader("query", "INT64", {1, 1, 4}))
       .Bytes(spec::kRequestRawInputContents, four_floats);

@@ -15,6 +15,19 @@ at::Tensor split_heads(const at::Tensor& x, int64_t num_heads);
 // [B, H, L, D] -> [B, L, H*D]: transpose then one contiguous copy; inverse of split_heads.
 at::Tensor combine_heads(const at::Tensor& x);
 
+// softmax(Q K^T / sqrt(D) + mask): the attention probabilities [B, H, T, S]. `mask` is additive,
+// broadcastable to [B, H, T, S], or undefined.
+at::Tensor attention_probs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask);
+
+// Per query row of `probs` [B, H, T, S]: the entropy -sum p ln p in nats (0 ln 0 = 0) and the
+// largest probability, [B, H, T] each, in `probs`' dtype. One head at a time, so the temporary is
+// [B, T, S], not [B, H, T, S]. A row of NaN (every key masked) gives NaN.
+void head_statistics(const at::Tensor& probs, at::Tensor* entropy, at::Tensor* max_weight);
+
+// `probs` [B, H, T, S] with head h of batch row b scaled by head_mask [H] or [B, H] (Hugging
+// Face's head_mask: 0 drops the head before its probabilities meet V). A new tensor.
+at::Tensor apply_head_mask(const at::Tensor& probs, const at::Tensor& head_mask);
+
 // Explicit path, used when the weights are wanted: softmax(Q K^T / sqrt(D) + mask) V.
 // `mask` is additive, broadcastable to [B, H, T, S], or undefined.
 // Returns the per-head output [B, H, T, D]; `weights` receives [B, H, T, S].

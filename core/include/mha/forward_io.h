@@ -4,7 +4,22 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <optional>
+#include <vector>
+
 namespace mha {
+
+// Which attention weights leave the pass (docs/heads.md). Applied on the pass's device before
+// anything is copied, in this order: query rows, heads, average over the heads kept, top-k.
+struct WeightsSelection {
+  std::vector<int64_t> heads;          // empty = every head; else indices in [0, H), in this order
+  std::optional<int64_t> query_begin;  // rows [begin, end) of T; unset = 0 / T
+  std::optional<int64_t> query_end;
+  int64_t top_k = 0;  // > 0: the k largest weights per row (values + indices) instead of dense
+  bool topk_indices_int64 = false;  // indices as int64 (torch.topk's) instead of int32
+  bool any() const { return !heads.empty() || query_begin || query_end || top_k > 0; }
+};
 
 // Batch-first inputs. Undefined tensors mean "absent".
 struct ForwardInputs {
@@ -15,15 +30,27 @@ struct ForwardInputs {
   at::Tensor attn_mask;         // [T, S] or [B*H, T, S]: bool (true = masked) or float (additive)
   bool is_causal = false;       // adds triu(ones(T, S), 1) as -inf (top-left aligned)
   bool need_weights = false;
-  bool average_attn_weights = true;  // weights [B, T, S] if true, per head [B, H, T, S] if false
+  bool average_attn_weights = true;    // weights [B, T, S] if true, per head [B, H, T, S] if false
+  WeightsSelection weights_selection;  // needs need_weights
+  std::optional<at::ScalarType> weights_dtype;  // unset = the outputs' dtype
+  bool head_stats = false;  // entropy and max weight per [B, H, T] (no need_weights needed)
+  at::Tensor head_mask;     // [H] or [B, H] floating: scales each head's probabilities
+  // Whether anything beyond the plain weights is asked for (such passes are not merged).
+  bool wants_head_options() const {
+    return weights_selection.any() || weights_dtype || head_stats || head_mask.defined();
+  }
 };
 
 // Model dtype. On a CPU model on the CPU; on a CUDA model on the host when the query was on the
 // host (pinned when big: mha/device_stream.h), else on the model's device. Complete on return
 // either way (the pass's stream is synchronized).
 struct ForwardOutputs {
-  at::Tensor output;        // [B, T, E]
-  at::Tensor attn_weights;  // undefined unless need_weights
+  at::Tensor output;           // [B, T, E]
+  at::Tensor attn_weights;     // undefined unless need_weights (and no top-k): selected, if asked
+  at::Tensor topk_values;      // weights_selection.top_k > 0: [B, (H'), rows, k], largest first
+  at::Tensor topk_indices;     // the same shape, int32 or int64 key indices in [0, S')
+  at::Tensor head_entropy;     // head_stats: [B, H, T] float32, nats
+  at::Tensor head_max_weight;  // head_stats: [B, H, T] float32
 };
 
 }  // namespace mha

@@ -48,6 +48,11 @@ class MhaModel {
   void PlaceWeights(const MhaWeights& source, const c10::Device& device, at::ScalarType dtype);
   Status ProbeKernels() const;  // one tiny forward per path in the compute dtype
   void RunForward(const ForwardInputs& inputs, ForwardOutputs* outputs) const;  // may throw
+  // Probabilities, head statistics, head_mask, the per-head output [B, H, T, D] and the selected
+  // weights (mha/head_selection.h) into `outputs`; may throw.
+  at::Tensor AttendExplicit(const ForwardInputs& inputs, const at::Tensor& qh, const at::Tensor& kh,
+                            const at::Tensor& vh, const at::Tensor& mask,
+                            ForwardOutputs* outputs) const;
   // CUDA only: RunForward on this thread's stream with staged inputs (mha/device_stream.h).
   void RunForwardOnDevice(const ForwardInputs& inputs, ForwardOutputs* outputs) const;
 

@@ -1,0 +1,121 @@
+#include "client/cli/head_commands.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "client/cli/cli_util.h"
+#include "client/plot/plot.h"
+
+namespace mha::client::cli {
+namespace {
+
+std::vector<double> Values(const google::protobuf::RepeatedField<double>& f) {
+  return {f.begin(), f.end()};
+}
+
+void PrintBars(const char* title, const v1::ProjectionAnalysis& p) {
+  std::printf("%s head importance (Frobenius norm share), effective rank %.2f / %lld:\n", title,
+              p.effective_rank(), static_cast<long long>(p.max_rank()));
+  for (int h = 0; h < p.head_importance_size(); ++h) {
+    std::string bar;
+    for (int i = 0; i < static_cast<int>(p.head_importance(h) * 40); ++i) bar += "\u2588";
+    std::printf("  h%-3d %.3f  rank %5.2f / %lld  %s\n", h, p.head_importance(h),
+                p.head_effective_rank(h), static_cast<long long>(p.head_max_rank()), bar.c_str());
+  }
+}
+
+void PrintCorrelation(const v1::ProjectionAnalysis& p) {
+  const int heads = p.head_importance_size();
+  std::printf("W^O head correlation (Pearson, flattened blocks):\n      ");
+  for (int j = 0; j < heads; ++j) std::printf("  h%-4d", j);
+  std::printf("\n");
+  double off = 0;
+  for (int i = 0; i < heads; ++i) {
+    std::printf("  h%-3d", i);
+    for (int j = 0; j < heads; ++j) {
+      std::printf(" %6.3f", p.head_correlation(i * heads + j));
+      if (i != j) off += p.head_correlation(i * heads + j);
+    }
+    std::printf("\n");
+  }
+  if (heads > 1) {
+    std::printf("  average pairwise correlation %.3f (low = specialised heads, high = redundant)\n",
+                off / (heads * heads - heads));
+  }
+}
+
+}  // namespace
+
+Status PlotForward(const ForwardResult& r, const v1::ForwardRequest& request,
+                   const std::string& path) {
+  at::Tensor w = r.attn_weights;
+  if (r.topk_values.defined()) {  // scattered onto zeros: the k largest per row stand out
+    const int64_t keys =
+        std::max<int64_t>(request.has_key() ? request.key().shape(1) : request.query().shape(1),
+                          r.topk_indices.max().item<int64_t>() + 1);
+    std::vector<int64_t> shape = r.topk_values.sizes().vec();
+    shape.back() = keys;
+    w = at::zeros(shape, at::kFloat)
+            .scatter_(-1, r.topk_indices.to(at::kLong), r.topk_values.to(at::kFloat));
+  }
+  if (!w.defined()) return InvalidArgument("--plot: the answer has no weights (use -w)");
+  w = w[0];  // batch row 0
+  std::vector<int64_t> labels;
+  if (w.dim() == 2) {
+    w = w.unsqueeze(0);  // averaged: one panel, untitled
+  } else {
+    for (int64_t h = 0; h < w.size(0); ++h) {
+      labels.push_back(request.weights_heads_size() > 0 ? request.weights_heads(h) : h);
+    }
+  }
+  auto layout = plot::PlotWeights(w, labels, path);
+  if (!layout.ok()) return layout.status();
+  std::printf("wrote %s (%dx%d: %d panels of %lldx%lld weights)\n", path.c_str(), layout->width,
+              layout->height, layout->panels, static_cast<long long>(w.size(1)),
+              static_cast<long long>(w.size(2)));
+  return Status::Ok();
+}
+
+void PrintHeadStats(const ForwardResult& r) {
+  if (!r.head_entropy.defined()) return;
+  const at::Tensor entropy = r.head_entropy.to(at::kDouble).mean(at::IntArrayRef{0, 2});
+  const at::Tensor top = r.head_max_weight.to(at::kDouble).mean(at::IntArrayRef{0, 2});
+  std::printf("head_stats (mean over batch and query rows):\n");
+  for (int64_t h = 0; h < entropy.size(0); ++h) {
+    std::printf("  h%-3lld entropy %.4f nats  max weight %.4f\n", static_cast<long long>(h),
+                entropy[h].item<double>(), top[h].item<double>());
+  }
+}
+
+void AnalyzeCommand::Add(CLI::App& app) {
+  cmd = app.add_subcommand("analyze", "Seed 001's head analysis of a model's W^O (and W^Q/K/V)");
+  cmd->add_option("model", model, "Model name ('' = default)");
+  cmd->add_option("--model-version", version, "Version ('' = newest READY)");
+  cmd->add_option("--plot", plot_file, "Draw importance bars and the correlation matrix (PNG)");
+}
+
+int AnalyzeCommand::Run(AttentionClient& client) {
+  auto a = client.AnalyzeModel(model, version);
+  if (!a.ok()) return Fail(a.status());
+  std::printf("model %s v%s: H=%lld head_dim=%lld E=%lld\n", a->model().c_str(),
+              a->model_version().c_str(), static_cast<long long>(a->num_heads()),
+              static_cast<long long>(a->head_dim()), static_cast<long long>(a->embed_dim()));
+  PrintBars("W^O", a->output_projection());
+  PrintCorrelation(a->output_projection());
+  PrintBars("W^Q", a->query_projection());
+  PrintBars("W^K", a->key_projection());
+  PrintBars("W^V", a->value_projection());
+  if (!plot_file.empty()) {
+    const Status s =
+        plot::PlotAnalysis(Values(a->output_projection().head_importance()),
+                           Values(a->output_projection().head_correlation()), plot_file);
+    if (!s.ok()) return Fail(s);
+    std::printf("wrote %s\n", plot_file.c_str());
+  }
+  return 0;
+}
+
+}  // namespace mha::client::cli

@@ -1,0 +1,115 @@
+#include "mha/head_selection.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+#include <string>
+
+#include "mha/shape_string.h"
+
+namespace mha {
+namespace {
+
+std::string Num(int64_t v) { return std::to_string(v); }
+
+Status CheckSelection(const WeightsSelection& s, int64_t heads, int64_t t, int64_t keys,
+                      bool need_weights) {
+  const bool any = s.any();
+  if (any && !need_weights) {
+    const char* field = !s.heads.empty() ? "weights_heads"
+                        : s.top_k > 0    ? "weights_top_k"
+                        : s.query_begin  ? "weights_query_begin"
+                                         : "weights_query_end";
+    return InvalidArgument(std::string(field) + ": selects attention weights, so it needs " +
+                           "need_weights=true");
+  }
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < s.heads.size(); ++i) {
+    const int64_t h = s.heads[i];
+    if (h < 0 || h >= heads) {
+      return InvalidArgument("weights_heads: head " + Num(h) + " (element " + Num(i) +
+                             ") is out of range [0, " + Num(heads) + ")");
+    }
+    if (!seen.insert(h).second) {
+      return InvalidArgument("weights_heads: head " + Num(h) + " is listed twice");
+    }
+  }
+  const int64_t begin = s.query_begin.value_or(0), end = s.query_end.value_or(t);
+  if (begin < 0 || begin >= t) {
+    return InvalidArgument("weights_query_begin: " + Num(begin) +
+                           " is out of range [0, T=" + Num(t) + ")");
+  }
+  if (end <= begin || end > t) {
+    return InvalidArgument("weights_query_end: " + Num(end) + " must be in (begin=" + Num(begin) +
+                           ", T=" + Num(t) + "] (the row range [" + Num(begin) + ", " + Num(end) +
+                           ") is empty or past T)");
+  }
+  if (s.top_k < 0 || s.top_k > keys) {
+    return InvalidArgument("weights_top_k: " + Num(s.top_k) + " must be in [1, S'=" + Num(keys) +
+                           "] (0 = dense weights)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckHeadOptions(const MhaOptions& o, const ForwardInputs& in, int64_t keys) {
+  const int64_t b = in.query.size(0), t = in.query.size(1), h = o.num_heads;
+  MHA_RETURN_IF_ERROR(CheckSelection(in.weights_selection, h, t, keys, in.need_weights));
+  if (in.weights_dtype && !in.need_weights) {
+    return InvalidArgument(
+        "weights_dtype: sets the dtype of the weights, so it needs "
+        "need_weights=true");
+  }
+  if (in.head_mask.defined()) {
+    const at::Tensor& m = in.head_mask;
+    if (!m.is_floating_point()) {
+      return InvalidArgument("head_mask: dtype " + std::string(c10::toString(m.scalar_type())) +
+                             " is not supported, expected a floating-point dtype");
+    }
+    const bool ok1d = m.dim() == 1 && m.size(0) == h;
+    const bool ok2d = m.dim() == 2 && m.size(0) == b && m.size(1) == h;
+    if (!ok1d && !ok2d) {
+      return InvalidArgument("head_mask: expected shape [H] = " + ShapeString({h}) +
+                             " or [B, H] = " + ShapeString({b, h}) + ", got " +
+                             ShapeString(m.sizes()));
+    }
+  }
+  return Status::Ok();
+}
+
+int64_t SelectedShape::numel() const { return batch * (heads > 0 ? heads : 1) * rows * columns; }
+
+SelectedShape SelectedWeightsShape(const ForwardInputs& in, int64_t num_heads, int64_t keys) {
+  const WeightsSelection& s = in.weights_selection;
+  SelectedShape shape;
+  shape.batch = in.query.size(0);
+  shape.heads = in.average_attn_weights ? 0 : (s.heads.empty() ? num_heads : s.heads.size());
+  shape.rows = s.query_end.value_or(in.query.size(1)) - s.query_begin.value_or(0);
+  shape.columns = s.top_k > 0 ? s.top_k : keys;
+  return shape;
+}
+
+void SelectWeights(const at::Tensor& probs, const WeightsSelection& s, bool average,
+                   at::ScalarType dtype, ForwardOutputs* out) {
+  at::Tensor w = probs;  // [B, H, T, S']
+  const int64_t t = probs.size(2);
+  const int64_t begin = s.query_begin.value_or(0), end = s.query_end.value_or(t);
+  if (begin != 0 || end != t) w = w.narrow(2, begin, end - begin);  // a view
+  if (!s.heads.empty()) {
+    const at::Tensor index =
+        at::tensor(s.heads, at::TensorOptions().dtype(at::kLong)).to(probs.device());
+    w = w.index_select(1, index);  // copies just the kept heads (and rows)
+  }
+  if (average) w = w.sum(1) / static_cast<double>(w.size(1));  // PyTorch: sum over H / H
+  if (s.top_k > 0) {
+    auto [values, indices] = w.topk(s.top_k, -1, /*largest=*/true, /*sorted=*/true);
+    out->topk_values = values.to(dtype);
+    out->topk_indices = indices.to(s.topk_indices_int64 ? at::kLong : at::kInt);
+    out->attn_weights = at::Tensor();
+    return;
+  }
+  out->attn_weights = w.to(dtype);
+}
+
+}  // namespace mha
