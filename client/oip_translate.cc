@@ -57,6 +57,16 @@ StatusOr<inference::ModelInferRequest> ToModelInferRequest(const v1::ForwardRequ
   if (r.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
     return InvalidArgument("output_dtype: the Open Inference Protocol answers in the model's dtype");
   }
+  if (r.weights_heads_size() > 0 || r.has_weights_query_begin() || r.has_weights_query_end() ||
+      r.weights_top_k() != 0 || r.weights_dtype() != v1::DATA_TYPE_UNSPECIFIED ||
+      r.weights_topk_indices_dtype() != v1::DATA_TYPE_UNSPECIFIED || r.head_stats() ||
+      r.has_head_mask()) {
+    // The server takes them as ModelInfer parameters (docs/heads.md); this client does not
+    // translate them yet, and dropping them silently would answer another question.
+    return InvalidArgument(
+        "the head options (weights_*, head_stats, head_mask) are not sent with --protocol oip by "
+        "this client yet; use --protocol mha.v1");
+  }
   inference::ModelInferRequest out;
   out.set_model_name(r.model());
   out.set_model_version(r.model_version());

@@ -13,7 +13,8 @@
 namespace mha::client {
 
 // INVALID_ARGUMENT for what the protocol cannot carry: output_dtype (outputs come in the model's
-// dtype), a tensor of an unknown dtype.
+// dtype), a tensor of an unknown dtype; and for the head options (weights_*, head_stats,
+// head_mask), which the server accepts as parameters but this translation does not send yet.
 StatusOr<inference::ModelInferRequest> ToModelInferRequest(const v1::ForwardRequest& request);
 
 // The response as a ForwardResponse (tensors, model, version, queue_us, compute_us).
