@@ -35,24 +35,28 @@ TEST(TensorCodec, ChecksHappenBeforeDecodingWithPreciseMessages) {
 
 TEST(TensorCodec, RoundTripsEveryWireDtype) {
   const at::Tensor source = at::randn({2, 3, 4});
-  for (auto dtype : {v1::FLOAT32, v1::FLOAT16, v1::BFLOAT16, v1::BOOL}) {
+  for (auto dtype : {v1::FLOAT32, v1::FLOAT16, v1::BFLOAT16, v1::BOOL, v1::INT32, v1::INT64}) {
     v1::Tensor wire;
-    const at::Tensor input = dtype == v1::BOOL ? source.gt(0) : source;
+    const bool integral = dtype == v1::INT32 || dtype == v1::INT64;  // top-k indices
+    const at::Tensor input = dtype == v1::BOOL ? source.gt(0)
+                             : integral        ? (source * 100).to(at::kLong)
+                                               : source;
     ASSERT_TRUE(codec::EncodeTensor(input, dtype, &wire).ok());
     EXPECT_EQ(wire.dtype(), dtype);
     EXPECT_EQ(codec::ShapeOf(wire), (std::vector<int64_t>{2, 3, 4}));
     EXPECT_EQ(wire.data().size(), 24 * codec::ElementSize(dtype));
     auto back = codec::DecodeTensor(wire, "t");
     ASSERT_TRUE(back.ok()) << back.status().ToString();
-    if (dtype == v1::BOOL) {
-      EXPECT_TRUE(at::equal(*back, input));
+    if (dtype == v1::BOOL || integral) {
+      EXPECT_TRUE(at::equal(back->to(input.scalar_type()), input));
     } else {
       EXPECT_TRUE(at::allclose(back->to(at::kFloat), source, 1e-2, 1e-2));
     }
   }
   v1::Tensor wire;
-  EXPECT_EQ(codec::EncodeTensor(at::ones({2}, at::kLong), v1::DATA_TYPE_UNSPECIFIED, &wire).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      codec::EncodeTensor(at::ones({2}, at::kDouble), v1::DATA_TYPE_UNSPECIFIED, &wire).code(),
+      StatusCode::kInvalidArgument);
 }
 
 TEST(TensorCodec, BorrowedDecodingSharesTheRequestBytes) {

@@ -1,7 +1,8 @@
 // Head options through a real mha-server (docs/heads.md): every request of tests/fixtures/heads
 // (weights_heads, weights_query_begin/end, weights_top_k, weights_dtype, head_stats, head_mask and
-// their combinations) against the PyTorch references of tools/head_reference.py; bad values; the
-// response budget counting only what is selected; batching leaves such requests alone.
+// their combinations) against the PyTorch references of tools/head_reference.py, by Forward and
+// in one ForwardStream; bad values; the response budget counting only what is selected; batching
+// leaves such requests alone.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -136,6 +137,27 @@ TEST_F(HeadsServer, HeadRequestsAmongMergedPlainRequestsStayExact) {
   }
   for (auto& thread : threads) thread.join();
   for (const auto& e : errors) EXPECT_TRUE(e.empty()) << e;
+}
+
+TEST_F(HeadsServer, ForwardStreamCarriesTheHeadOptionsOfEachMessage) {
+  std::vector<FixtureCase> cases;
+  std::vector<HeadRequest> heads;
+  std::vector<v1::ForwardRequest> requests;
+  std::map<std::string, TensorMap> tensors;
+  for (const auto& h : HeadRequests()) {
+    if (!tensors.count(h.case_name)) tensors[h.case_name] = HeadTensors(h.case_name);
+    cases.push_back(Case(h.case_name));
+    heads.push_back(h);
+    requests.push_back(HeadForwardRequest(cases.back(), h, tensors[h.case_name]));
+  }
+  std::vector<v1::ForwardResponse> responses;
+  const Status status = client_->ForwardStreamRaw(requests, &responses);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(responses.size(), requests.size());
+  for (size_t i = 0; i < responses.size(); ++i) {
+    SCOPED_TRACE("stream message " + std::to_string(i) + ": " + heads[i].id);
+    ExpectMatchesHeadRequest(responses[i], cases[i], heads[i], tensors[heads[i].case_name]);
+  }
 }
 
 TEST(HeadsBudget, SelectedWeightsAreWhatTheResponseBudgetCounts) {
