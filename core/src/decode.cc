@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -111,12 +112,128 @@ at::Tensor AttendItem(const MhaModel& model, const StepItem& item, const at::Ten
   return combine_heads(per_head);
 }
 
-void RunSteps(const MhaModel& model, const std::vector<StepItem>& items) {
+bool PaddedApplies(const std::vector<StepItem>& items) {
+  for (const StepItem& item : items) {
+    const StepInputs& in = *item.inputs;
+    if (in.query.size(1) != 1 || in.need_weights || in.key_padding_mask.defined() ||
+        in.attn_mask.defined()) {
+      return false;
+    }
+  }
+  return items.size() > 1;
+}
+
+// kPadded: appends every self-attention item's new key/value, pads every cache to the longest,
+// and attends all rows in one batched pass. q/k/v_all: [N, E], one row per item row (T = 1).
+at::Tensor AttendPadded(const MhaModel& model, const std::vector<StepItem>& items,
+                        const at::Tensor& q_all, const at::Tensor& k_all,
+                        const at::Tensor& v_all) {
   const MhaOptions& o = model.options();
+  const int64_t e = o.embed_dim, h = o.num_heads;
+  std::vector<at::Tensor> ks, vs;
+  std::vector<int64_t> lengths;
+  int64_t offset = 0, s_max = 0;
+  for (const StepItem& item : items) {
+    const int64_t b = item.inputs->query.size(0);
+    if (!item.cross) {
+      item.cache->Append(k_all.narrow(0, offset, b).view({b, 1, e}),
+                         v_all.narrow(0, offset, b).view({b, 1, e}));
+    }
+    ks.push_back(item.cache->Keys());
+    vs.push_back(item.cache->Values());
+    lengths.insert(lengths.end(), static_cast<size_t>(b), item.cache->length());
+    s_max = std::max(s_max, item.cache->length());
+    offset += b;
+  }
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const int64_t pad = s_max - ks[i].size(2);
+    ks[i] = at::constant_pad_nd(ks[i], {0, 0, 0, pad}, 0);
+    vs[i] = at::constant_pad_nd(vs[i], {0, 0, 0, pad}, 0);
+  }
+  const int64_t n = offset;
+  at::Tensor kh = at::cat(ks, 0), vh = at::cat(vs, 0), qh = split_heads(q_all.view({n, 1, e}), h);
+  const MhaWeights& w = model.weights();
+  if (o.add_bias_kv) {
+    kh = at::cat({kh, split_heads(w.bias_k.expand({n, 1, e}), h)}, 2);
+    vh = at::cat({vh, split_heads(w.bias_v.expand({n, 1, e}), h)}, 2);
+  }
+  if (o.add_zero_attn) {
+    at::Tensor zeros = at::zeros({n, h, 1, o.head_dim()}, qh.options());
+    kh = at::cat({kh, zeros}, 2);
+    vh = at::cat({vh, zeros}, 2);
+  }
+  const at::Tensor len = at::tensor(lengths, at::kLong).to(qh.device()).unsqueeze(1);
+  const at::Tensor pos = at::arange(kh.size(2), len.options()).unsqueeze(0);
+  const at::Tensor padded = (pos >= len) & (pos < s_max);  // extra keys stay visible
+  const at::Tensor mask = at::zeros(padded.sizes(), qh.options())
+                              .masked_fill(padded, -std::numeric_limits<double>::infinity())
+                              .view({n, 1, 1, kh.size(2)});
+  at::Tensor weights;
+  at::Tensor per_head = fused_kernel_preferred(qh) ? fused_attention(qh, kh, vh, mask, false)
+                                                   : attention_with_weights(qh, kh, vh, mask,
+                                                                            &weights);
+  return combine_heads(per_head).view({n, e});
+}
+
+// Each item's attention, per session: combine_heads rows [B * T, E] per item, weights set.
+std::vector<at::Tensor> AttendEach(const MhaModel& model, const std::vector<StepItem>& items,
+                                   const at::Tensor& q_all, const at::Tensor& k_all,
+                                   const at::Tensor& v_all) {
+  const MhaOptions& o = model.options();
+  const at::ScalarType out_type = ToScalarType(o.dtype);
+  const int64_t e = o.embed_dim;
+  std::vector<at::Tensor> combined;
+  int64_t offset = 0;
+  for (const StepItem& item : items) {
+    const int64_t b = item.inputs->query.size(0), t = item.inputs->query.size(1), n = b * t;
+    auto rows = [&](const at::Tensor& x) { return x.narrow(0, offset, n).view({b, t, e}); };
+    at::Tensor weights;
+    combined.push_back(AttendItem(model, item, rows(q_all),
+                                  item.cross ? at::Tensor() : rows(k_all),
+                                  item.cross ? at::Tensor() : rows(v_all), &weights)
+                           .view({n, e}));
+    if (item.inputs->need_weights) {
+      if (item.inputs->average_attn_weights) weights = weights.sum(1) / o.num_heads;
+      item.outputs->attn_weights = weights.to(out_type);
+    } else {
+      item.outputs->attn_weights = at::Tensor();
+    }
+    offset += n;
+  }
+  return combined;
+}
+
+// One output projection over every item's rows, split back into the items' outputs.
+void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
+                    const std::vector<at::Tensor>& combined) {
   const MhaWeights& w = model.weights();
   const c10::Device device = w.out_weight.device();
-  const at::ScalarType compute = w.out_weight.scalar_type(), out_type = ToScalarType(o.dtype);
-  const int64_t e = o.embed_dim;
+  const int64_t e = model.options().embed_dim;
+  const at::Tensor joined = combined.size() == 1 ? combined[0] : at::cat(combined, 0);
+  const at::Tensor out_all =
+      at::linear(joined, w.out_weight, w.out_bias).to(ToScalarType(model.options().dtype));
+  int64_t offset = 0;
+  for (const StepItem& item : items) {
+    const at::Tensor& query = item.inputs->query;
+    const int64_t b = query.size(0), t = query.size(1);
+    at::Tensor out = out_all.narrow(0, offset, b * t).view({b, t, e});
+    at::Tensor& weights = item.outputs->attn_weights;
+    if (device.is_cuda() && !query.is_cuda()) {  // host in, host out
+      out = out.to(at::kCPU);
+      if (weights.defined()) weights = weights.to(at::kCPU);
+    }
+    item.outputs->output = out;
+    offset += b * t;
+  }
+}
+
+void RunSteps(const MhaModel& model, const std::vector<StepItem>& items,
+              StepAttention attention) {
+  const MhaWeights& w = model.weights();
+  const c10::Device device = w.out_weight.device();
+  const at::ScalarType compute = w.out_weight.scalar_type();
+  const int64_t e = model.options().embed_dim;
+  // Projections: every item's new tokens in one GEMM per weight.
   std::vector<at::Tensor> flat;
   bool any_self = false;
   for (const StepItem& item : items) {
@@ -131,39 +248,13 @@ void RunSteps(const MhaModel& model, const std::vector<StepItem>& items) {
     v_all = at::linear(all, w.v_weight, w.v_bias);
   }
   std::vector<at::Tensor> combined;
-  int64_t offset = 0;
-  for (const StepItem& item : items) {
-    const at::Tensor& query = item.inputs->query;
-    const int64_t b = query.size(0), t = query.size(1), n = b * t;
-    auto rows = [&](const at::Tensor& x) { return x.narrow(0, offset, n).view({b, t, e}); };
-    at::Tensor weights;
-    combined.push_back(
-        AttendItem(model, item, rows(q_all), item.cross ? at::Tensor() : rows(k_all),
-                   item.cross ? at::Tensor() : rows(v_all), &weights)
-            .view({n, e}));
-    if (item.inputs->need_weights) {
-      if (item.inputs->average_attn_weights) weights = weights.sum(1) / o.num_heads;
-      item.outputs->attn_weights = weights.to(out_type);
-    } else {
-      item.outputs->attn_weights = at::Tensor();
-    }
-    offset += n;
+  if (attention == StepAttention::kPadded && PaddedApplies(items)) {
+    combined.push_back(AttendPadded(model, items, q_all, k_all, v_all));
+    for (const StepItem& item : items) item.outputs->attn_weights = at::Tensor();
+  } else {
+    combined = AttendEach(model, items, q_all, k_all, v_all);
   }
-  const at::Tensor joined = combined.size() == 1 ? combined[0] : at::cat(combined, 0);
-  const at::Tensor out_all = at::linear(joined, w.out_weight, w.out_bias).to(out_type);
-  offset = 0;
-  for (const StepItem& item : items) {
-    const at::Tensor& query = item.inputs->query;
-    const int64_t b = query.size(0), t = query.size(1);
-    at::Tensor out = out_all.narrow(0, offset, b * t).view({b, t, e});
-    at::Tensor& weights = item.outputs->attn_weights;
-    if (device.is_cuda() && !query.is_cuda()) {  // host in, host out
-      out = out.to(at::kCPU);
-      if (weights.defined()) weights = weights.to(at::kCPU);
-    }
-    item.outputs->output = out;
-    offset += b * t;
-  }
+  ProjectOutputs(model, items, combined);
 }
 
 }  // namespace
@@ -185,14 +276,15 @@ Status CheckStepInputs(const MhaOptions& options, const KvCache& cache, bool cro
   return CheckStepMasks(options, cache, cross, in);
 }
 
-Status DecodeSteps(const MhaModel& model, const std::vector<StepItem>& items) {
+Status DecodeSteps(const MhaModel& model, const std::vector<StepItem>& items,
+                   StepAttention attention) {
   if (items.empty()) return Status::Ok();
   std::vector<int64_t> lengths;
   for (const StepItem& item : items) lengths.push_back(item.cache->length());
   std::string error;
   try {
     c10::InferenceMode guard;
-    RunSteps(model, items);
+    RunSteps(model, items, attention);
     return Status::Ok();
   } catch (const c10::Error& e) {
     error = e.what_without_backtrace();

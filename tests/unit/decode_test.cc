@@ -222,6 +222,48 @@ TEST(DecodeBatch, SessionsOfDifferentLengthsInOnePassEqualEachAlone) {
   for (int i = 0; i < kSessions; ++i) EXPECT_EQ(done[i], total);
 }
 
+// The padded variant (one batched attention over caches padded to the longest) gives the same
+// numbers as the per-session gather.
+TEST(DecodeBatch, PaddedAttentionEqualsPerSession) {
+  auto c = testing::LoadFixtureCase("decode_causal");
+  ASSERT_TRUE(c.ok());
+  auto model = LoadCaseModel(*c, "cpu");
+  ASSERT_NE(model, nullptr);
+  auto pool = MakePool(*model);
+  ForwardInputs full = c->inputs;
+  full.need_weights = false;  // kPadded applies to steps without weights or masks
+  const int64_t total = full.query.size(1);
+  constexpr int kSessions = 3;
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<int64_t> done;
+  for (int i = 0; i < kSessions; ++i) {  // session i prefilled with 2 + 3 * i tokens
+    caches.push_back(std::make_unique<KvCache>(pool, 2));
+    const int64_t n = 2 + 3 * i;
+    StepInputs prefill = StepOf(full, 0, n, n);
+    ASSERT_TRUE(caches[i]->Reserve(n).ok());
+    ForwardOutputs out;
+    ASSERT_TRUE(DecodeStep(*model, caches[i].get(), false, prefill, &out).ok());
+    done.push_back(n);
+  }
+  for (int round = 0; done.back() < total; ++round) {
+    std::vector<StepInputs> steps(kSessions);
+    std::vector<ForwardOutputs> outs(kSessions);
+    std::vector<StepItem> items;
+    for (int i = 0; i < kSessions; ++i) {
+      steps[i] = StepOf(full, done[i], 1, done[i] + 1);
+      ASSERT_TRUE(caches[i]->Reserve(1).ok());
+      items.push_back(StepItem{caches[i].get(), false, &steps[i], &outs[i]});
+    }
+    ASSERT_TRUE(DecodeSteps(*model, items, StepAttention::kPadded).ok());
+    for (int i = 0; i < kSessions; ++i) {
+      EXPECT_TRUE(TensorsNear(outs[i].output, c->expected_output.narrow(1, done[i], 1),
+                              kFp32Tolerance))
+          << "session " << i << " round " << round;
+      ++done[i];
+    }
+  }
+}
+
 TEST(KvPool, GrowsBlockByBlockRefusesWhenFullAndTakesBlocksBackOnRelease) {
   auto c = testing::LoadFixtureCase("decode_causal");  // E=32 float32: 256 bytes per token
   ASSERT_TRUE(c.ok());
