@@ -39,11 +39,17 @@ struct GroupKey {
   bool average_attn_weights = false;  // only meaningful with need_weights (false otherwise)
   int8_t query_dtype = -1, key_dtype = -1, value_dtype = -1;
   int64_t t_bucket = 0, s_bucket = 0;  // s_bucket 0 for self-attention
+  // Decoding-session steps (InferenceTask::step): 1 = a decode step (one new token per row),
+  // 2 = a prefill chunk (several); 0 = a stateless request. Steps merge across sessions whatever
+  // their cache lengths (DecodeSteps), decode steps apart from prefill chunks.
+  int8_t session = 0;
   bool operator==(const GroupKey& other) const;
   bool operator!=(const GroupKey& other) const { return !(*this == other); }
 };
 // `in` must be validated (MhaModel::ValidateInputs): rank-3 query, key/value pair, masks.
 GroupKey MakeGroupKey(const ForwardInputs& in);
+// The key of a session step whose new tokens are `query` [B, T, E].
+GroupKey MakeStepGroupKey(const at::Tensor& query, bool cross);
 
 // Rows (B), query length T and key length S (S = T for self-attention) of a request.
 struct RequestShape {

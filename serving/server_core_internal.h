@@ -1,0 +1,14 @@
+// ServerCore's pieces shared by its source files (server_core.cc, server_core_sessions.cc).
+#pragma once
+
+#include "serving/server_core.h"
+
+namespace mha::serve::internal {
+
+void RecordStats(VersionStats* stats, bool ok, int64_t rows, int64_t queue_us, int64_t compute_us);
+
+// A scheduler's answer: the request's metrics on its handle, then the front end's `done`.
+void Complete(const ModelHandle& handle, DType output_dtype, Clock::time_point start,
+              bool count_outcome, int64_t rows, InferenceResult result, const InferDone& done);
+
+}  // namespace mha::serve::internal
