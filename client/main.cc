@@ -1,5 +1,6 @@
 // mha-client: command-line client for mha-server.
 //   mha-client [--target HOST:PORT] list | info MODEL | health [SERVICE] | forward ... | bench ...
+//   mha-client decode --tokens N --sessions M   (decoding sessions: steps/s, p50/p99)
 //   mha-client [--admin-token-file FILE] load MODEL | unload MODEL | index
 //   mha-client local-bench ...   (the same pass in this process, no server)
 #include <CLI/CLI.hpp>
@@ -28,12 +29,14 @@ int main(int argc, char** argv) {
   InfoCommands info;
   ForwardCommand forward;
   BenchCommand bench;
+  DecodeCommand decode;
   LocalBenchCommand local;
   ControlCommands control;
   info.Add(app);
   control.Add(app);
   forward.Add(app);
   bench.Add(app);
+  decode.Add(app);
   local.Add(app);
   CLI11_PARSE(app, argc, argv);
 
@@ -49,6 +52,7 @@ int main(int argc, char** argv) {
   if (const int code = control.Run(client); code >= 0) return code;
   if (*forward.cmd) return forward.Run(client);
   if (*bench.cmd) return bench.Run(client, client_options.timeout);
+  if (*decode.cmd) return decode.Run(client, client_options.timeout);
   const int code = info.Run(client);
   return code < 0 ? 0 : code;
 }
