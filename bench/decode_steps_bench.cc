@@ -72,8 +72,8 @@ void BM_DecodeSteps(benchmark::State& state) {
     for (auto& c : caches) c->Truncate(c->length() - 1);
     benchmark::DoNotOptimize(outs.back().output.data_ptr());
   }
-  state.counters["steps/s"] =
-      benchmark::Counter(static_cast<double>(sessions), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["steps/s"] = benchmark::Counter(static_cast<double>(sessions),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeSteps)
     ->ArgNames({"padded", "sessions"})

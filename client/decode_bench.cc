@@ -19,8 +19,8 @@ v1::Tensor RandomQuery(int64_t b, int64_t t, int64_t e, std::mt19937_64* rng) {
   v1::Tensor tensor;
   tensor.set_dtype(v1::FLOAT32);
   for (int64_t d : {b, t, e}) tensor.add_shape(d);
-  tensor.set_data(std::string(reinterpret_cast<const char*>(data.data()),
-                              data.size() * sizeof(float)));
+  tensor.set_data(
+      std::string(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float)));
   return tensor;
 }
 
@@ -120,8 +120,7 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
 
 }  // namespace
 
-StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client,
-                                           const DecodeBenchOptions& o) {
+StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const DecodeBenchOptions& o) {
   if (o.sessions < 1 || o.tokens < 1 || o.batch < 1 || o.prefill < 0) {
     return InvalidArgument("decode: --sessions, --tokens and --batch must be >= 1");
   }
@@ -138,8 +137,7 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client,
     });
   }
   for (auto& t : threads) t.join();
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::sort(tally.latencies.begin(), tally.latencies.end());
   const auto& l = tally.latencies;
   report.steps = static_cast<int64_t>(l.size());
@@ -182,8 +180,8 @@ std::string DecodeBenchReportText(const DecodeBenchOptions& o, const DecodeBench
                   "kv cache at close: %lld blocks x %lld tokens for %lld tokens cached (block "
                   "waste %.2f%%; bytes per token = 2*E*dtype_size*%.4f)\n",
                   static_cast<long long>(r.kv_blocks), static_cast<long long>(r.kv_block_tokens),
-                  static_cast<long long>(r.cached_tokens),
-                  100.0 * (slots / r.cached_tokens - 1.0), slots / r.cached_tokens);
+                  static_cast<long long>(r.cached_tokens), 100.0 * (slots / r.cached_tokens - 1.0),
+                  slots / r.cached_tokens);
     text += buf;
   }
   if (!r.first_error.empty()) text += "first error: " + r.first_error + "\n";

@@ -16,9 +16,9 @@ namespace mha::client {
 struct DecodeBenchOptions {
   std::string model, model_version;
   int sessions = 1;
-  int64_t tokens = 128;   // decode steps per session (one token each)
-  int64_t prefill = 0;    // tokens of a first step (not timed); 0 = none
-  int64_t batch = 1;      // rows per session
+  int64_t tokens = 128;  // decode steps per session (one token each)
+  int64_t prefill = 0;   // tokens of a first step (not timed); 0 = none
+  int64_t batch = 1;     // rows per session
   bool need_weights = false;
   // No session: every step sends the whole prefix [B, i + 1, E] with is_causal and keeps the
   // last row (the baseline a session replaces).
@@ -31,8 +31,8 @@ struct DecodeBenchReport {
   int64_t steps = 0, errors = 0;
   std::string first_error;
   int64_t embed_dim = 0;
-  double seconds = 0;      // the timed decode steps, all sessions
-  double steps_per_s = 0;  // answered steps of every session per second
+  double seconds = 0;       // the timed decode steps, all sessions
+  double steps_per_s = 0;   // answered steps of every session per second
   double tokens_per_s = 0;  // steps_per_s * batch
   double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;
   // The server's KV cache at CloseSession, summed over the sessions: blocks given back and the

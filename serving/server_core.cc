@@ -297,8 +297,8 @@ std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
   sessions.max_work_bytes = options_.limits.max_work_bytes;
   sessions.max_response_bytes = options_.limits.max_response_bytes;
   handle->sessions = std::make_unique<SessionStore>(
-      sessions, entry.model, SessionLocation{entry.name, entry.version},
-      session_directory_, handle->scheduler.get(), handle->metrics);
+      sessions, entry.model, SessionLocation{entry.name, entry.version}, session_directory_,
+      handle->scheduler.get(), handle->metrics);
   handle->entry = std::make_shared<const ModelEntry>(std::move(entry));
   return handle;
 }

@@ -25,8 +25,7 @@ StatusOr<std::shared_ptr<ModelHandle>> ServerCore::SessionHandle(const std::stri
 static Status CheckOpenLimits(const OpenSessionRequest& r, const MhaOptions& o,
                               const RequestLimits& limits) {
   if (r.batch_size < 0) {
-    return InvalidArgument("batch_size: must be >= 1 (0 = 1), got " +
-                           std::to_string(r.batch_size));
+    return InvalidArgument("batch_size: must be >= 1 (0 = 1), got " + std::to_string(r.batch_size));
   }
   if (r.batch_size > limits.max_batch_size) {
     return ResourceExhausted("batch_size: " + std::to_string(r.batch_size) +
@@ -44,8 +43,8 @@ static Status CheckOpenLimits(const OpenSessionRequest& r, const MhaOptions& o,
   const bool cross = r.key.defined() || r.value.defined();
   if (!cross && !o.same_embed_dim()) {
     return InvalidArgument("key/value: the model has kdim=" + std::to_string(o.key_dim()) +
-                           " vdim=" + std::to_string(o.value_dim()) + " != embed_dim=" +
-                           std::to_string(o.embed_dim) +
+                           " vdim=" + std::to_string(o.value_dim()) +
+                           " != embed_dim=" + std::to_string(o.embed_dim) +
                            ": only cross-attention sessions (OpenSession with key and value)");
   }
   if (cross && r.key.defined() && r.key.dim() == 3 && r.key.size(1) > limits.max_sequence_length) {
@@ -131,9 +130,9 @@ void ServerCore::InferStep(InferenceRequest request, InferDone done) {
     response.model = model;
     done(std::move(response));
   };
-  auto found = stopping_ ? StatusOr<std::shared_ptr<ModelHandle>>(
-                               Unavailable("server is shutting down"))
-                         : SessionHandle(request.session_id);
+  auto found = stopping_
+                   ? StatusOr<std::shared_ptr<ModelHandle>>(Unavailable("server is shutting down"))
+                   : SessionHandle(request.session_id);
   if (!found.ok()) return refuse(MetricsFor(Current().get(), request.model), found.status(), "");
   std::shared_ptr<ModelHandle> handle = std::move(found.value());
   if (Status valid = CheckStepRequest(request, *handle->entry, options_.limits); !valid.ok()) {

@@ -189,8 +189,9 @@ int LocalBenchCommand::Run() {
 
 void DecodeCommand::Add(CLI::App& app) {
   cmd = app.add_subcommand(
-      "decode", "Decoding sessions: open M sessions, step each N times (one token per step); "
-                "reports steps/s and step latency p50/p99");
+      "decode",
+      "Decoding sessions: open M sessions, step each N times (one token per step); "
+      "reports steps/s and step latency p50/p99");
   cmd->add_option("-m,--model", options.model, "Model ('' = default)");
   cmd->add_option("--model-version", options.model_version, "Version ('' = newest READY)");
   cmd->add_option("--tokens", options.tokens, "Decode steps per session")->capture_default_str();

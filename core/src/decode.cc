@@ -40,15 +40,15 @@ Status CheckStepMasks(const MhaOptions& options, const KvCache& cache, bool cros
   if (const at::Tensor& m = in.key_padding_mask; m.defined()) {
     MHA_RETURN_IF_ERROR(CheckMaskDtype(m, "key_padding_mask"));
     if (m.dim() != 2 || m.size(0) != b || m.size(1) != s) {
-      return InvalidArgument("key_padding_mask: expected shape " + ShapeString({b, s}) +
-                             covers + ", got " + Shape(m));
+      return InvalidArgument("key_padding_mask: expected shape " + ShapeString({b, s}) + covers +
+                             ", got " + Shape(m));
     }
   }
   if (const at::Tensor& m = in.attn_mask; m.defined()) {
     MHA_RETURN_IF_ERROR(CheckMaskDtype(m, "attn_mask"));
     const bool ok2 = m.dim() == 2 && m.size(0) == t && m.size(1) == s;
-    const bool ok3 = m.dim() == 3 && m.size(0) == b * options.num_heads && m.size(1) == t &&
-                     m.size(2) == s;
+    const bool ok3 =
+        m.dim() == 3 && m.size(0) == b * options.num_heads && m.size(1) == t && m.size(2) == s;
     if (!ok2 && !ok3) {
       return InvalidArgument("attn_mask: expected shape " + ShapeString({t, s}) + " or " +
                              ShapeString({b * options.num_heads, t, s}) + covers + ", got " +
@@ -126,8 +126,7 @@ bool PaddedApplies(const std::vector<StepItem>& items) {
 // kPadded: appends every self-attention item's new key/value, pads every cache to the longest,
 // and attends all rows in one batched pass. q/k/v_all: [N, E], one row per item row (T = 1).
 at::Tensor AttendPadded(const MhaModel& model, const std::vector<StepItem>& items,
-                        const at::Tensor& q_all, const at::Tensor& k_all,
-                        const at::Tensor& v_all) {
+                        const at::Tensor& q_all, const at::Tensor& k_all, const at::Tensor& v_all) {
   const MhaOptions& o = model.options();
   const int64_t e = o.embed_dim, h = o.num_heads;
   std::vector<at::Tensor> ks, vs;
@@ -169,9 +168,9 @@ at::Tensor AttendPadded(const MhaModel& model, const std::vector<StepItem>& item
                               .masked_fill(padded, -std::numeric_limits<double>::infinity())
                               .view({n, 1, 1, kh.size(2)});
   at::Tensor weights;
-  at::Tensor per_head = fused_kernel_preferred(qh) ? fused_attention(qh, kh, vh, mask, false)
-                                                   : attention_with_weights(qh, kh, vh, mask,
-                                                                            &weights);
+  at::Tensor per_head = fused_kernel_preferred(qh)
+                            ? fused_attention(qh, kh, vh, mask, false)
+                            : attention_with_weights(qh, kh, vh, mask, &weights);
   return combine_heads(per_head).view({n, e});
 }
 
@@ -188,8 +187,7 @@ std::vector<at::Tensor> AttendEach(const MhaModel& model, const std::vector<Step
     const int64_t b = item.inputs->query.size(0), t = item.inputs->query.size(1), n = b * t;
     auto rows = [&](const at::Tensor& x) { return x.narrow(0, offset, n).view({b, t, e}); };
     at::Tensor weights;
-    combined.push_back(AttendItem(model, item, rows(q_all),
-                                  item.cross ? at::Tensor() : rows(k_all),
+    combined.push_back(AttendItem(model, item, rows(q_all), item.cross ? at::Tensor() : rows(k_all),
                                   item.cross ? at::Tensor() : rows(v_all), &weights)
                            .view({n, e}));
     if (item.inputs->need_weights) {
@@ -227,8 +225,7 @@ void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
   }
 }
 
-void RunSteps(const MhaModel& model, const std::vector<StepItem>& items,
-              StepAttention attention) {
+void RunSteps(const MhaModel& model, const std::vector<StepItem>& items, StepAttention attention) {
   const MhaWeights& w = model.weights();
   const c10::Device device = w.out_weight.device();
   const at::ScalarType compute = w.out_weight.scalar_type();
@@ -265,8 +262,8 @@ Status CheckStepInputs(const MhaOptions& options, const KvCache& cache, bool cro
   if (!q.defined()) return InvalidArgument("query: required (the step's new tokens [B, T, E])");
   if (q.dim() != 3 || q.size(0) != cache.rows() || q.size(1) < 1 ||
       q.size(2) != options.embed_dim) {
-    return InvalidArgument("query: expected shape [" + std::to_string(cache.rows()) +
-                           ", T >= 1, " + std::to_string(options.embed_dim) +
+    return InvalidArgument("query: expected shape [" + std::to_string(cache.rows()) + ", T >= 1, " +
+                           std::to_string(options.embed_dim) +
                            "] (the session's batch size, new tokens, embed_dim), got " + Shape(q));
   }
   if (!IsFloating(q)) {

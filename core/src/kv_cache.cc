@@ -10,7 +10,7 @@
 namespace mha {
 
 StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Create(const KvPoolOptions& options,
-                                                          const MhaModel& model) {
+                                                           const MhaModel& model) {
   const MhaOptions& o = model.options();
   if (options.block_tokens < 1) {
     return InvalidArgument("--kv-block-tokens must be >= 1, got " +
@@ -21,11 +21,10 @@ StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Create(const KvPoolOptions& 
   const int64_t block_bytes = 2 * options.block_tokens * o.embed_dim * element;
   if (options.capacity_bytes < block_bytes) {
     return InvalidArgument("--kv-cache-bytes " + std::to_string(options.capacity_bytes) +
-                           " holds no block: one block of " +
-                           std::to_string(options.block_tokens) + " tokens takes " +
-                           std::to_string(block_bytes) + " bytes (2 * E=" +
-                           std::to_string(o.embed_dim) + " * " + std::to_string(element) +
-                           " bytes per token)");
+                           " holds no block: one block of " + std::to_string(options.block_tokens) +
+                           " tokens takes " + std::to_string(block_bytes) +
+                           " bytes (2 * E=" + std::to_string(o.embed_dim) + " * " +
+                           std::to_string(element) + " bytes per token)");
   }
   std::shared_ptr<KvBlockPool> pool(new KvBlockPool());
   pool->total_blocks_ = options.capacity_bytes / block_bytes;

@@ -105,8 +105,8 @@ StatusOr<OpenSessionRequest> DecodeOpenSessionRequest(const v1::OpenSessionReque
                            " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
   }
   if (r.has_key() != r.has_value()) {
-    return InvalidArgument(std::string(r.has_key() ? "value" : "key") +
-                           ": required with " + (r.has_key() ? "key" : "value") +
+    return InvalidArgument(std::string(r.has_key() ? "value" : "key") + ": required with " +
+                           (r.has_key() ? "key" : "value") +
                            " (a cross-attention session needs both; neither = self-attention)");
   }
   OpenSessionRequest out;

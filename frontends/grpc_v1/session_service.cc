@@ -32,9 +32,9 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::OpenSession(grpc::CallbackServer
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::CloseSession(
-    grpc::CallbackServerContext* context, const v1::CloseSessionRequest* request,
-    v1::CloseSessionResponse* response) {
+grpc::ServerUnaryReactor* AttentionServiceImpl::CloseSession(grpc::CallbackServerContext* context,
+                                                             const v1::CloseSessionRequest* request,
+                                                             v1::CloseSessionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RequestLog log = StartRequest(context, "CloseSession");
   if (request->session_id().size() > 64) {

@@ -62,8 +62,8 @@ DynamicBatcher::~DynamicBatcher() { Shutdown(); }
 void DynamicBatcher::Submit(InferenceTask task, DoneCallback done) {
   // The task was validated by ServerCore (rank-3 query, key/value pair, masks): no check here.
   assert(task.inputs.query.defined() && task.inputs.query.dim() == 3);
-  const GroupKey key = task.step ? MakeStepGroupKey(task.inputs.query, task.step->cross)
-                                 : MakeGroupKey(task.inputs);
+  const GroupKey key =
+      task.step ? MakeStepGroupKey(task.inputs.query, task.step->cross) : MakeGroupKey(task.inputs);
   const RequestShape shape = ShapeOf(task.inputs);
   Entry entry{std::move(task), std::move(done), key, shape, Clock::now()};
   Status refused;
@@ -133,9 +133,11 @@ std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
     const int64_t next_rows = rows + s.rows;
     const int64_t next_t = std::max(t_max, s.t), next_s = std::max(s_max, s.s);
     const int64_t padded = next_rows * (next_t + (key.cross ? next_s : 0));
-    const int64_t work = key.session != 0 ? 0 : PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
-                                       at::elementSize(info_.mask_dtype), next_rows, next_t,
-                                       key.cross ? next_s : next_t, key.need_weights);
+    const int64_t work = key.session != 0
+                             ? 0
+                             : PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
+                                             at::elementSize(info_.mask_dtype), next_rows, next_t,
+                                             key.cross ? next_s : next_t, key.need_weights);
     if (!plan.empty() &&
         (next_rows > options_.max_batch_rows || padded > options_.max_batch_tokens ||
          work > options_.max_batch_work_bytes)) {
@@ -203,7 +205,8 @@ InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
   const auto start = Clock::now();
   result.queue_us = MicrosBetween(entry.task.enqueue_time, start);
   if (entry.task.step) {
-    if (debug_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(debug_delay_ms_));
+    if (debug_delay_ms_ > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(debug_delay_ms_));
     result.status = RunSessionStep(entry.task, &result.outputs);
   } else {
     result.status = ForwardSafely(forward_, entry.task.inputs, &result.outputs);

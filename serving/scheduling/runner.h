@@ -42,9 +42,9 @@ struct InferenceTask {
 
 struct InferenceResult {
   Status status;
-  ForwardOutputs outputs;  // set when status is OK
-  int64_t queue_us = 0;    // enqueue -> compute start (or -> drop)
-  int64_t compute_us = 0;  // Forward itself
+  ForwardOutputs outputs;       // set when status is OK
+  int64_t queue_us = 0;         // enqueue -> compute start (or -> drop)
+  int64_t compute_us = 0;       // Forward itself
   int64_t session_tokens = -1;  // a session step: tokens in the session after it (else -1)
 };
 

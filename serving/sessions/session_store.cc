@@ -91,8 +91,9 @@ Status SessionStore::MakeRoomLocked(int64_t blocks, const Session* keep, const s
     if (!victim) break;
     spdlog::info("model {} v{}: evicting session {} ({} blocks) for {}", location_.model,
                  location_.version, victim->info.id, victim->cache->blocks_held(), what);
-    EndLocked(victim, "was evicted (least recently used) to free KV cache blocks for another "
-                      "session (--kv-cache-full-policy evict-lru, --kv-cache-bytes)");
+    EndLocked(victim,
+              "was evicted (least recently used) to free KV cache blocks for another "
+              "session (--kv-cache-full-policy evict-lru, --kv-cache-bytes)");
     if (metrics_) metrics_->RecordSessionEviction();
   }
   if (pool_->free_blocks() >= blocks) return Status::Ok();
@@ -112,12 +113,12 @@ static Status CheckStepCost(const SessionOptions& limits, const MhaModel& model,
   const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
   const int64_t b = in.query.size(0), t = in.query.size(1);
   const int64_t element = static_cast<int64_t>(model.weights().out_weight.element_size());
-  const int64_t work = PassWorkBytes(o.embed_dim, o.num_heads, extra, element, b, t, keys,
-                                     in.need_weights);
+  const int64_t work =
+      PassWorkBytes(o.embed_dim, o.num_heads, extra, element, b, t, keys, in.need_weights);
   const int64_t heads = in.need_weights ? (in.average_attn_weights ? 1 : o.num_heads) : 0;
   const double response =
-      4.0 * (static_cast<double>(b) * t * o.embed_dim + static_cast<double>(b) * heads * t *
-                                                            static_cast<double>(keys + extra));
+      4.0 * (static_cast<double>(b) * t * o.embed_dim +
+             static_cast<double>(b) * heads * t * static_cast<double>(keys + extra));
   const std::string shape = "[" + std::to_string(b) + ", " + std::to_string(t) + " new tokens, " +
                             std::to_string(keys) + " keys]";
   if (work > limits.max_work_bytes) {
@@ -127,11 +128,10 @@ static Status CheckStepCost(const SessionOptions& limits, const MhaModel& model,
                              " (send fewer new tokens per step, or no weights)");
   }
   if (response > static_cast<double>(limits.max_response_bytes)) {
-    return ResourceExhausted("step " + shape + ": response of about " +
-                             std::to_string(static_cast<int64_t>(response)) +
-                             " bytes exceeds --max-response-bytes " +
-                             std::to_string(limits.max_response_bytes) +
-                             " (averaged weights, no weights, or fewer new tokens per step)");
+    return ResourceExhausted(
+        "step " + shape + ": response of about " + std::to_string(static_cast<int64_t>(response)) +
+        " bytes exceeds --max-response-bytes " + std::to_string(limits.max_response_bytes) +
+        " (averaged weights, no weights, or fewer new tokens per step)");
   }
   return Status::Ok();
 }
@@ -210,9 +210,9 @@ Status SessionStore::AdmitLocked(const SessionPtr& session, InferenceTask* task)
                       std::to_string(s.info.max_tokens) + " (open a session with more)");
   }
   if (!s.info.cross) {
-    MHA_RETURN_IF_ERROR(MakeRoomLocked(s.cache->BlocksNeeded(t), &s,
-                                       "session '" + s.info.id + "' (" + std::to_string(t) +
-                                           " more tokens)"));
+    MHA_RETURN_IF_ERROR(
+        MakeRoomLocked(s.cache->BlocksNeeded(t), &s,
+                       "session '" + s.info.id + "' (" + std::to_string(t) + " more tokens)"));
     MHA_RETURN_IF_ERROR(s.cache->Reserve(t));
   }
   step->owner = session;

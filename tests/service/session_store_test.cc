@@ -124,8 +124,8 @@ TEST(SessionStore, StepsOfOneSessionWaitBehindTheOneInFlightAndApplyInOrder) {
 TEST(SessionStore, CloseAnswersWaitingStepsAndGivesBlocksBackAfterTheStepInFlight) {
   const Fixture f = Load();
   HeldRunner runner;
-  SessionStore store(Options(8), f.model, {"m", "1"}, std::make_shared<SessionDirectory>(),
-                     &runner, nullptr);
+  SessionStore store(Options(8), f.model, {"m", "1"}, std::make_shared<SessionDirectory>(), &runner,
+                     nullptr);
   auto info = store.Open(OpenSessionParams{2, 12, {}, {}});
   ASSERT_TRUE(info.ok());
   Answers answers;
@@ -170,8 +170,8 @@ TEST(SessionStore, EvictLruSkipsSessionsWithAStepInFlight) {
   ASSERT_EQ(answers.results.size(), 3u);
   for (size_t i = 1; i < 3; ++i) {
     ASSERT_TRUE(answers.results[i].status.ok());
-    EXPECT_TRUE(TensorsNear(answers.results[i].outputs.output,
-                            f.c.expected_output.narrow(1, 0, 1), 1e-5));
+    EXPECT_TRUE(
+        TensorsNear(answers.results[i].outputs.output, f.c.expected_output.narrow(1, 0, 1), 1e-5));
   }
 }
 

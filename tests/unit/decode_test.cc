@@ -65,7 +65,8 @@ at::Tensor ExpectedWeights(const at::Tensor& full, int64_t p, int64_t c, int64_t
 StepInputs StepOf(const ForwardInputs& full, int64_t p, int64_t c, int64_t keys) {
   StepInputs step;
   step.query = full.query.narrow(1, p, c);
-  if (full.key_padding_mask.defined()) step.key_padding_mask = full.key_padding_mask.narrow(1, 0, keys);
+  if (full.key_padding_mask.defined())
+    step.key_padding_mask = full.key_padding_mask.narrow(1, 0, keys);
   if (full.attn_mask.defined()) {
     const int64_t d = full.attn_mask.dim();
     step.attn_mask = full.attn_mask.narrow(d - 2, p, c).narrow(d - 1, 0, keys);
@@ -159,9 +160,8 @@ TEST_P(CrossDecodeTest, StepwiseOverProjectedEncoderKeysEqualsFullForward) {
     ASSERT_TRUE(DecodeStep(*model, &cache, true, step, &out).ok());
     EXPECT_TRUE(TensorsNear(out.output, c->expected_output.narrow(1, p, n), kFp32Tolerance));
     if (step.need_weights) {
-      EXPECT_TRUE(TensorsNear(out.attn_weights,
-                              ExpectedWeights(c->expected_weights, p, n, s, extra),
-                              kFp32Tolerance));
+      EXPECT_TRUE(TensorsNear(
+          out.attn_weights, ExpectedWeights(c->expected_weights, p, n, s, extra), kFp32Tolerance));
     }
     p += n;
   }
@@ -210,8 +210,8 @@ TEST(DecodeBatch, SessionsOfDifferentLengthsInOnePassEqualEachAlone) {
     ASSERT_TRUE(DecodeSteps(*model, items).ok());
     for (int i : who) {
       const int64_t n = steps[i].query.size(1);
-      EXPECT_TRUE(TensorsNear(outs[i].output, c->expected_output.narrow(1, done[i], n),
-                              kFp32Tolerance))
+      EXPECT_TRUE(
+          TensorsNear(outs[i].output, c->expected_output.narrow(1, done[i], n), kFp32Tolerance))
           << "session " << i << " round " << round;
       EXPECT_TRUE(TensorsNear(outs[i].attn_weights,
                               ExpectedWeights(c->expected_weights, done[i], n, done[i] + n, 0),
@@ -256,8 +256,8 @@ TEST(DecodeBatch, PaddedAttentionEqualsPerSession) {
     }
     ASSERT_TRUE(DecodeSteps(*model, items, StepAttention::kPadded).ok());
     for (int i = 0; i < kSessions; ++i) {
-      EXPECT_TRUE(TensorsNear(outs[i].output, c->expected_output.narrow(1, done[i], 1),
-                              kFp32Tolerance))
+      EXPECT_TRUE(
+          TensorsNear(outs[i].output, c->expected_output.narrow(1, done[i], 1), kFp32Tolerance))
           << "session " << i << " round " << round;
       ++done[i];
     }
