@@ -28,6 +28,7 @@ void AddLimitFlags(CLI::App& app, ServerConfig* c);
 void AddBatchingFlags(CLI::App& app, ServerConfig* c);
 void AddOperationFlags(CLI::App& app, ServerConfig* c);
 void AddLifecycleFlags(CLI::App& app, ServerConfig* c);
+void AddSessionFlags(CLI::App& app, ServerConfig* c);
 
 }  // namespace
 
@@ -51,6 +52,7 @@ std::optional<int> ParseServerConfig(int argc, char** argv, ServerConfig* c) {
   AddBatchingFlags(app, c);
   AddOperationFlags(app, c);
   AddLifecycleFlags(app, c);
+  AddSessionFlags(app, c);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -161,6 +163,23 @@ void AddOperationFlags(CLI::App& app, ServerConfig* c) {
       "(test only) sleep before each forward pass")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}))
       ->group("");
+}
+
+void AddSessionFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--kv-cache-bytes", &c->kv_cache_bytes,
+      "Decoding sessions: bytes of each model version's KV cache pool (keys + values of every "
+      "block; allocated at the version's first OpenSession)")
+      ->check(CLI::Range(int64_t{1} << 10, int64_t{1} << 50));
+  Add(app, "--kv-block-tokens", &c->kv_block_tokens,
+      "Decoding sessions: tokens per KV cache block (a session grows block by block)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  Add(app, "--session-idle-timeout-s", &c->session_idle_timeout_s,
+      "Decoding sessions: a session idle this long ends (NOT_FOUND 'expired'); 0 = never")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+  Add(app, "--kv-cache-full-policy", &c->kv_cache_full_policy,
+      "Decoding sessions, when the KV cache pool is full: refuse (RESOURCE_EXHAUSTED for the "
+      "new session or the step) or evict-lru (end idle sessions, least recently used first)")
+      ->check(CLI::IsMember({"refuse", "evict-lru"}));
 }
 
 void AddLifecycleFlags(CLI::App& app, ServerConfig* c) {

@@ -69,6 +69,12 @@ StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
     return InvalidArgument("--load-model needs --model-control-mode explicit");
   }
   o.startup_models = c.load_model;
+  o.sessions.pool.capacity_bytes = c.kv_cache_bytes;
+  o.sessions.pool.block_tokens = c.kv_block_tokens;
+  o.sessions.idle_timeout_s = c.session_idle_timeout_s;
+  auto policy = ParseKvFullPolicy(c.kv_cache_full_policy);
+  if (!policy.ok()) return policy.status();
+  o.sessions.full_policy = *policy;
   o.poll_interval = std::chrono::milliseconds(static_cast<int64_t>(c.repository_poll_secs * 1000));
   return o;
 }

@@ -2,6 +2,7 @@
 //   mha-client [--target HOST:PORT] list | info MODEL | health [SERVICE] | forward ... | bench ...
 //   mha-client --protocol oip forward|bench ...   (the same through the Open Inference Protocol)
 //   mha-client analyze [MODEL] [--plot FILE.png]
+//   mha-client decode --tokens N --sessions M   (decoding sessions: steps/s, p50/p99)
 //   mha-client [--admin-token-file FILE] load MODEL | unload MODEL | index
 //   mha-client local-bench ...   (the same pass in this process, no server)
 #include <CLI/CLI.hpp>
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   InfoCommands info;
   ForwardCommand forward;
   BenchCommand bench;
+  DecodeCommand decode;
   LocalBenchCommand local;
   ControlCommands control;
   AnalyzeCommand analyze;
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
   control.Add(app);
   forward.Add(app);
   bench.Add(app);
+  decode.Add(app);
   local.Add(app);
   analyze.Add(app);
   CLI11_PARSE(app, argc, argv);
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
   if (*forward.cmd) return forward.Run(client);
   if (*bench.cmd) return bench.Run(client, client_options.timeout);
   if (*analyze.cmd) return analyze.Run(client);
+  if (*decode.cmd) return decode.Run(client, client_options.timeout);
   const int code = info.Run(client);
   return code < 0 ? 0 : code;
 }

@@ -57,6 +57,27 @@ Status AttentionClient::UnloadModel(const std::string& name,
   return codec::FromGrpcStatus(control_->UnloadModel(&context, request, &response));
 }
 
+StatusOr<v1::OpenSessionResponse> AttentionClient::OpenSession(
+    const v1::OpenSessionRequest& request, std::optional<std::chrono::milliseconds> timeout) {
+  grpc::ClientContext context;
+  Prepare(&context, timeout);
+  v1::OpenSessionResponse response;
+  const grpc::Status s = stub_->OpenSession(&context, request, &response);
+  if (!s.ok()) return codec::FromGrpcStatus(s);
+  return response;
+}
+
+StatusOr<v1::CloseSessionResponse> AttentionClient::CloseSession(const std::string& session_id) {
+  grpc::ClientContext context;
+  Prepare(&context, std::nullopt);
+  v1::CloseSessionRequest request;
+  request.set_session_id(session_id);
+  v1::CloseSessionResponse response;
+  const grpc::Status s = stub_->CloseSession(&context, request, &response);
+  if (!s.ok()) return codec::FromGrpcStatus(s);
+  return response;
+}
+
 StatusOr<v1::RepositoryIndexResponse> AttentionClient::RepositoryIndex() {
   grpc::ClientContext context;
   PrepareAdmin(&context, std::nullopt);

@@ -67,6 +67,11 @@ StatusOr<inference::ModelInferRequest> ToModelInferRequest(const v1::ForwardRequ
         "the head options (weights_*, head_stats, head_mask) are not sent with --protocol oip by "
         "this client yet; use --protocol mha.v1");
   }
+  if (!r.session_id().empty()) {
+    return InvalidArgument(
+        "session_id: decoding sessions are an mha.v1 feature (the Open Inference Protocol has "
+        "no session RPCs); use --protocol mha.v1");
+  }
   inference::ModelInferRequest out;
   out.set_model_name(r.model());
   out.set_model_version(r.model_version());

@@ -62,6 +62,7 @@ StatusOr<v1::ForwardRequest> MakeForwardRequest(const ForwardInputs& in,
   r.set_average_attn_weights(options.average_attn_weights.value_or(in.average_attn_weights));
   r.set_output_dtype(options.output_dtype);
   MHA_RETURN_IF_ERROR(EncodeHeadOptions(in, &r));
+  if (!options.session_id.empty()) r.set_session_id(options.session_id);
   return r;
 }
 
@@ -88,7 +89,28 @@ StatusOr<ForwardResult> ParseForwardResponse(const v1::ForwardResponse& response
   result.model_version = response.model_version();
   result.queue_us = response.queue_us();
   result.compute_us = response.compute_us();
+  result.session_tokens = response.session_tokens();
   return result;
+}
+
+StatusOr<v1::OpenSessionResponse> TensorClient::OpenSession(const SessionOpenOptions& options) {
+  v1::OpenSessionRequest request;
+  request.set_model(options.model);
+  request.set_model_version(options.model_version);
+  request.set_batch_size(options.batch_size);
+  request.set_max_tokens(options.max_tokens);
+  if (options.key.defined()) MHA_RETURN_IF_ERROR(Encode(options.key, "key", request.mutable_key()));
+  if (options.value.defined()) {
+    MHA_RETURN_IF_ERROR(Encode(options.value, "value", request.mutable_value()));
+  }
+  return AttentionClient::OpenSession(request);
+}
+
+StatusOr<ForwardResult> TensorClient::Step(const std::string& session_id,
+                                           const ForwardInputs& new_tokens,
+                                           ForwardOptions options) {
+  options.session_id = session_id;
+  return Forward(new_tokens, options);
 }
 
 StatusOr<ForwardResult> TensorClient::Forward(const ForwardInputs& inputs,

@@ -21,6 +21,16 @@ struct ForwardOptions {
   v1::DataType output_dtype = v1::DATA_TYPE_UNSPECIFIED;
   std::optional<std::chrono::milliseconds> timeout;  // unset = ClientOptions::timeout
   std::string request_id;                            // sent as x-request-id when not empty
+  std::string session_id{};  // a decoding session's step: the inputs hold only the new tokens
+};
+
+// OpenSession's parameters (docs/sessions.md).
+struct SessionOpenOptions {
+  std::string model;          // "" = the server's default model
+  std::string model_version;  // "" = the newest READY version (the session stays on it)
+  int64_t batch_size = 1;
+  int64_t max_tokens = 0;   // 0 = the server's --max-sequence-length
+  at::Tensor key, value;    // both: a cross-attention session over these encoder states
 };
 
 struct ForwardResult {
@@ -33,6 +43,7 @@ struct ForwardResult {
   std::string request_id;  // echoed by the server (initial metadata)
   int64_t queue_us = 0;
   int64_t compute_us = 0;
+  int64_t session_tokens = 0;  // a session step: tokens per row in the session after it
 };
 
 // ForwardInputs (flags included: is_causal, need_weights, average_attn_weights, the weights
@@ -45,10 +56,17 @@ StatusOr<ForwardResult> ParseForwardResponse(const v1::ForwardResponse& response
 class TensorClient : public AttentionClient {
  public:
   using AttentionClient::AttentionClient;
+  using AttentionClient::OpenSession;
 
   StatusOr<ForwardResult> Forward(const ForwardInputs& inputs, const ForwardOptions& options = {});
   StatusOr<std::vector<ForwardResult>> ForwardStream(const std::vector<ForwardInputs>& inputs,
                                                      const ForwardOptions& options = {});
+
+  // Decoding sessions: Open, then Step with the new tokens (query [B, T_new, E], masks over the
+  // whole cache), then Close.
+  StatusOr<v1::OpenSessionResponse> OpenSession(const SessionOpenOptions& options);
+  StatusOr<ForwardResult> Step(const std::string& session_id, const ForwardInputs& new_tokens,
+                               ForwardOptions options = {});
 };
 
 }  // namespace mha::client

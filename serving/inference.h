@@ -32,6 +32,32 @@ struct InferenceRequest {
   // does (InferenceServer::RecordOutcome), e.g. only once the answer has been written.
   bool count_outcome = true;
   Protocol protocol = Protocol::kNative;  // the front end's: mha_protocol_requests_total
+  // A decoding session's step (docs/sessions.md): `inputs.query` holds only the new tokens and
+  // the session's model version answers; model / model_version may be left empty.
+  std::string session_id;
+};
+
+// OpenSession: a decoding session on one model version (docs/sessions.md).
+struct OpenSessionRequest {
+  std::string model;          // "" = the default model
+  std::string model_version;  // "" = the newest READY version; the session stays on it
+  int64_t batch_size = 1;     // 0 = 1
+  int64_t max_tokens = 0;     // tokens per row; 0 = --max-sequence-length
+  at::Tensor key, value;      // both: cross-attention over these [B, S, kdim] / [B, S, vdim]
+};
+
+struct OpenSessionResponse {
+  std::string session_id;
+  std::string model, model_version;
+  int64_t batch_size = 0, max_tokens = 0;
+  bool cross_attention = false;
+  int64_t kv_block_tokens = 0;
+  int64_t kv_blocks = 0;  // held after opening (a cross-attention session's encoder keys)
+};
+
+struct CloseSessionResponse {
+  int64_t tokens = 0;  // tokens decoded per row
+  int64_t kv_blocks = 0;  // blocks given back
 };
 
 struct InferenceResponse {
@@ -44,6 +70,7 @@ struct InferenceResponse {
   std::optional<at::ScalarType> weights_dtype;
   int64_t queue_us = 0;
   int64_t compute_us = 0;
+  int64_t session_tokens = -1;  // a session step: tokens in the session after it (else -1)
 };
 
 // Called exactly once per Infer, on some thread (inline when refused at once). Must not block for

@@ -53,6 +53,14 @@ class InferenceServer {
                                                 const std::string& version) {
     return Unimplemented("this server has no model analysis");
   }
+  // Decoding sessions (docs/sessions.md). A cross-attention session's key/value are projected
+  // on the calling thread.
+  virtual StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request) {
+    return Unimplemented("this server has no decoding sessions");
+  }
+  virtual StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) {
+    return Unimplemented("this server has no decoding sessions");
+  }
 };
 
 }  // namespace mha::serve

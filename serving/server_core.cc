@@ -7,6 +7,7 @@
 
 #include "serving/budget.h"
 #include "serving/repository/default_model.h"
+#include "serving/server_core_internal.h"
 
 namespace mha::serve {
 namespace {
@@ -61,7 +62,7 @@ void LogModel(const ModelEntry& e, bool is_default) {
   }
 }
 
-namespace {
+namespace internal {
 
 void RecordStats(VersionStats* stats, bool ok, int64_t rows, int64_t queue_us, int64_t compute_us) {
   (ok ? stats->success_count : stats->failure_count).fetch_add(1, std::memory_order_relaxed);
@@ -73,13 +74,6 @@ void RecordStats(VersionStats* stats, bool ok, int64_t rows, int64_t queue_us, i
                                  std::memory_order_relaxed);
 }
 
-struct ResponseDTypes {
-  DType output;
-  std::optional<at::ScalarType> weights;
-};
-
-// A scheduler's answer: the request's metrics on its handle, then the front end's `done`.
-// `count_as`: the protocol to count the outcome under; nullopt = the front end counts it.
 void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_point start,
               std::optional<Protocol> count_as, int64_t rows, InferenceResult result,
               const InferDone& done) {
@@ -103,10 +97,15 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
   response.weights_dtype = dtypes.weights;
   response.queue_us = result.queue_us;
   response.compute_us = result.compute_us;
+  response.session_tokens = result.session_tokens;
+  if (result.session_tokens >= 0) m.RecordStep(MicrosBetween(start, Clock::now()) * 1e-6);
   done(std::move(response));
 }
 
-}  // namespace
+}  // namespace internal
+
+using internal::Complete;
+using internal::RecordStats;
 
 ModelHandle::~ModelHandle() {
   if (scheduler) scheduler->Shutdown();
@@ -296,6 +295,12 @@ std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
     if (entry.config.max_queue_size) o.max_queue_size = *entry.config.max_queue_size;
     handle->scheduler = std::make_unique<DirectRunner>(o, handle->metrics);
   }
+  SessionOptions sessions = options_.sessions;
+  sessions.max_work_bytes = options_.limits.max_work_bytes;
+  sessions.max_response_bytes = options_.limits.max_response_bytes;
+  handle->sessions = std::make_unique<SessionStore>(
+      sessions, entry.model, SessionLocation{entry.name, entry.version}, session_directory_,
+      handle->scheduler.get(), handle->metrics);
   handle->entry = std::make_shared<const ModelEntry>(std::move(entry));
   return handle;
 }
@@ -327,6 +332,7 @@ Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& r
 }
 
 void ServerCore::Infer(InferenceRequest request, InferDone done) {
+  if (!request.session_id.empty()) return InferStep(std::move(request), std::move(done));
   auto state = Current();
   auto refuse = [&](ModelMetrics* metrics, Status status, const std::string& model) {
     if (request.count_outcome) {

@@ -25,6 +25,7 @@
 #include "serving/repository/model_repository.h"
 #include "serving/scheduling/direct_runner.h"
 #include "serving/scheduling/dynamic_batcher.h"
+#include "serving/sessions/session_store.h"
 
 namespace mha::serve {
 
@@ -41,6 +42,7 @@ struct ServerCoreOptions {
   ModelControlMode model_control = ModelControlMode::kNone;
   std::vector<std::string> startup_models;         // explicit mode: loaded at start (empty = all)
   std::chrono::milliseconds poll_interval{15000};  // poll mode: between repository scans
+  SessionOptions sessions;  // decoding sessions: KV cache pool per model version, timeouts
 };
 
 // One loaded model version as requests reach it: the repository entry, its scheduler and its
@@ -55,6 +57,9 @@ struct ModelHandle {
   std::once_flag analysis_once;
   std::shared_ptr<const HeadAnalysis> analysis;
   Status analysis_status;
+  // The version's decoding sessions; they end with the handle (declared after the scheduler, so
+  // destroyed before it).
+  std::unique_ptr<SessionStore> sessions;
   ~ModelHandle();
 };
 
@@ -84,6 +89,12 @@ class ServerCore final : public InferenceServer, public ModelController {
   // Validates `request` once (model, shapes, limits) and hands it to the model's scheduler;
   // `done` gets the outcome. Metrics: one request outcome per call, inflight, queue and compute.
   void Infer(InferenceRequest request, InferDone done) override;
+
+  // Decoding sessions (docs/sessions.md; server_core_sessions.cc). OpenSession validates against
+  // the model and the limits (batch_size <= --max-batch-size, max_tokens <=
+  // --max-sequence-length); CloseSession gives the session's KV blocks back.
+  StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request) override;
+  StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) override;
 
   // A request a front end refused before Infer (undecodable message, too big): counted in
   // mha_requests_total like the others. `model` is the name the request gave.
@@ -141,10 +152,16 @@ class ServerCore final : public InferenceServer, public ModelController {
                       HandleMap handles, std::vector<std::shared_ptr<ModelHandle>> retired);
   Status ControlAllowed(bool loads) const;
   Status Validate(const ModelHandle& handle, const InferenceRequest& request) const;
+  // Infer for a request with a session_id: to the session's version and its SessionStore.
+  void InferStep(InferenceRequest request, InferDone done);
+  // The handle a session lives on, or NOT_FOUND naming why it is gone.
+  StatusOr<std::shared_ptr<ModelHandle>> SessionHandle(const std::string& session_id);
   ModelMetrics* MetricsFor(const State* state, const std::string& requested);
 
   const ServerCoreOptions options_;
   Metrics metrics_;
+  // Before state_: the handles' session stores write tombstones here when they end.
+  std::shared_ptr<SessionDirectory> session_directory_ = std::make_shared<SessionDirectory>();
   mutable std::mutex mu_;
   std::shared_ptr<const State> state_;
   std::atomic<bool> stopping_{false};

@@ -304,6 +304,16 @@ def gen_cases(out):
     std_case(out, "larger_e64", "E=64 H=8 B=3 T=S=9 self-attention, per-head weights (fp16/bf16 tests)",
              E=64, H=8, B=3, T=9)
 
+    # decoding sessions (docs/sessions.md): one full causal forward over a whole sequence, the
+    # reference that step-wise decoding (one token, or chunks, per step) must equal
+    std_case(out, "decode_causal",
+             "full causal self-attention over a 12-token sequence, E=32 H=4 B=2 (decode reference)",
+             E=32, H=4, B=2, T=12, is_causal=True)
+    std_case(out, "decode_causal_bias_kv_zero_attn",
+             "causal self-attention T=8 + add_bias_kv + add_zero_attn + bool key_padding_mask "
+             "(decode reference; weights have S+2 columns)",
+             T=8, add_bias_kv=True, add_zero_attn=True, kpm="bool", is_causal=True)
+
     write_json(os.path.join(out, "cases", "index.json"), {"cases": list(CASES)})
 
 

@@ -205,4 +205,31 @@ int LocalBenchCommand::Run() {
   return report.ok > 0 && report.errors == 0 ? 0 : 1;
 }
 
+void DecodeCommand::Add(CLI::App& app) {
+  cmd = app.add_subcommand(
+      "decode",
+      "Decoding sessions: open M sessions, step each N times (one token per step); "
+      "reports steps/s and step latency p50/p99");
+  cmd->add_option("-m,--model", options.model, "Model ('' = default)");
+  cmd->add_option("--model-version", options.model_version, "Version ('' = newest READY)");
+  cmd->add_option("--tokens", options.tokens, "Decode steps per session")->capture_default_str();
+  cmd->add_option("--sessions", options.sessions, "Sessions decoding at once (a thread each)")
+      ->capture_default_str();
+  cmd->add_option("--prefill", options.prefill, "Tokens of a first (untimed) prefill step")
+      ->capture_default_str();
+  cmd->add_option("-b,--batch", options.batch, "Rows per session")->capture_default_str();
+  cmd->add_flag("-w,--need-weights", options.need_weights, "Ask for the attention weights");
+  cmd->add_option("--seed", options.seed, "Random queries' seed")->capture_default_str();
+  cmd->add_flag("--stateless", options.stateless,
+                "Baseline without sessions: each step sends the whole prefix with is_causal");
+}
+
+int DecodeCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout) {
+  options.timeout = timeout;
+  auto report = RunDecodeBench(client, options);
+  if (!report.ok()) return Fail(report.status());
+  std::printf("%s", DecodeBenchReportText(options, *report).c_str());
+  return report->errors == 0 ? 0 : 1;
+}
+
 }  // namespace mha::client::cli

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bench_runner.h"
+#include "client/decode_bench.h"
 #include "client/cli/cli_util.h"
 #include "local_bench.h"
 
@@ -42,6 +43,15 @@ struct BenchCommand {
   bool json = false;
   std::string arrival = "poisson";
   int64_t seq_min = 0, seq_max = 0;
+};
+
+// decode --tokens N --sessions M: the decoding-session load generator (client/decode_bench.h).
+struct DecodeCommand {
+  void Add(CLI::App& app);
+  int Run(AttentionClient& client, std::chrono::milliseconds timeout);
+
+  CLI::App* cmd = nullptr;
+  DecodeBenchOptions options;
 };
 
 struct LocalBenchCommand {

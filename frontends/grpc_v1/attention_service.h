@@ -48,6 +48,14 @@ class AttentionServiceImpl final : public v1::AttentionService::WithRawCallbackM
   grpc::ServerUnaryReactor* AnalyzeModel(grpc::CallbackServerContext* context,
                                          const v1::AnalyzeModelRequest* request,
                                          v1::ModelAnalysis* response) override;
+  // Decoding sessions (session_service.cc). OpenSession answers on the gRPC thread: a
+  // cross-attention session's key/value projection is one small pass.
+  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* context,
+                                        const v1::OpenSessionRequest* request,
+                                        v1::OpenSessionResponse* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
+                                         const v1::CloseSessionRequest* request,
+                                         v1::CloseSessionResponse* response) override;
 
  private:
   InferenceServer* const core_;

@@ -64,6 +64,11 @@ StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& r,
                            " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
   }
   request.model_version = r.model_version();
+  if (r.session_id().size() > 64) {
+    return InvalidArgument("session_id: " + std::to_string(r.session_id().size()) +
+                           " bytes, a session id is at most 64 (as OpenSession returned it)");
+  }
+  request.session_id = r.session_id();
   if (r.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
     auto dtype = codec::FromProtoDType(r.output_dtype());
     if (!dtype.ok()) return InvalidArgument("output_dtype: " + dtype.status().message());
@@ -88,7 +93,36 @@ Status EncodeForwardResponse(const InferenceResponse& r, bool need_weights,
   out->set_model_version(r.model_version);
   out->set_queue_us(r.queue_us);
   out->set_compute_us(r.compute_us);
+  if (r.session_tokens >= 0) out->set_session_tokens(r.session_tokens);
   return Status::Ok();
+}
+
+StatusOr<OpenSessionRequest> DecodeOpenSessionRequest(const v1::OpenSessionRequest& r,
+                                                      int64_t max_message_bytes) {
+  const size_t bytes = r.ByteSizeLong();
+  if (static_cast<int64_t>(bytes) > max_message_bytes) {
+    return ResourceExhausted("request is " + std::to_string(bytes) +
+                             " bytes, over --max-message-bytes " +
+                             std::to_string(max_message_bytes));
+  }
+  if (r.model_version().size() > 64) {
+    return InvalidArgument("model_version: " + std::to_string(r.model_version().size()) +
+                           " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
+  }
+  if (r.has_key() != r.has_value()) {
+    return InvalidArgument(std::string(r.has_key() ? "value" : "key") + ": required with " +
+                           (r.has_key() ? "key" : "value") +
+                           " (a cross-attention session needs both; neither = self-attention)");
+  }
+  OpenSessionRequest out;
+  out.model = r.model();
+  out.model_version = r.model_version();
+  out.batch_size = r.batch_size();
+  out.max_tokens = r.max_tokens();
+  // Copies (no borrowing): the projection happens before the call ends, but keep it simple.
+  if (r.has_key()) MHA_RETURN_IF_ERROR(Decode(r.key(), "key", false, &out.key));
+  if (r.has_value()) MHA_RETURN_IF_ERROR(Decode(r.value(), "value", false, &out.value));
+  return out;
 }
 
 v1::ModelState ToProtoState(ModelState state) {

@@ -22,6 +22,11 @@ StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& reques
 Status EncodeForwardResponse(const InferenceResponse& response, bool need_weights,
                              v1::ForwardResponse* out);
 
+// OpenSession's request: size, version length, key and value both or neither, tensor headers.
+// Shapes against the model are ServerCore's to check.
+StatusOr<OpenSessionRequest> DecodeOpenSessionRequest(const v1::OpenSessionRequest& request,
+                                                      int64_t max_message_bytes);
+
 v1::ModelState ToProtoState(ModelState state);
 
 // Metadata of one model version for ListModels/GetModel.

@@ -36,10 +36,17 @@ void ForwardStreamReactor::OnReadDone(bool ok) {
     if (decoded.ok()) {
       const bool need_weights = decoded->inputs.need_weights;
       decoded->count_outcome = false;  // counted here, once answered (or failed)
+      // A session's steps must reach Infer in stream order (docs/sessions.md): the next read
+      // waits until this step is submitted; its answer still comes asynchronously.
+      const bool in_order = !decoded->session_id.empty();
       {
         std::lock_guard<std::mutex> lock(mu_);
-        processing_ = false;
-        MaybeStartReadLocked();  // pipelining: read the next request while this one runs
+        if (in_order) {
+          ++in_flight_;  // the submission itself: the stream cannot finish during Infer
+        } else {
+          processing_ = false;
+          MaybeStartReadLocked();  // pipelining: read the next request while this one runs
+        }
       }
       // Outside the lock: a refused request calls back inline. OnResult balances in_flight_.
       const Clock::time_point start = message_log.start;
@@ -47,12 +54,12 @@ void ForwardStreamReactor::OnReadDone(bool ok) {
                               [this, index, need_weights, model, start](InferenceResponse result) {
                                 OnResult(index, std::move(result), need_weights, model, start);
                               });
-      return;  // OnResult (maybe already run) takes it from here
+      if (!in_order) return;  // OnResult (maybe already run) takes it from here
     }
     std::lock_guard<std::mutex> lock(mu_);
     processing_ = false;
     --in_flight_;
-    RecordFailureLocked(index, decoded.status(), model, message_log.start);
+    if (!decoded.ok()) RecordFailureLocked(index, decoded.status(), model, message_log.start);
   }
   std::optional<Status> finish;
   {

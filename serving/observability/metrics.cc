@@ -115,7 +115,21 @@ Metrics::Metrics(const BuildInfo& build_info)
       protocol_requests_(Register(prometheus::BuildCounter(), "mha_protocol_requests_total",
                                   "Forward calls answered, by front end (mha.v1, oip) and code",
                                   *registry_)),
-      protocols_(&protocol_requests_) {
+      protocols_(&protocol_requests_),
+      sessions_open_(Register(prometheus::BuildGauge(), "mha_sessions_open",
+                              "Decoding sessions open on the model version", *registry_)),
+      kv_blocks_used_(Register(prometheus::BuildGauge(), "mha_kv_cache_blocks_used",
+                               "KV cache blocks held by sessions", *registry_)),
+      kv_blocks_total_(Register(prometheus::BuildGauge(), "mha_kv_cache_blocks_total",
+                                "KV cache blocks in the version's pool (--kv-cache-bytes)",
+                                *registry_)),
+      kv_bytes_used_(Register(prometheus::BuildGauge(), "mha_kv_cache_bytes_used",
+                              "Bytes of the KV cache blocks held by sessions", *registry_)),
+      session_evictions_(Register(prometheus::BuildCounter(), "mha_session_evictions_total",
+                                  "Idle sessions evicted to free KV cache blocks", *registry_)),
+      step_duration_(Register(prometheus::BuildHistogram(), "mha_session_step_duration_seconds",
+                              "Session step duration in the server (handler start to finish)",
+                              *registry_)) {
   build_info_
       .Add({{"version", build_info.version},
             {"torch_version", build_info.torch_version},
@@ -185,6 +199,15 @@ ModelMetrics::RequestTotals ModelMetrics::totals() const {
   return t;
 }
 
+void ModelMetrics::SetSessionUsage(int64_t sessions, int64_t used, int64_t total,
+                                   int64_t block_bytes) {
+  if (!sessions_open) return;
+  sessions_open->Set(static_cast<double>(sessions));
+  kv_blocks_used->Set(static_cast<double>(used));
+  kv_blocks_total->Set(static_cast<double>(total));
+  kv_bytes_used->Set(static_cast<double>(used * block_bytes));
+}
+
 void ModelMetrics::RecordBatch(int64_t requests, int64_t rows, int64_t real, int64_t padded) {
   stats.execution_count.fetch_add(1, std::memory_order_relaxed);
   batch_size->Observe(static_cast<double>(requests));
@@ -232,6 +255,13 @@ ModelMetrics* Metrics::ForVersion(const std::string& model, const std::string& v
   slot->padded_tokens = shared->padded_tokens;
   slot->queue_depth = shared->queue_depth;
   slot->inflight = shared->inflight;
+  const prometheus::Labels labels{{"model", model}, {"version", version}};
+  slot->sessions_open = &sessions_open_.Add(labels);
+  slot->kv_blocks_used = &kv_blocks_used_.Add(labels);
+  slot->kv_blocks_total = &kv_blocks_total_.Add(labels);
+  slot->kv_bytes_used = &kv_bytes_used_.Add(labels);
+  slot->session_evictions = &session_evictions_.Add({{"model", model}});
+  slot->step_duration = &step_duration_.Add({{"model", model}}, DurationBuckets());
   return slot.get();
 }
 

@@ -18,6 +18,11 @@
 //   mha_model_loads_total{model,result}         counter, version loads: success / failure
 //   mha_model_load_duration_seconds{model}      histogram, load + warmup of one version
 //   mha_model_unloads_total{model}              counter, versions unloaded (drained)
+//   mha_sessions_open{model,version}            gauge, decoding sessions open (docs/sessions.md)
+//   mha_kv_cache_blocks_used{model,version}, mha_kv_cache_blocks_total{model,version}  gauges
+//   mha_kv_cache_bytes_used{model,version}      gauge, bytes of the KV blocks in use
+//   mha_session_evictions_total{model}          counter, sessions evicted (evict-lru policy)
+//   mha_session_step_duration_seconds{model}    histogram, session steps (handler start -> finish)
 //   mha_build_info{version,torch_version,device} gauge = 1
 //   process_resident_memory_bytes, process_cpu_seconds_total       read from /proc at scrape
 //   mha_gpu_memory_allocated_bytes{device}, mha_gpu_memory_reserved_bytes{device}  (CUDA only)
@@ -94,6 +99,15 @@ class ModelMetrics {
   void RecordBatch(int64_t requests, int64_t rows, int64_t real_tokens, int64_t padded_tokens);
   void SetQueueDepth(int64_t depth) { queue_depth->Set(static_cast<double>(depth)); }
   void AddInflight(int64_t delta) { inflight->Increment(static_cast<double>(delta)); }
+  // Decoding sessions (per-version objects only; no-ops elsewhere).
+  void SetSessionUsage(int64_t sessions, int64_t blocks_used, int64_t blocks_total,
+                       int64_t block_bytes);
+  void RecordSessionEviction() {
+    if (session_evictions) session_evictions->Increment();
+  }
+  void RecordStep(double seconds) {
+    if (step_duration) step_duration->Observe(seconds);
+  }
 
   // Cumulative request totals kept beside the Prometheus series (which do not split durations by
   // outcome), for the Open Inference Protocol's ModelStatistics; not exported to /metrics.
@@ -118,6 +132,12 @@ class ModelMetrics {
   prometheus::Counter* padded_tokens = nullptr;
   prometheus::Gauge* queue_depth = nullptr;
   prometheus::Gauge* inflight = nullptr;
+  prometheus::Gauge* sessions_open = nullptr;  // per version
+  prometheus::Gauge* kv_blocks_used = nullptr;
+  prometheus::Gauge* kv_blocks_total = nullptr;
+  prometheus::Gauge* kv_bytes_used = nullptr;
+  prometheus::Counter* session_evictions = nullptr;
+  prometheus::Histogram* step_duration = nullptr;
   VersionStats stats;  // used on the per-version objects (Metrics::ForVersion)
 
  private:
@@ -201,6 +221,12 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& build_info_;
   prometheus::Family<prometheus::Counter>& protocol_requests_;
   ProtocolCounters protocols_;
+  prometheus::Family<prometheus::Gauge>& sessions_open_;
+  prometheus::Family<prometheus::Gauge>& kv_blocks_used_;
+  prometheus::Family<prometheus::Gauge>& kv_blocks_total_;
+  prometheus::Family<prometheus::Gauge>& kv_bytes_used_;
+  prometheus::Family<prometheus::Counter>& session_evictions_;
+  prometheus::Family<prometheus::Histogram>& step_duration_;
 
   std::mutex mu_;  // guards the maps only
   std::map<std::string, std::unique_ptr<ModelMetrics>> series_;

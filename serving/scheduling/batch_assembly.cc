@@ -59,7 +59,14 @@ bool GroupKey::operator==(const GroupKey& o) const {
   return cross == o.cross && is_causal == o.is_causal && need_weights == o.need_weights &&
          average_attn_weights == o.average_attn_weights && query_dtype == o.query_dtype &&
          key_dtype == o.key_dtype && value_dtype == o.value_dtype && t_bucket == o.t_bucket &&
-         s_bucket == o.s_bucket && solo == o.solo;
+         s_bucket == o.s_bucket && solo == o.solo && session == o.session;
+}
+
+GroupKey MakeStepGroupKey(const at::Tensor& query, bool cross) {
+  GroupKey key;
+  key.cross = cross;
+  key.session = query.size(1) == 1 ? 1 : 2;
+  return key;
 }
 
 GroupKey MakeGroupKey(const ForwardInputs& in) {

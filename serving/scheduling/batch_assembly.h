@@ -42,11 +42,17 @@ struct GroupKey {
   // Head options (weights selection, head_stats, head_mask: ForwardInputs::wants_head_options)
   // are per request: such a request runs alone, never merged.
   bool solo = false;
+  // Decoding-session steps (InferenceTask::step): 1 = a decode step (one new token per row),
+  // 2 = a prefill chunk (several); 0 = a stateless request. Steps merge across sessions whatever
+  // their cache lengths (DecodeSteps), decode steps apart from prefill chunks.
+  int8_t session = 0;
   bool operator==(const GroupKey& other) const;
   bool operator!=(const GroupKey& other) const { return !(*this == other); }
 };
 // `in` must be validated (MhaModel::ValidateInputs): rank-3 query, key/value pair, masks.
 GroupKey MakeGroupKey(const ForwardInputs& in);
+// The key of a session step whose new tokens are `query` [B, T, E].
+GroupKey MakeStepGroupKey(const at::Tensor& query, bool cross);
 
 // Rows (B), query length T and key length S (S = T for self-attention) of a request.
 struct RequestShape {

@@ -150,7 +150,8 @@ InferenceResult DirectRunner::Run(InferenceTask& task) const {
     std::this_thread::sleep_for(std::chrono::milliseconds(options_.debug_forward_delay_ms));
   }
   try {
-    result.status = task.model->ForwardValidated(task.inputs, &result.outputs);
+    result.status = task.step ? RunSessionStep(task, &result.outputs)
+                              : task.model->ForwardValidated(task.inputs, &result.outputs);
   } catch (const std::exception& e) {
     result.status = Internal(std::string("forward pass failed: ") + e.what());
   }

@@ -51,8 +51,10 @@ std::unique_ptr<DynamicBatcher> DynamicBatcher::ForModel(std::shared_ptr<const M
     }
     return model->ForwardValidated(in, out);
   };
-  return std::make_unique<DynamicBatcher>(std::move(model_name), info, std::move(forward), options,
-                                          metrics);
+  auto batcher = std::make_unique<DynamicBatcher>(std::move(model_name), info, std::move(forward),
+                                                  options, metrics);
+  batcher->debug_delay_ms_ = debug_forward_delay_ms;
+  return batcher;
 }
 
 DynamicBatcher::~DynamicBatcher() { Shutdown(); }
@@ -60,7 +62,8 @@ DynamicBatcher::~DynamicBatcher() { Shutdown(); }
 void DynamicBatcher::Submit(InferenceTask task, DoneCallback done) {
   // The task was validated by ServerCore (rank-3 query, key/value pair, masks): no check here.
   assert(task.inputs.query.defined() && task.inputs.query.dim() == 3);
-  const GroupKey key = MakeGroupKey(task.inputs);
+  const GroupKey key =
+      task.step ? MakeStepGroupKey(task.inputs.query, task.step->cross) : MakeGroupKey(task.inputs);
   const RequestShape shape = ShapeOf(task.inputs);
   Entry entry{std::move(task), std::move(done), key, shape, Clock::now()};
   Status refused;
@@ -130,9 +133,11 @@ std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
     const int64_t next_rows = rows + s.rows;
     const int64_t next_t = std::max(t_max, s.t), next_s = std::max(s_max, s.s);
     const int64_t padded = next_rows * (next_t + (key.cross ? next_s : 0));
-    const int64_t work = PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
-                                       at::elementSize(info_.mask_dtype), next_rows, next_t,
-                                       key.cross ? next_s : next_t, key.need_weights);
+    const int64_t work = key.session != 0
+                             ? 0
+                             : PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
+                                             at::elementSize(info_.mask_dtype), next_rows, next_t,
+                                             key.cross ? next_s : next_t, key.need_weights);
     if (!plan.empty() &&
         (next_rows > options_.max_batch_rows || padded > options_.max_batch_tokens ||
          work > options_.max_batch_work_bytes)) {
@@ -203,7 +208,13 @@ InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
   InferenceResult result;
   const auto start = Clock::now();
   result.queue_us = MicrosBetween(entry.task.enqueue_time, start);
-  result.status = ForwardSafely(forward_, entry.task.inputs, &result.outputs);
+  if (entry.task.step) {
+    if (debug_delay_ms_ > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(debug_delay_ms_));
+    result.status = RunSessionStep(entry.task, &result.outputs);
+  } else {
+    result.status = ForwardSafely(forward_, entry.task.inputs, &result.outputs);
+  }
   result.compute_us = MicrosBetween(start, Clock::now());
   if (!result.status.ok()) {
     result.outputs = ForwardOutputs();
@@ -217,6 +228,10 @@ InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
 void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
   if (batch.size() == 1) {
     Answer(batch.front(), RunAlone(batch.front()));
+    return;
+  }
+  if (batch.front().task.step) {
+    RunStepBatch(batch);
     return;
   }
   const auto start = Clock::now();
@@ -254,6 +269,37 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
   for (size_t i = 0; i < batch.size(); ++i) {
     InferenceResult result;
     result.status = Status::Ok();
+    result.outputs = std::move(outputs[i]);
+    result.queue_us = MicrosBetween(batch[i].task.enqueue_time, start);
+    result.compute_us = compute_us;
+    Answer(batch[i], std::move(result));
+  }
+}
+
+void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
+  const auto start = Clock::now();
+  if (debug_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(debug_delay_ms_));
+  std::vector<ForwardOutputs> outputs(batch.size());
+  std::vector<StepItem> items;
+  int64_t rows = 0, tokens = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SessionStep& s = *batch[i].task.step;
+    items.push_back(StepItem{s.cache, s.cross, &s.inputs, &outputs[i]});
+    rows += batch[i].shape.rows;
+    tokens += batch[i].shape.rows * batch[i].shape.t;
+  }
+  // On failure every cache is back at its length (DecodeSteps): each step can run alone.
+  const Status status = DecodeSteps(*batch.front().task.model, items);
+  const int64_t compute_us = MicrosBetween(start, Clock::now());
+  if (!status.ok()) {
+    spdlog::warn("model {}: merged pass of {} session steps failed ({}); retrying each alone",
+                 model_name_, batch.size(), status.ToString());
+    for (Entry& e : batch) Answer(e, RunAlone(e));
+    return;
+  }
+  if (metrics_) metrics_->RecordBatch(static_cast<int64_t>(batch.size()), rows, tokens, tokens);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    InferenceResult result;
     result.outputs = std::move(outputs[i]);
     result.queue_us = MicrosBetween(batch[i].task.enqueue_time, start);
     result.compute_us = compute_us;

@@ -9,7 +9,9 @@
 // has waited max_queue_delay_us (at once if a task's deadline comes sooner). The oldest task's
 // group always goes first, so no group starves. Expired (DEADLINE_EXCEEDED) and cancelled
 // (CANCELLED) tasks are dropped before compute; a full queue is RESOURCE_EXHAUSTED inline in
-// Submit. Tasks come validated (ServerCore::Infer): the batcher trusts them. If a merged pass
+// Submit. Session steps (InferenceTask::step) merge with steps of other sessions into one
+// DecodeSteps pass; decode steps (T = 1) and prefill chunks (T > 1) form separate groups, so a
+// long prefill never holds decode steps in its pass (docs/sessions.md). Tasks come validated (ServerCore::Infer): the batcher trusts them. If a merged pass
 // fails, each of its tasks is retried alone so one bad request cannot fail others.
 #pragma once
 
@@ -83,6 +85,8 @@ class DynamicBatcher final : public ModelRunner {
   // `full` when nothing more could join; `dispatch_at` when the batch should go anyway.
   std::vector<Queue::iterator> PlanLocked(bool* full, Clock::time_point* dispatch_at);
   void RunBatch(std::vector<Entry>& batch);
+  // Session steps of several sessions: one DecodeSteps pass (retried alone on failure).
+  void RunStepBatch(std::vector<Entry>& batch);
   InferenceResult RunAlone(Entry& entry) const;
   void Answer(Entry& entry, InferenceResult result) const;
   void PublishDepthLocked() const;
@@ -92,6 +96,7 @@ class DynamicBatcher final : public ModelRunner {
   const BatchForwardFn forward_;
   const BatcherOptions options_;
   ModelMetrics* const metrics_;
+  int64_t debug_delay_ms_ = 0;  // test-only (ForModel): session passes sleep first, as forward_
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -8,11 +8,23 @@
 #include <memory>
 #include <string>
 
+#include "mha/decode.h"
 #include "mha/model.h"
 #include "mha/status.h"
 #include "serving/clock.h"
 
 namespace mha::serve {
+
+// One decoding-session step (serving/sessions): the session's cache, which the step extends, and
+// the step's inputs. `owner` keeps the cache alive until the step is answered, also when the
+// session is closed or evicted meanwhile. The session layer admits one step per session at a
+// time, so no two tasks in flight share a cache.
+struct SessionStep {
+  std::shared_ptr<void> owner;
+  KvCache* cache = nullptr;
+  bool cross = false;
+  StepInputs inputs;  // inputs.query is also the task's inputs.query (shapes, metrics)
+};
 
 struct InferenceTask {
   std::shared_ptr<const MhaModel> model;
@@ -25,13 +37,15 @@ struct InferenceTask {
   std::function<bool()> is_cancelled;  // empty = never cancelled; must be cheap and thread-safe
   Clock::time_point enqueue_time = Clock::now();
   std::string request_id;
+  std::shared_ptr<SessionStep> step;  // set for a session's step: DecodeSteps, not Forward
 };
 
 struct InferenceResult {
   Status status;
-  ForwardOutputs outputs;  // set when status is OK
-  int64_t queue_us = 0;    // enqueue -> compute start (or -> drop)
-  int64_t compute_us = 0;  // Forward itself
+  ForwardOutputs outputs;       // set when status is OK
+  int64_t queue_us = 0;         // enqueue -> compute start (or -> drop)
+  int64_t compute_us = 0;       // Forward itself
+  int64_t session_tokens = -1;  // a session step: tokens in the session after it (else -1)
 };
 
 using DoneCallback = std::function<void(InferenceResult)>;
@@ -72,6 +86,12 @@ inline Status QueueFull(size_t waiting, const std::string& model, size_t limit) 
 
 // Why a queued task must be dropped before compute at `now`: DEADLINE_EXCEEDED when its deadline
 // has passed, CANCELLED when its call was cancelled; OK when it should run.
+// The pass of a session step alone (DecodeStep), for either runner.
+inline Status RunSessionStep(const InferenceTask& task, ForwardOutputs* out) {
+  const SessionStep& s = *task.step;
+  return DecodeStep(*task.model, s.cache, s.cross, s.inputs, out);
+}
+
 inline Status DropBeforeCompute(const InferenceTask& task, Clock::time_point now) {
   const std::string waited = std::to_string(MicrosBetween(task.enqueue_time, now));
   if (now >= task.deadline) {

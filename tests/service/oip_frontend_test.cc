@@ -163,6 +163,20 @@ TEST_F(OipFrontendTest, TheClientsOipProtocolRoundTripsAForwardRequest) {
   auto refused = client.ForwardRaw(request);
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("output_dtype"), std::string::npos);
+
+  // Options the protocol cannot carry are refused by the client, never silently dropped.
+  request.clear_output_dtype();
+  request.set_weights_top_k(2);
+  auto heads = client.ForwardRaw(request);
+  EXPECT_EQ(heads.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(heads.status().message().find("head options"), std::string::npos);
+  request.clear_weights_top_k();
+  request.set_session_id("s-1");
+  auto session = client.ForwardRaw(request);
+  EXPECT_EQ(session.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(session.status().message().find("session_id: decoding sessions are an mha.v1"),
+            std::string::npos);
+  EXPECT_EQ(core_.last_.inputs.weights_selection.top_k, 0);  // neither reached the server
 }
 
 }  // namespace

@@ -1,0 +1,109 @@
+// Decoding-session steps in one process (docs/sessions.md), E=512 H=8 fp32 on the CPU:
+//   BM_DecodeSteps/<attention>/<sessions>: one merged pass of one new token for each of
+//     `sessions` sessions whose caches hold 1 .. 1024 tokens (spread evenly); attention 0 =
+//     per-session gather (what the server runs), 1 = padded to the longest + mask.
+//   BM_DecodeOneToken/<S>: one session's step at cache length S, vs
+//   BM_FullCausalLastRow/<S>: the stateless alternative, a full causal forward over S + 1
+//     tokens of which the last row is kept.
+// Each iteration leaves the caches as they were (the step's appended token is truncated away).
+#include <ATen/ATen.h>
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "mha/decode.h"
+#include "mha/model.h"
+
+namespace {
+
+constexpr int64_t kEmbed = 512, kHeads = 8;
+
+const mha::MhaModel& Model() {
+  static const auto model = [] {
+    mha::MhaOptions o;
+    o.embed_dim = kEmbed;
+    o.num_heads = kHeads;
+    o.device = "cpu";
+    at::manual_seed(0);
+    mha::MhaWeights w;
+    for (at::Tensor* t : {&w.q_weight, &w.k_weight, &w.v_weight, &w.out_weight}) {
+      *t = at::randn({kEmbed, kEmbed}) * 0.05;
+    }
+    for (at::Tensor* t : {&w.q_bias, &w.k_bias, &w.v_bias, &w.out_bias}) *t = at::zeros({kEmbed});
+    auto m = mha::MhaModel::Create(o, w);
+    if (!m.ok()) {
+      std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+      std::abort();
+    }
+    return std::shared_ptr<mha::MhaModel>(std::move(m).value());
+  }();
+  return *model;
+}
+
+std::shared_ptr<mha::KvBlockPool> Pool() {
+  static auto pool = mha::KvBlockPool::Create({int64_t{2} << 30, 16}, Model()).value();
+  return pool;
+}
+
+// A cache of `length` tokens (random keys/values; attention cost does not depend on them).
+std::unique_ptr<mha::KvCache> Filled(int64_t length) {
+  auto cache = std::make_unique<mha::KvCache>(Pool(), 1);
+  if (!cache->Reserve(length + 1).ok()) std::abort();
+  cache->Append(at::randn({1, length, kEmbed}), at::randn({1, length, kEmbed}));
+  return cache;
+}
+
+void BM_DecodeSteps(benchmark::State& state) {
+  const auto attention = static_cast<mha::StepAttention>(state.range(0));
+  const int64_t sessions = state.range(1);
+  std::vector<std::unique_ptr<mha::KvCache>> caches;
+  for (int64_t i = 0; i < sessions; ++i) caches.push_back(Filled(1 + i * 1023 / sessions));
+  std::vector<mha::StepInputs> steps(static_cast<size_t>(sessions));
+  std::vector<mha::ForwardOutputs> outs(static_cast<size_t>(sessions));
+  std::vector<mha::StepItem> items;
+  for (int64_t i = 0; i < sessions; ++i) {
+    steps[i].query = at::randn({1, 1, kEmbed});
+    items.push_back(mha::StepItem{caches[i].get(), false, &steps[i], &outs[i]});
+  }
+  for (auto _ : state) {
+    if (!mha::DecodeSteps(Model(), items, attention).ok()) std::abort();
+    for (auto& c : caches) c->Truncate(c->length() - 1);
+    benchmark::DoNotOptimize(outs.back().output.data_ptr());
+  }
+  state.counters["steps/s"] = benchmark::Counter(static_cast<double>(sessions),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeSteps)
+    ->ArgNames({"padded", "sessions"})
+    ->ArgsProduct({{0, 1}, {1, 8, 64}})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_DecodeOneToken(benchmark::State& state) {
+  auto cache = Filled(state.range(0));
+  mha::StepInputs step;
+  step.query = at::randn({1, 1, kEmbed});
+  mha::ForwardOutputs out;
+  for (auto _ : state) {
+    if (!mha::DecodeStep(Model(), cache.get(), false, step, &out).ok()) std::abort();
+    cache->Truncate(cache->length() - 1);
+  }
+}
+BENCHMARK(BM_DecodeOneToken)->Arg(128)->Arg(1023)->Unit(benchmark::kMicrosecond);
+
+void BM_FullCausalLastRow(benchmark::State& state) {
+  mha::ForwardInputs in;
+  in.query = at::randn({1, state.range(0) + 1, kEmbed});
+  in.is_causal = true;
+  mha::ForwardOutputs out;
+  for (auto _ : state) {
+    if (!Model().Forward(in, &out).ok()) std::abort();
+    benchmark::DoNotOptimize(out.output.select(1, -1).data_ptr());
+  }
+}
+BENCHMARK(BM_FullCausalLastRow)->Arg(128)->Arg(1023)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

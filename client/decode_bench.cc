@@ -1,0 +1,191 @@
+#include "client/decode_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "client/bench_tally.h"
+
+namespace mha::client {
+namespace {
+
+v1::Tensor RandomQuery(int64_t b, int64_t t, int64_t e, std::mt19937_64* rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> data(static_cast<size_t>(b * t * e));
+  for (float& x : data) x = normal(*rng);
+  v1::Tensor tensor;
+  tensor.set_dtype(v1::FLOAT32);
+  for (int64_t d : {b, t, e}) tensor.add_shape(d);
+  tensor.set_data(
+      std::string(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float)));
+  return tensor;
+}
+
+struct Tally {
+  std::mutex mu;
+  std::vector<double> latencies;
+  int64_t errors = 0;
+  std::string first_error;
+  int64_t kv_blocks = 0, kv_block_tokens = 0, cached_tokens = 0;
+  void Error(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (errors++ == 0) first_error = s.ToString();
+  }
+};
+
+// The baseline: the whole prefix each step (is_causal), last row kept; no session.
+void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t e, int index,
+                  Tally* tally) {
+  std::mt19937_64 rng(o.seed * 1000003 + static_cast<uint64_t>(index));
+  std::vector<std::string> rows(static_cast<size_t>(o.batch));  // each row's prefix bytes
+  auto append = [&](int64_t t) {
+    const v1::Tensor q = RandomQuery(o.batch, t, e, &rng);
+    const size_t row_bytes = static_cast<size_t>(t * e) * sizeof(float);
+    for (size_t b = 0; b < rows.size(); ++b) rows[b] += q.data().substr(b * row_bytes, row_bytes);
+  };
+  if (o.prefill > 0) append(o.prefill);
+  std::vector<double> mine;
+  v1::ForwardRequest step;
+  step.set_model(o.model);
+  step.set_model_version(o.model_version);
+  step.set_is_causal(true);
+  for (int64_t i = 0; i < o.tokens; ++i) {
+    append(1);
+    const int64_t len = o.prefill + i + 1;
+    v1::Tensor* q = step.mutable_query();
+    q->Clear();
+    q->set_dtype(v1::FLOAT32);
+    for (int64_t d : {o.batch, len, e}) q->add_shape(d);
+    std::string data;
+    for (const auto& r : rows) data += r;
+    q->set_data(std::move(data));
+    const auto start = std::chrono::steady_clock::now();
+    auto r = client.ForwardRaw(step, o.timeout);
+    const auto end = std::chrono::steady_clock::now();
+    if (!r.ok()) {
+      tally->Error(r.status());
+      break;
+    }
+    mine.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+  }
+  std::lock_guard<std::mutex> lock(tally->mu);
+  tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
+}
+
+// One session's whole life: open, prefill, `tokens` timed steps, close.
+void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e, int index,
+                Tally* tally) {
+  std::mt19937_64 rng(o.seed * 1000003 + static_cast<uint64_t>(index));
+  v1::OpenSessionRequest open;
+  open.set_model(o.model);
+  open.set_model_version(o.model_version);
+  open.set_batch_size(o.batch);
+  open.set_max_tokens(o.prefill + o.tokens);
+  auto opened = client.OpenSession(open, o.timeout);
+  if (!opened.ok()) return tally->Error(opened.status());
+  v1::ForwardRequest step;
+  step.set_session_id(opened->session_id());
+  step.set_need_weights(o.need_weights);
+  if (o.prefill > 0) {
+    *step.mutable_query() = RandomQuery(o.batch, o.prefill, e, &rng);
+    auto r = client.ForwardRaw(step, o.timeout);
+    if (!r.ok()) return tally->Error(r.status());
+  }
+  std::vector<double> mine;
+  mine.reserve(static_cast<size_t>(o.tokens));
+  for (int64_t i = 0; i < o.tokens; ++i) {
+    *step.mutable_query() = RandomQuery(o.batch, 1, e, &rng);
+    const auto start = std::chrono::steady_clock::now();
+    auto r = client.ForwardRaw(step, o.timeout);
+    const auto end = std::chrono::steady_clock::now();
+    if (!r.ok()) {
+      tally->Error(r.status());
+      break;
+    }
+    mine.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+  }
+  auto closed = client.CloseSession(opened->session_id());
+  if (!closed.ok()) tally->Error(closed.status());
+  std::lock_guard<std::mutex> lock(tally->mu);
+  if (closed.ok()) {
+    tally->kv_blocks += closed->kv_blocks();
+    tally->kv_block_tokens = opened->kv_block_tokens();
+    tally->cached_tokens += closed->tokens() * o.batch;
+  }
+  tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
+}
+
+}  // namespace
+
+StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const DecodeBenchOptions& o) {
+  if (o.sessions < 1 || o.tokens < 1 || o.batch < 1 || o.prefill < 0) {
+    return InvalidArgument("decode: --sessions, --tokens and --batch must be >= 1");
+  }
+  auto info = client.GetModel(o.model);
+  if (!info.ok()) return info.status();
+  DecodeBenchReport report;
+  report.embed_dim = info->embed_dim();
+  Tally tally;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < o.sessions; ++i) {
+    threads.emplace_back([&, i] {
+      (o.stateless ? RunStateless : RunSession)(client, o, report.embed_dim, i, &tally);
+    });
+  }
+  for (auto& t : threads) t.join();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::sort(tally.latencies.begin(), tally.latencies.end());
+  const auto& l = tally.latencies;
+  report.steps = static_cast<int64_t>(l.size());
+  report.errors = tally.errors;
+  report.first_error = tally.first_error;
+  report.kv_blocks = tally.kv_blocks;
+  report.kv_block_tokens = tally.kv_block_tokens;
+  report.cached_tokens = tally.cached_tokens;
+  report.steps_per_s = report.seconds > 0 ? report.steps / report.seconds : 0;
+  report.tokens_per_s = report.steps_per_s * o.batch;
+  if (!l.empty()) {
+    double sum = 0;
+    for (double x : l) sum += x;
+    report.mean_us = sum / l.size();
+    report.p50_us = Percentile(l, 50);
+    report.p90_us = Percentile(l, 90);
+    report.p99_us = Percentile(l, 99);
+    report.max_us = l.back();
+  }
+  return report;
+}
+
+std::string DecodeBenchReportText(const DecodeBenchOptions& o, const DecodeBenchReport& r) {
+  char buf[640];
+  std::snprintf(buf, sizeof(buf),
+                "decode%s: %d sessions x %lld steps (B=%lld, E=%lld, prefill %lld)\n"
+                "steps: %lld ok, %lld errors in %.3f s (sessions opened, prefilled and closed "
+                "included)\n"
+                "throughput: %.1f steps/s (%.1f tokens/s)\n"
+                "step latency (us): mean %.0f  p50 %.0f  p90 %.0f  p99 %.0f  max %.0f\n",
+                o.stateless ? " (stateless: whole prefix per step)" : "", o.sessions,
+                static_cast<long long>(o.tokens), static_cast<long long>(o.batch),
+                static_cast<long long>(r.embed_dim), static_cast<long long>(o.prefill),
+                static_cast<long long>(r.steps), static_cast<long long>(r.errors), r.seconds,
+                r.steps_per_s, r.tokens_per_s, r.mean_us, r.p50_us, r.p90_us, r.p99_us, r.max_us);
+  std::string text = buf;
+  if (r.kv_blocks > 0 && r.cached_tokens > 0) {
+    const double slots = static_cast<double>(r.kv_blocks) * r.kv_block_tokens;
+    std::snprintf(buf, sizeof(buf),
+                  "kv cache at close: %lld blocks x %lld tokens for %lld tokens cached (block "
+                  "waste %.2f%%; bytes per token = 2*E*dtype_size*%.4f)\n",
+                  static_cast<long long>(r.kv_blocks), static_cast<long long>(r.kv_block_tokens),
+                  static_cast<long long>(r.cached_tokens), 100.0 * (slots / r.cached_tokens - 1.0),
+                  slots / r.cached_tokens);
+    text += buf;
+  }
+  if (!r.first_error.empty()) text += "first error: " + r.first_error + "\n";
+  return text;
+}
+
+}  // namespace mha::client

@@ -1,0 +1,48 @@
+// Load generator for `mha-client decode` (docs/sessions.md): opens `sessions` decoding sessions,
+// optionally prefills each with `prefill` tokens in one step, then steps every session `tokens`
+// times with one new token (random query [batch, 1, E]), one thread per session (closed loop:
+// each session sends its next step after the answer, as a decoder must). Reports steps/s over
+// every session and the step latency percentiles. Torch-free: queries are built as wire bytes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "client/mha_client.h"
+
+namespace mha::client {
+
+struct DecodeBenchOptions {
+  std::string model, model_version;
+  int sessions = 1;
+  int64_t tokens = 128;  // decode steps per session (one token each)
+  int64_t prefill = 0;   // tokens of a first step (not timed); 0 = none
+  int64_t batch = 1;     // rows per session
+  bool need_weights = false;
+  // No session: every step sends the whole prefix [B, i + 1, E] with is_causal and keeps the
+  // last row (the baseline a session replaces).
+  bool stateless = false;
+  std::chrono::milliseconds timeout{60000};
+  uint64_t seed = 0;
+};
+
+struct DecodeBenchReport {
+  int64_t steps = 0, errors = 0;
+  std::string first_error;
+  int64_t embed_dim = 0;
+  double seconds = 0;       // the timed decode steps, all sessions
+  double steps_per_s = 0;   // answered steps of every session per second
+  double tokens_per_s = 0;  // steps_per_s * batch
+  double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;
+  // The server's KV cache at CloseSession, summed over the sessions: blocks given back and the
+  // token slots they hold vs the tokens cached (rows * tokens).
+  int64_t kv_blocks = 0, kv_block_tokens = 0, cached_tokens = 0;
+};
+
+StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client,
+                                           const DecodeBenchOptions& options);
+std::string DecodeBenchReportText(const DecodeBenchOptions& options,
+                                  const DecodeBenchReport& report);
+
+}  // namespace mha::client

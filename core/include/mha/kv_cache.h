@@ -1,0 +1,105 @@
+// Paged KV cache for decoding sessions (vLLM's PagedAttention block pool): the projected keys and
+// values of the tokens a session has seen, per head, in fixed-size blocks taken from one pool per
+// model. A session's cache grows block by block and gives its blocks back when it ends.
+//
+// Storage: one keys tensor and one values tensor per pool, [blocks * block_tokens, H, head_dim]
+// (a "slot" is one token of one sequence), in the model's compute dtype on its device. Appends
+// write the projected [B, T, E] rows (E = H * head_dim, before split_heads) into their slots; a
+// gather over the block table gives the seeds' split_heads layout [B, H, S, head_dim].
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "mha/model.h"
+#include "mha/status.h"
+
+namespace mha {
+
+struct KvPoolOptions {
+  int64_t capacity_bytes = int64_t{256} << 20;  // keys + values of every block (--kv-cache-bytes)
+  int64_t block_tokens = 16;                    // tokens per block (--kv-block-tokens)
+};
+
+class KvBlockPool {
+ public:
+  // A pool for `model`'s heads, in its compute dtype on its device: capacity_bytes / block_bytes()
+  // blocks, allocated at once (on the CPU the pages are touched only as blocks are written).
+  // INVALID_ARGUMENT when block_tokens < 1 or not one block fits, naming the numbers.
+  static StatusOr<std::shared_ptr<KvBlockPool>> Create(const KvPoolOptions& options,
+                                                       const MhaModel& model);
+
+  // `count` free block ids, or RESOURCE_EXHAUSTED naming what was asked and what is free.
+  // All or nothing: on failure no block is taken.
+  StatusOr<std::vector<int64_t>> Allocate(int64_t count);
+  void Release(const std::vector<int64_t>& blocks);
+
+  int64_t total_blocks() const { return total_blocks_; }
+  int64_t used_blocks() const;
+  int64_t free_blocks() const { return total_blocks_ - used_blocks(); }
+  int64_t block_tokens() const { return block_tokens_; }
+  int64_t block_bytes() const { return block_bytes_; }  // keys + values of one block
+  int64_t bytes_per_token() const { return block_bytes_ / block_tokens_; }  // 2 * E * dtype size
+
+  // [total_blocks * block_tokens, H, head_dim]; writers own disjoint slots (their blocks).
+  const at::Tensor& keys() const { return keys_; }
+  const at::Tensor& values() const { return values_; }
+
+ private:
+  KvBlockPool() = default;
+
+  int64_t total_blocks_ = 0;
+  int64_t block_tokens_ = 0;
+  int64_t block_bytes_ = 0;
+  at::Tensor keys_, values_;
+  mutable std::mutex mu_;
+  std::vector<int64_t> free_;  // guarded by mu_; a stack: the last freed block is reused first
+};
+
+// One session's cache: `rows` sequences (the session's batch) growing together. Not thread-safe:
+// a session runs one step at a time. Its blocks go back to the pool on Release or destruction.
+class KvCache {
+ public:
+  KvCache(std::shared_ptr<KvBlockPool> pool, int64_t rows);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  int64_t rows() const { return rows_; }
+  int64_t length() const { return length_; }  // tokens cached per row
+  int64_t blocks_held() const;                // over every row
+  const KvBlockPool& pool() const { return *pool_; }
+  // Blocks `extra` more tokens per row would take from the pool.
+  int64_t BlocksNeeded(int64_t extra) const;
+
+  // Makes room for `extra` more tokens per row: new blocks from the pool, or RESOURCE_EXHAUSTED
+  // with nothing taken.
+  Status Reserve(int64_t extra);
+  // Appends k, v ([rows, T, H * head_dim], projected, before split_heads) at positions
+  // length() .. length() + T - 1. Reserve(T) must have succeeded. Throws c10::Error on misuse.
+  void Append(const at::Tensor& k, const at::Tensor& v);
+  // The cached keys / values in split_heads layout [rows, H, length(), head_dim]: one gather.
+  at::Tensor Keys() const;
+  at::Tensor Values() const;
+  // Forgets the tokens after `length` (a failed step's appends); their blocks stay reserved.
+  void Truncate(int64_t length) { length_ = std::min(length_, length); }
+  // Gives every block back: the cache is empty (and may grow again).
+  void Release();
+
+ private:
+  // Slot ids of positions [begin, begin + count) of every row: [rows * count], int64 on device.
+  at::Tensor Slots(int64_t begin, int64_t count) const;
+  at::Tensor Gather(const at::Tensor& store) const;
+
+  std::shared_ptr<KvBlockPool> pool_;
+  int64_t rows_ = 0;
+  int64_t length_ = 0;
+  std::vector<std::vector<int64_t>> tables_;  // per row: its block ids in order
+};
+
+}  // namespace mha

@@ -1,0 +1,341 @@
+#include "mha/decode.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "mha/attention_ops.h"
+#include "mha/shape_string.h"
+#include "mha/tensor_util.h"
+
+namespace mha {
+namespace {
+
+std::string Shape(const at::Tensor& t) { return ShapeString(t.sizes()); }
+
+bool IsFloating(const at::Tensor& t) { return at::isFloatingType(t.scalar_type()); }
+
+Status CheckMaskDtype(const at::Tensor& mask, const std::string& field) {
+  if (mask.scalar_type() == at::kBool || IsFloating(mask)) return Status::Ok();
+  return InvalidArgument(field + ": dtype must be bool or floating, got " +
+                         std::string(c10::toString(mask.scalar_type())));
+}
+
+// The keys a step attends (without add_bias_kv / add_zero_attn), and how to say so.
+int64_t StepKeys(const KvCache& cache, bool cross, int64_t t) {
+  return cross ? cache.length() : cache.length() + t;
+}
+std::string StepKeysWords(const KvCache& cache, bool cross, int64_t t) {
+  if (cross) return "the session's " + std::to_string(cache.length()) + " encoder keys";
+  return std::to_string(cache.length()) + " cached + " + std::to_string(t) + " new tokens";
+}
+
+Status CheckStepMasks(const MhaOptions& options, const KvCache& cache, bool cross,
+                      const StepInputs& in) {
+  const int64_t b = in.query.size(0), t = in.query.size(1), s = StepKeys(cache, cross, t);
+  const std::string covers = " (masks cover " + StepKeysWords(cache, cross, t) + ")";
+  if (const at::Tensor& m = in.key_padding_mask; m.defined()) {
+    MHA_RETURN_IF_ERROR(CheckMaskDtype(m, "key_padding_mask"));
+    if (m.dim() != 2 || m.size(0) != b || m.size(1) != s) {
+      return InvalidArgument("key_padding_mask: expected shape " + ShapeString({b, s}) + covers +
+                             ", got " + Shape(m));
+    }
+  }
+  if (const at::Tensor& m = in.attn_mask; m.defined()) {
+    MHA_RETURN_IF_ERROR(CheckMaskDtype(m, "attn_mask"));
+    const bool ok2 = m.dim() == 2 && m.size(0) == t && m.size(1) == s;
+    const bool ok3 =
+        m.dim() == 3 && m.size(0) == b * options.num_heads && m.size(1) == t && m.size(2) == s;
+    if (!ok2 && !ok3) {
+      return InvalidArgument("attn_mask: expected shape " + ShapeString({t, s}) + " or " +
+                             ShapeString({b * options.num_heads, t, s}) + covers + ", got " +
+                             Shape(m));
+    }
+  }
+  return Status::Ok();
+}
+
+// Each present mask made additive and summed, broadcastable to [B, H, T, S + extra]; the causal
+// part is bottom-right aligned (new token i sees the keys up to S - T + i).
+at::Tensor StepMask(const StepInputs& in, bool causal, int64_t h, int64_t s, int64_t extra,
+                    const at::TensorOptions& opts) {
+  const int64_t b = in.query.size(0), t = in.query.size(1);
+  const at::ScalarType dtype = c10::typeMetaToScalarType(opts.dtype());
+  at::Tensor mask;
+  auto add = [&mask](at::Tensor term) { mask = mask.defined() ? mask + term : std::move(term); };
+  if (in.attn_mask.defined()) {
+    at::Tensor a = ToAdditiveMask(in.attn_mask, dtype, opts.device());
+    add(in.attn_mask.dim() == 2 ? a.reshape({1, 1, t, s}) : a.reshape({b, h, t, s}));
+  }
+  if (in.key_padding_mask.defined()) {
+    add(ToAdditiveMask(in.key_padding_mask, dtype, opts.device()).reshape({b, 1, 1, s}));
+  }
+  if (causal && t > 1) {  // one new token sees every cached key: no mask
+    const double neg_inf = -std::numeric_limits<double>::infinity();
+    add(at::full({t, s}, neg_inf, opts).triu(s - t + 1).view({1, 1, t, s}));
+  }
+  if (mask.defined() && extra > 0) mask = at::constant_pad_nd(mask, {0, extra}, 0);
+  return mask;
+}
+
+// One item's attention over its cache; q (and k, v for self-attention) are the new tokens'
+// projections [B, T, E]. Returns combine_heads of the per-head output, [B, T, E].
+at::Tensor AttendItem(const MhaModel& model, const StepItem& item, const at::Tensor& q,
+                      const at::Tensor& k, const at::Tensor& v, at::Tensor* weights) {
+  const MhaOptions& o = model.options();
+  const MhaWeights& w = model.weights();
+  KvCache& cache = *item.cache;
+  if (!item.cross) cache.Append(k, v);
+  const int64_t b = q.size(0), h = o.num_heads, s = cache.length();
+  at::Tensor qh = split_heads(q, h), kh = cache.Keys(), vh = cache.Values();
+  if (o.add_bias_kv) {
+    kh = at::cat({kh, split_heads(w.bias_k.expand({b, 1, o.embed_dim}), h)}, 2);
+    vh = at::cat({vh, split_heads(w.bias_v.expand({b, 1, o.embed_dim}), h)}, 2);
+  }
+  if (o.add_zero_attn) {
+    at::Tensor zeros = at::zeros({b, h, 1, o.head_dim()}, qh.options());
+    kh = at::cat({kh, zeros}, 2);
+    vh = at::cat({vh, zeros}, 2);
+  }
+  const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
+  const StepInputs& in = *item.inputs;
+  at::Tensor mask = StepMask(in, !item.cross, h, s, extra, qh.options());
+  at::Tensor per_head;
+  if (!in.need_weights && fused_kernel_preferred(qh)) {
+    per_head = fused_attention(qh, kh, vh, mask, /*is_causal=*/false);
+  } else {
+    per_head = attention_with_weights(qh, kh, vh, mask, weights);
+  }
+  return combine_heads(per_head);
+}
+
+bool PaddedApplies(const std::vector<StepItem>& items) {
+  for (const StepItem& item : items) {
+    const StepInputs& in = *item.inputs;
+    if (in.query.size(1) != 1 || in.need_weights || in.key_padding_mask.defined() ||
+        in.attn_mask.defined()) {
+      return false;
+    }
+  }
+  return items.size() > 1;
+}
+
+// kPadded: appends every self-attention item's new key/value, pads every cache to the longest,
+// and attends all rows in one batched pass. q/k/v_all: [N, E], one row per item row (T = 1).
+at::Tensor AttendPadded(const MhaModel& model, const std::vector<StepItem>& items,
+                        const at::Tensor& q_all, const at::Tensor& k_all, const at::Tensor& v_all) {
+  const MhaOptions& o = model.options();
+  const int64_t e = o.embed_dim, h = o.num_heads;
+  std::vector<at::Tensor> ks, vs;
+  std::vector<int64_t> lengths;
+  int64_t offset = 0, s_max = 0;
+  for (const StepItem& item : items) {
+    const int64_t b = item.inputs->query.size(0);
+    if (!item.cross) {
+      item.cache->Append(k_all.narrow(0, offset, b).view({b, 1, e}),
+                         v_all.narrow(0, offset, b).view({b, 1, e}));
+    }
+    ks.push_back(item.cache->Keys());
+    vs.push_back(item.cache->Values());
+    lengths.insert(lengths.end(), static_cast<size_t>(b), item.cache->length());
+    s_max = std::max(s_max, item.cache->length());
+    offset += b;
+  }
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const int64_t pad = s_max - ks[i].size(2);
+    ks[i] = at::constant_pad_nd(ks[i], {0, 0, 0, pad}, 0);
+    vs[i] = at::constant_pad_nd(vs[i], {0, 0, 0, pad}, 0);
+  }
+  const int64_t n = offset;
+  at::Tensor kh = at::cat(ks, 0), vh = at::cat(vs, 0), qh = split_heads(q_all.view({n, 1, e}), h);
+  const MhaWeights& w = model.weights();
+  if (o.add_bias_kv) {
+    kh = at::cat({kh, split_heads(w.bias_k.expand({n, 1, e}), h)}, 2);
+    vh = at::cat({vh, split_heads(w.bias_v.expand({n, 1, e}), h)}, 2);
+  }
+  if (o.add_zero_attn) {
+    at::Tensor zeros = at::zeros({n, h, 1, o.head_dim()}, qh.options());
+    kh = at::cat({kh, zeros}, 2);
+    vh = at::cat({vh, zeros}, 2);
+  }
+  const at::Tensor len = at::tensor(lengths, at::kLong).to(qh.device()).unsqueeze(1);
+  const at::Tensor pos = at::arange(kh.size(2), len.options()).unsqueeze(0);
+  const at::Tensor padded = (pos >= len) & (pos < s_max);  // extra keys stay visible
+  const at::Tensor mask = at::zeros(padded.sizes(), qh.options())
+                              .masked_fill(padded, -std::numeric_limits<double>::infinity())
+                              .view({n, 1, 1, kh.size(2)});
+  at::Tensor weights;
+  at::Tensor per_head = fused_kernel_preferred(qh)
+                            ? fused_attention(qh, kh, vh, mask, false)
+                            : attention_with_weights(qh, kh, vh, mask, &weights);
+  return combine_heads(per_head).view({n, e});
+}
+
+// Each item's attention, per session: combine_heads rows [B * T, E] per item, weights set.
+std::vector<at::Tensor> AttendEach(const MhaModel& model, const std::vector<StepItem>& items,
+                                   const at::Tensor& q_all, const at::Tensor& k_all,
+                                   const at::Tensor& v_all) {
+  const MhaOptions& o = model.options();
+  const at::ScalarType out_type = ToScalarType(o.dtype);
+  const int64_t e = o.embed_dim;
+  std::vector<at::Tensor> combined;
+  int64_t offset = 0;
+  for (const StepItem& item : items) {
+    const int64_t b = item.inputs->query.size(0), t = item.inputs->query.size(1), n = b * t;
+    auto rows = [&](const at::Tensor& x) { return x.narrow(0, offset, n).view({b, t, e}); };
+    at::Tensor weights;
+    combined.push_back(AttendItem(model, item, rows(q_all), item.cross ? at::Tensor() : rows(k_all),
+                                  item.cross ? at::Tensor() : rows(v_all), &weights)
+                           .view({n, e}));
+    if (item.inputs->need_weights) {
+      if (item.inputs->average_attn_weights) weights = weights.sum(1) / o.num_heads;
+      item.outputs->attn_weights = weights.to(out_type);
+    } else {
+      item.outputs->attn_weights = at::Tensor();
+    }
+    offset += n;
+  }
+  return combined;
+}
+
+// One output projection over every item's rows, split back into the items' outputs.
+void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
+                    const std::vector<at::Tensor>& combined) {
+  const MhaWeights& w = model.weights();
+  const c10::Device device = w.out_weight.device();
+  const int64_t e = model.options().embed_dim;
+  const at::Tensor joined = combined.size() == 1 ? combined[0] : at::cat(combined, 0);
+  const at::Tensor out_all =
+      at::linear(joined, w.out_weight, w.out_bias).to(ToScalarType(model.options().dtype));
+  int64_t offset = 0;
+  for (const StepItem& item : items) {
+    const at::Tensor& query = item.inputs->query;
+    const int64_t b = query.size(0), t = query.size(1);
+    at::Tensor out = out_all.narrow(0, offset, b * t).view({b, t, e});
+    at::Tensor& weights = item.outputs->attn_weights;
+    if (device.is_cuda() && !query.is_cuda()) {  // host in, host out
+      out = out.to(at::kCPU);
+      if (weights.defined()) weights = weights.to(at::kCPU);
+    }
+    item.outputs->output = out;
+    offset += b * t;
+  }
+}
+
+void RunSteps(const MhaModel& model, const std::vector<StepItem>& items, StepAttention attention) {
+  const MhaWeights& w = model.weights();
+  const c10::Device device = w.out_weight.device();
+  const at::ScalarType compute = w.out_weight.scalar_type();
+  const int64_t e = model.options().embed_dim;
+  // Projections: every item's new tokens in one GEMM per weight.
+  std::vector<at::Tensor> flat;
+  bool any_self = false;
+  for (const StepItem& item : items) {
+    flat.push_back(item.inputs->query.to(device, compute).reshape({-1, e}));
+    any_self = any_self || !item.cross;
+  }
+  const at::Tensor all = flat.size() == 1 ? flat[0] : at::cat(flat, 0);
+  const at::Tensor q_all = at::linear(all, w.q_weight, w.q_bias);
+  at::Tensor k_all, v_all;
+  if (any_self) {
+    k_all = at::linear(all, w.k_weight, w.k_bias);
+    v_all = at::linear(all, w.v_weight, w.v_bias);
+  }
+  std::vector<at::Tensor> combined;
+  if (attention == StepAttention::kPadded && PaddedApplies(items)) {
+    combined.push_back(AttendPadded(model, items, q_all, k_all, v_all));
+    for (const StepItem& item : items) item.outputs->attn_weights = at::Tensor();
+  } else {
+    combined = AttendEach(model, items, q_all, k_all, v_all);
+  }
+  ProjectOutputs(model, items, combined);
+}
+
+}  // namespace
+
+Status CheckStepInputs(const MhaOptions& options, const KvCache& cache, bool cross,
+                       const StepInputs& in) {
+  const at::Tensor& q = in.query;
+  if (!q.defined()) return InvalidArgument("query: required (the step's new tokens [B, T, E])");
+  if (q.dim() != 3 || q.size(0) != cache.rows() || q.size(1) < 1 ||
+      q.size(2) != options.embed_dim) {
+    return InvalidArgument("query: expected shape [" + std::to_string(cache.rows()) + ", T >= 1, " +
+                           std::to_string(options.embed_dim) +
+                           "] (the session's batch size, new tokens, embed_dim), got " + Shape(q));
+  }
+  if (!IsFloating(q)) {
+    return InvalidArgument("query: dtype must be floating, got " +
+                           std::string(c10::toString(q.scalar_type())));
+  }
+  return CheckStepMasks(options, cache, cross, in);
+}
+
+Status DecodeSteps(const MhaModel& model, const std::vector<StepItem>& items,
+                   StepAttention attention) {
+  if (items.empty()) return Status::Ok();
+  std::vector<int64_t> lengths;
+  for (const StepItem& item : items) lengths.push_back(item.cache->length());
+  std::string error;
+  try {
+    c10::InferenceMode guard;
+    RunSteps(model, items, attention);
+    return Status::Ok();
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  for (size_t i = 0; i < items.size(); ++i) items[i].cache->Truncate(lengths[i]);
+  return Internal("decode step failed: " + error);
+}
+
+Status DecodeStep(const MhaModel& model, KvCache* cache, bool cross, const StepInputs& in,
+                  ForwardOutputs* out) {
+  return DecodeSteps(model, {StepItem{cache, cross, &in, out}});
+}
+
+Status PrefillCross(const MhaModel& model, KvCache* cache, const at::Tensor& key,
+                    const at::Tensor& value) {
+  const MhaOptions& o = model.options();
+  auto check = [&](const at::Tensor& t, const char* field, int64_t dim,
+                   const char* dim_name) -> Status {
+    if (!t.defined()) {
+      return InvalidArgument(std::string(field) +
+                             ": required (a cross-attention session needs key and value)");
+    }
+    if (t.dim() != 3 || t.size(0) != cache->rows() || t.size(2) != dim || !IsFloating(t)) {
+      return InvalidArgument(std::string(field) + ": expected floating [" +
+                             std::to_string(cache->rows()) + ", S, " + std::to_string(dim) +
+                             "] (batch_size, encoder tokens, " + dim_name + "), got " + Shape(t) +
+                             " " + std::string(c10::toString(t.scalar_type())));
+    }
+    return Status::Ok();
+  };
+  MHA_RETURN_IF_ERROR(check(key, "key", o.key_dim(), "kdim"));
+  MHA_RETURN_IF_ERROR(check(value, "value", o.value_dim(), "vdim"));
+  if (key.size(1) != value.size(1)) {
+    return InvalidArgument("key and value: sequence lengths differ (" +
+                           std::to_string(key.size(1)) + " vs " + std::to_string(value.size(1)) +
+                           ")");
+  }
+  if (cache->length() != 0) return FailedPrecondition("PrefillCross: the cache is not empty");
+  MHA_RETURN_IF_ERROR(cache->Reserve(key.size(1)));
+  try {
+    c10::InferenceMode guard;
+    const MhaWeights& w = model.weights();
+    const auto device = w.out_weight.device();
+    const auto compute = w.out_weight.scalar_type();
+    cache->Append(at::linear(key.to(device, compute), w.k_weight, w.k_bias),
+                  at::linear(value.to(device, compute), w.v_weight, w.v_bias));
+  } catch (const c10::Error& e) {
+    cache->Release();
+    return Internal(std::string("projecting the session's key/value failed: ") +
+                    e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
+}  // namespace mha

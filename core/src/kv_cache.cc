@@ -1,0 +1,150 @@
+#include "mha/kv_cache.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace mha {
+
+StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Create(const KvPoolOptions& options,
+                                                           const MhaModel& model) {
+  const MhaOptions& o = model.options();
+  if (options.block_tokens < 1) {
+    return InvalidArgument("--kv-block-tokens must be >= 1, got " +
+                           std::to_string(options.block_tokens));
+  }
+  const at::Tensor& reference = model.weights().out_weight;
+  const int64_t element = static_cast<int64_t>(reference.element_size());
+  const int64_t block_bytes = 2 * options.block_tokens * o.embed_dim * element;
+  if (options.capacity_bytes < block_bytes) {
+    return InvalidArgument("--kv-cache-bytes " + std::to_string(options.capacity_bytes) +
+                           " holds no block: one block of " + std::to_string(options.block_tokens) +
+                           " tokens takes " + std::to_string(block_bytes) +
+                           " bytes (2 * E=" + std::to_string(o.embed_dim) + " * " +
+                           std::to_string(element) + " bytes per token)");
+  }
+  std::shared_ptr<KvBlockPool> pool(new KvBlockPool());
+  pool->total_blocks_ = options.capacity_bytes / block_bytes;
+  pool->block_tokens_ = options.block_tokens;
+  pool->block_bytes_ = block_bytes;
+  try {
+    c10::InferenceMode guard;  // steps write in place under InferenceMode
+    const auto opts = reference.options();
+    const int64_t slots = pool->total_blocks_ * pool->block_tokens_;
+    pool->keys_ = at::empty({slots, o.num_heads, o.head_dim()}, opts);
+    pool->values_ = at::empty({slots, o.num_heads, o.head_dim()}, opts);
+  } catch (const c10::Error& e) {
+    return ResourceExhausted("allocating the KV cache pool of " +
+                             std::to_string(options.capacity_bytes) + " bytes on " +
+                             model.device() + " failed: " + e.what_without_backtrace());
+  }
+  pool->free_.reserve(static_cast<size_t>(pool->total_blocks_));
+  for (int64_t b = pool->total_blocks_ - 1; b >= 0; --b) pool->free_.push_back(b);
+  return pool;
+}
+
+StatusOr<std::vector<int64_t>> KvBlockPool::Allocate(int64_t count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t available = static_cast<int64_t>(free_.size());
+  if (count > available) {
+    return ResourceExhausted("KV cache full: " + std::to_string(count) + " blocks needed, " +
+                             std::to_string(available) + " of " + std::to_string(total_blocks_) +
+                             " free (" + std::to_string(block_tokens_) + " tokens, " +
+                             std::to_string(block_bytes_) + " bytes each; --kv-cache-bytes)");
+  }
+  std::vector<int64_t> blocks(free_.end() - count, free_.end());
+  free_.resize(free_.size() - static_cast<size_t>(count));
+  return blocks;
+}
+
+void KvBlockPool::Release(const std::vector<int64_t>& blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.insert(free_.end(), blocks.begin(), blocks.end());
+}
+
+int64_t KvBlockPool::used_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_blocks_ - static_cast<int64_t>(free_.size());
+}
+
+KvCache::KvCache(std::shared_ptr<KvBlockPool> pool, int64_t rows)
+    : pool_(std::move(pool)), rows_(rows), tables_(static_cast<size_t>(rows)) {}
+
+KvCache::~KvCache() { Release(); }
+
+int64_t KvCache::blocks_held() const {
+  int64_t n = 0;
+  for (const auto& table : tables_) n += static_cast<int64_t>(table.size());
+  return n;
+}
+
+int64_t KvCache::BlocksNeeded(int64_t extra) const {
+  const int64_t bt = pool_->block_tokens();
+  const int64_t have = tables_.empty() ? 0 : static_cast<int64_t>(tables_[0].size());
+  const int64_t want = (length_ + extra + bt - 1) / bt;
+  return std::max<int64_t>(0, want - have) * rows_;
+}
+
+Status KvCache::Reserve(int64_t extra) {
+  const int64_t needed = BlocksNeeded(extra);
+  if (needed == 0) return Status::Ok();
+  auto blocks = pool_->Allocate(needed);
+  if (!blocks.ok()) return blocks.status();
+  const size_t per_row = static_cast<size_t>(needed / rows_);
+  for (size_t r = 0; r < tables_.size(); ++r) {
+    tables_[r].insert(tables_[r].end(), blocks->begin() + r * per_row,
+                      blocks->begin() + (r + 1) * per_row);
+  }
+  return Status::Ok();
+}
+
+at::Tensor KvCache::Slots(int64_t begin, int64_t count) const {
+  const int64_t bt = pool_->block_tokens();
+  std::vector<int64_t> slots;
+  slots.reserve(static_cast<size_t>(rows_ * count));
+  for (const auto& table : tables_) {
+    for (int64_t p = begin; p < begin + count; ++p) {
+      slots.push_back(table.at(static_cast<size_t>(p / bt)) * bt + p % bt);
+    }
+  }
+  at::Tensor ids = at::tensor(slots, at::kLong);
+  return ids.to(pool_->keys().device());
+}
+
+void KvCache::Append(const at::Tensor& k, const at::Tensor& v) {
+  const int64_t t = k.size(1);
+  TORCH_CHECK(k.size(0) == rows_ && v.size(0) == rows_, "KvCache::Append: ", k.size(0),
+              " rows for a cache of ", rows_);
+  c10::InferenceMode guard;  // the pool's tensors are inference tensors (written in place)
+  const at::Tensor slots = Slots(length_, t);
+  const at::Tensor& keys = pool_->keys();
+  const int64_t h = keys.size(1), d = keys.size(2);
+  keys.index_copy_(0, slots, k.reshape({rows_ * t, h, d}).to(keys.scalar_type()));
+  pool_->values().index_copy_(0, slots, v.reshape({rows_ * t, h, d}).to(keys.scalar_type()));
+  length_ += t;
+}
+
+at::Tensor KvCache::Gather(const at::Tensor& store) const {
+  c10::InferenceMode guard;
+  const at::Tensor rows = store.index_select(0, Slots(0, length_));  // [rows * S, H, D]
+  return rows.view({rows_, length_, store.size(1), store.size(2)}).transpose(1, 2);
+}
+
+at::Tensor KvCache::Keys() const { return Gather(pool_->keys()); }
+at::Tensor KvCache::Values() const { return Gather(pool_->values()); }
+
+void KvCache::Release() {
+  if (!pool_) return;
+  std::vector<int64_t> all;
+  for (auto& table : tables_) {
+    all.insert(all.end(), table.begin(), table.end());
+    table.clear();
+  }
+  if (!all.empty()) pool_->Release(all);
+  length_ = 0;
+}
+
+}  // namespace mha

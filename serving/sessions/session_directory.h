@@ -1,0 +1,47 @@
+// Which model version holds each open decoding session, and why an ended one ended. One per
+// ServerCore: a step names only its session_id, the directory finds the version's SessionStore.
+// Ended sessions leave a tombstone (the most recent kMaxTombstones) so that a late request gets
+// NOT_FOUND saying why: closed, evicted, expired, or its model version unloaded.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "mha/status.h"
+
+namespace mha::serve {
+
+struct SessionLocation {
+  std::string model, version;
+};
+
+class SessionDirectory {
+ public:
+  static constexpr size_t kMaxTombstones = 65536;
+
+  void Add(const std::string& id, SessionLocation where);
+  // The session ended: later lookups get NOT_FOUND "session 'id' <why>".
+  void End(const std::string& id, const std::string& why);
+  // Where the session lives, or NOT_FOUND naming why it is not there.
+  StatusOr<SessionLocation> Find(const std::string& id) const;
+  // NOT_FOUND for `id`: its tombstone's reason, or "unknown" (never opened, or before a restart).
+  Status NotFoundFor(const std::string& id) const;
+  int64_t open_count() const;
+
+ private:
+  Status NotFoundLocked(const std::string& id) const;
+
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, SessionLocation> open_;
+  std::unordered_map<std::string, std::string> ended_;  // id -> why
+  std::deque<std::string> ended_order_;                 // oldest first, bounded
+};
+
+// A fresh session id: "s-" + 32 hex digits from a random 128-bit number.
+std::string NewSessionId();
+
+}  // namespace mha::serve
