@@ -28,7 +28,6 @@ prometheus::ClientMetric Sample(prometheus::MetricType type, double value,
   return metric;
 }
 
-
 // The CUDA caching allocator's memory per device (nothing on CPU builds or without a GPU).
 void AppendGpuMemory(std::vector<prometheus::MetricFamily>* families) {
 #ifdef MHA_WITH_CUDA
