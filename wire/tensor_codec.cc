@@ -18,26 +18,6 @@ bool HostIsLittleEndian() {
   return first == 1;
 }
 
-StatusOr<at::ScalarType> ToScalarType(int dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return at::kFloat;
-    case v1::FLOAT16:
-      return at::kHalf;
-    case v1::BFLOAT16:
-      return at::kBFloat16;
-    case v1::BOOL:
-      return at::kBool;
-    case v1::INT32:
-      return at::kInt;
-    case v1::INT64:
-      return at::kLong;
-    default:
-      break;
-  }
-  return InvalidArgument("dtype " + DataTypeName(dtype) + " is not supported");
-}
-
 StatusOr<v1::DataType> FromScalarType(at::ScalarType type) {
   switch (type) {
     case at::kFloat:
@@ -62,6 +42,26 @@ StatusOr<v1::DataType> FromScalarType(at::ScalarType type) {
 std::string Field(std::string_view field) { return std::string(field) + ": "; }
 
 }  // namespace
+
+StatusOr<at::ScalarType> ToScalarType(int dtype) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return at::kFloat;
+    case v1::FLOAT16:
+      return at::kHalf;
+    case v1::BFLOAT16:
+      return at::kBFloat16;
+    case v1::BOOL:
+      return at::kBool;
+    case v1::INT32:
+      return at::kInt;
+    case v1::INT64:
+      return at::kLong;
+    default:
+      break;
+  }
+  return InvalidArgument("dtype " + DataTypeName(dtype) + " is not supported");
+}
 
 StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor, std::string_view field, bool borrow) {
   return DecodeTensorBytes(tensor.dtype(), ShapeOf(tensor), tensor.data(), field, borrow);

@@ -28,6 +28,9 @@ StatusOr<at::Tensor> DecodeTensorBytes(int dtype, const std::vector<int64_t>& sh
                                        std::string_view data, std::string_view field,
                                        bool borrow = false);
 
+// The at::ScalarType of a v1::DataType value the wire carries; INVALID_ARGUMENT for the others.
+StatusOr<at::ScalarType> ToScalarType(int dtype);
+
 // Writes `tensor` (any device) as `dtype` (DATA_TYPE_UNSPECIFIED = the tensor's own dtype).
 // INVALID_ARGUMENT for dtypes the wire cannot carry.
 Status EncodeTensor(const at::Tensor& tensor, v1::DataType dtype, v1::Tensor* out);

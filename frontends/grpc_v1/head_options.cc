@@ -9,18 +9,14 @@
 namespace mha::serve {
 namespace {
 
+// The codec's dtype mapping, restricted to the floating types.
 StatusOr<at::ScalarType> WeightsScalarType(v1::DataType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return at::kFloat;
-    case v1::FLOAT16:
-      return at::kHalf;
-    case v1::BFLOAT16:
-      return at::kBFloat16;
-    default:
-      return InvalidArgument("weights_dtype: " + codec::DataTypeName(dtype) +
-                             " is not a floating type (FLOAT32, FLOAT16 or BFLOAT16)");
+  auto type = codec::ToScalarType(dtype);
+  if (!type.ok() || !at::isFloatingType(*type)) {
+    return InvalidArgument("weights_dtype: " + codec::DataTypeName(dtype) +
+                           " is not a floating type (FLOAT32, FLOAT16 or BFLOAT16)");
   }
+  return *type;
 }
 
 void FillProjection(const ProjectionAnalysis& a, v1::ProjectionAnalysis* out) {

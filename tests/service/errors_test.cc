@@ -9,23 +9,16 @@ namespace {
 
 constexpr int64_t kE = 16;  // self_basic: E=16, H=4
 
-class ErrorServer : public ::testing::Test {
+class ErrorServer : public SharedServerTest<ErrorServer> {
+ public:
+  static SharedServerSpec Spec() {
+    return {{"self_basic", "kdim_vdim"},
+            "wrong_shape",
+            {"--default-model", "self_basic", "--max-batch-size", "4", "--max-sequence-length",
+             "32", "--max-message-bytes", "65536"}};
+  }
+
  protected:
-  static void SetUpTestSuite() {
-    shared_ = new SharedServer();
-    shared_->Start({"self_basic", "kdim_vdim"}, "wrong_shape",
-                   {"--default-model", "self_basic", "--max-batch-size", "4",
-                    "--max-sequence-length", "32", "--max-message-bytes", "65536"});
-  }
-  static void TearDownTestSuite() {
-    shared_->Stop();
-    delete shared_;
-    shared_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_TRUE(shared_->error.empty()) << shared_->error;
-    client_ = shared_->Client();
-  }
   void TearDown() override {
     // Whatever the test sent, the server still answers a good request.
     auto response = client_->ForwardRaw(SelfAttentionRequest("self_basic", 2, 5, kE));
@@ -44,11 +37,7 @@ class ErrorServer : public ::testing::Test {
           << "message lacks '" << part << "': " << response.status().message();
     }
   }
-
-  static SharedServer* shared_;
-  std::unique_ptr<client::TensorClient> client_;
 };
-SharedServer* ErrorServer::shared_ = nullptr;
 
 TEST_F(ErrorServer, ByteCountDifferentFromShapeTimesDtypeSize) {
   v1::ForwardRequest r = SelfAttentionRequest("self_basic", 2, 5, kE);
@@ -166,20 +155,10 @@ TEST_F(ErrorServer, MessageSizeLimit) {
 
 // A 1 ms deadline on a request that cannot be answered in 1 ms on any machine: ~2.4 GFLOP
 // (B=8, T=S=1024, E=64) and 2 MiB each way. (A tiny request can legitimately beat the deadline.)
-class DeadlineServer : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    shared_ = new SharedServer();
-    shared_->Start({"larger_e64"}, "", {"--default-model", "larger_e64"});
-  }
-  static void TearDownTestSuite() {
-    shared_->Stop();
-    delete shared_;
-    shared_ = nullptr;
-  }
-  static SharedServer* shared_;
+class DeadlineServer : public SharedServerTest<DeadlineServer> {
+ public:
+  static SharedServerSpec Spec() { return {{"larger_e64"}, "", {"--default-model", "larger_e64"}}; }
 };
-SharedServer* DeadlineServer::shared_ = nullptr;
 
 TEST_F(DeadlineServer, RequestThatCannotFinishInTimeIsDeadlineExceeded) {
   ASSERT_TRUE(shared_->error.empty()) << shared_->error;

@@ -14,27 +14,15 @@
 namespace mha::testing {
 namespace {
 
-class HeadsServer : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    shared_ = new SharedServer();
-    // Batching on with a queue delay, so that plain requests do get merged around head requests.
-    shared_->Start({"self_basic", "cross_attention", "bias_kv_zero_attn_kpm", "causal_kpm"}, "",
-                   {"--default-model", "self_basic", "--max-queue-delay-us", "2000"});
+class HeadsServer : public SharedServerTest<HeadsServer> {
+ public:
+  // Batching on with a queue delay, so that plain requests do get merged around head requests.
+  static SharedServerSpec Spec() {
+    return {{"self_basic", "cross_attention", "bias_kv_zero_attn_kpm", "causal_kpm"},
+            "",
+            {"--default-model", "self_basic", "--max-queue-delay-us", "2000"}};
   }
-  static void TearDownTestSuite() {
-    shared_->Stop();
-    delete shared_;
-    shared_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_TRUE(shared_->error.empty()) << shared_->error;
-    client_ = shared_->Client();
-  }
-  static SharedServer* shared_;
-  std::unique_ptr<client::TensorClient> client_;
 };
-SharedServer* HeadsServer::shared_ = nullptr;
 
 FixtureCase Case(const std::string& name) {
   auto c = LoadFixtureCase(name);

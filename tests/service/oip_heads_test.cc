@@ -80,18 +80,15 @@ v1::ForwardResponse AsForwardResponse(const inference::ModelInferResponse& r) {
   return out;
 }
 
-class OipHeads : public ::testing::Test {
+class OipHeads : public SharedServerTest<OipHeads> {
+ public:
+  static SharedServerSpec Spec() {
+    return {{"self_basic", "cross_attention", "bias_kv_zero_attn_kpm", "causal_kpm"},
+            "",
+            {"--default-model", "self_basic"}};
+  }
+
  protected:
-  static void SetUpTestSuite() {
-    shared_ = new SharedServer();
-    shared_->Start({"self_basic", "cross_attention", "bias_kv_zero_attn_kpm", "causal_kpm"}, "",
-                   {"--default-model", "self_basic"});
-  }
-  static void TearDownTestSuite() {
-    shared_->Stop();
-    delete shared_;
-    shared_ = nullptr;
-  }
   void SetUp() override {
     ASSERT_TRUE(shared_->error.empty()) << shared_->error;
     stub_ = inference::GRPCInferenceService::NewStub(
@@ -102,10 +99,8 @@ class OipHeads : public ::testing::Test {
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     return stub_->ModelInfer(&context, r, out);
   }
-  static SharedServer* shared_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
 };
-SharedServer* OipHeads::shared_ = nullptr;
 
 class OipHeadParity : public OipHeads, public ::testing::WithParamInterface<HeadRequest> {};
 

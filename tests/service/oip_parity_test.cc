@@ -83,18 +83,15 @@ at::Tensor ResponseOutput(const inference::ModelInferResponse& r, const std::str
   return {};
 }
 
-class OipServer : public ::testing::Test {
+class OipServer : public SharedServerTest<OipServer> {
+ public:
+  static SharedServerSpec Spec() {
+    return {FixtureCaseNames(),
+            "wrong_shape",
+            {"--default-model", "self_basic", "--log-level", "debug"}};
+  }
+
  protected:
-  static void SetUpTestSuite() {
-    shared_ = new SharedServer();
-    shared_->Start(FixtureCaseNames(), "wrong_shape",
-                   {"--default-model", "self_basic", "--log-level", "debug"});
-  }
-  static void TearDownTestSuite() {
-    shared_->Stop();
-    delete shared_;
-    shared_ = nullptr;
-  }
   void SetUp() override {
     ASSERT_TRUE(shared_->error.empty()) << shared_->error;
     grpc::ChannelArguments args;
@@ -113,10 +110,8 @@ class OipServer : public ::testing::Test {
     return context;
   }
 
-  static SharedServer* shared_;
   std::unique_ptr<Stub> stub_;
 };
-SharedServer* OipServer::shared_ = nullptr;
 
 class OipCaseParity : public OipServer, public ::testing::WithParamInterface<std::string> {};
 
@@ -219,8 +214,8 @@ TEST_F(OipServer, StreamAnswersInOrderAndABadRequestDoesNotEndIt) {
                 "BF16 or BOOL)");
     } else {
       EXPECT_EQ(answer.error_message(), "");
-      EXPECT_TRUE(TensorsNear(ResponseOutput(answer.infer_response(), "output"),
-                              c.expected_output, 1e-5));
+      EXPECT_TRUE(
+          TensorsNear(ResponseOutput(answer.infer_response(), "output"), c.expected_output, 1e-5));
     }
   }
   EXPECT_FALSE(stream->Read(&answer));

@@ -12,33 +12,21 @@
 namespace mha::testing {
 namespace {
 
-class ParityServer : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    shared_ = new SharedServer();
-    shared_->Start(FixtureCaseNames(), "wrong_shape",
-                   {"--default-model", "self_basic", "--workers", "2", "--log-level", "debug"});
-  }
-  static void TearDownTestSuite() {
-    shared_->Stop();
-    delete shared_;
-    shared_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_TRUE(shared_->error.empty()) << shared_->error;
-    client_ = shared_->Client();
+class ParityServer : public SharedServerTest<ParityServer> {
+ public:
+  static SharedServerSpec Spec() {
+    return {FixtureCaseNames(),
+            "wrong_shape",
+            {"--default-model", "self_basic", "--workers", "2", "--log-level", "debug"}};
   }
 
+ protected:
   static FixtureCase Case(const std::string& name) {
     auto c = LoadFixtureCase(name);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? c.value() : FixtureCase();
   }
-
-  static SharedServer* shared_;
-  std::unique_ptr<client::TensorClient> client_;
 };
-SharedServer* ParityServer::shared_ = nullptr;
 
 class CaseParity : public ParityServer, public ::testing::WithParamInterface<std::string> {};
 

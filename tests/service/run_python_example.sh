@@ -2,7 +2,8 @@
 # ctest wrapper: starts mha-server on a free port with a repository holding one fixture case per
 # weights format, generates the Python stubs, runs client/python/mha_client_example.py against
 # every model (it compares the server's numbers with PyTorch and exits non-zero on mismatch) and
-# client/python/oip_client_example.py (the Open Inference Protocol, raw and typed inputs),
+# client/python/oip_client_example.py (the Open Inference Protocol, raw and typed inputs) and
+# client/python/session_example.py (a decoding session, every step checked against PyTorch),
 # stops the server by PID (SIGTERM) and checks its exit code. Then once more over mTLS (certs from
 # make_test_certs.sh): the example's --tls-* flags against a server that requires client certs.
 #   run_python_example.sh MHA_SERVER SOURCE_DIR WORK_DIR
@@ -20,7 +21,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 models="format_safetensors format_torch_save format_torchscript kdim_vdim"
-for m in $models; do ln -s "$src/tests/fixtures/cases/$m" "$work/repo/$m"; done
+for m in $models decode_causal; do ln -s "$src/tests/fixtures/cases/$m" "$work/repo/$m"; done
 "$src/client/python/gen_stubs.sh" "$work/stubs" >/dev/null
 
 # start_server [FLAGS...]: mha-server on a free port over $work/repo; sets pid and port.
@@ -57,6 +58,12 @@ for typed in "" --typed; do
     --target "127.0.0.1:$port" --model "$m" --weights "$work/repo/$m/model.safetensors" $typed \
     || status=1
 done
+
+# A decoding session: a 5-token prefill, then one token per step, each step == PyTorch's rows.
+echo "== decoding session: decode_causal"
+PYTHONPATH="$work/stubs" "$python" "$src/client/python/session_example.py" \
+  --target "127.0.0.1:$port" --model decode_causal \
+  --weights "$work/repo/decode_causal/model.safetensors" --batch 2 --seq 20 --prefill 5 || status=1
 
 stop_server() {
   kill -TERM "$pid"

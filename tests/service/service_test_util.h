@@ -132,4 +132,35 @@ struct SharedServer {
   }
 };
 
+// What a SharedServerTest suite serves: fixture cases, a broken one ("" = none), mha-server flags.
+struct SharedServerSpec {
+  std::vector<std::string> cases;
+  std::string broken;
+  std::vector<std::string> args;
+};
+
+// A suite whose tests share one mha-server: Derived defines `static SharedServerSpec Spec()`.
+// SetUp checks that the server started and gives each test a client.
+template <typename Derived>
+class SharedServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    shared_ = new SharedServer();
+    const SharedServerSpec spec = Derived::Spec();
+    shared_->Start(spec.cases, spec.broken, spec.args);
+  }
+  static void TearDownTestSuite() {
+    shared_->Stop();
+    delete shared_;
+    shared_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(shared_->error.empty()) << shared_->error;
+    client_ = shared_->Client();
+  }
+
+  inline static SharedServer* shared_ = nullptr;
+  std::unique_ptr<client::TensorClient> client_;
+};
+
 }  // namespace mha::testing

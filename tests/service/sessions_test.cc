@@ -38,21 +38,13 @@ const std::vector<std::string> kCases = {"decode_causal",         "decode_causal
                                          "causal_mask_kpm",       "cross_attention",
                                          "bias_kv_zero_attn_kpm", "kdim_vdim"};
 
-class SessionServer : public ::testing::Test {
+class SessionServer : public SharedServerTest<SessionServer> {
+ public:
+  static SharedServerSpec Spec() {
+    return {kCases, "", {"--kv-block-tokens", "4", "--instances", "2"}};
+  }
+
  protected:
-  static void SetUpTestSuite() {
-    shared_ = new SharedServer();
-    shared_->Start(kCases, "", {"--kv-block-tokens", "4", "--instances", "2"});
-  }
-  static void TearDownTestSuite() {
-    shared_->Stop();
-    delete shared_;
-    shared_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_TRUE(shared_->error.empty()) << shared_->error;
-    client_ = shared_->Client();
-  }
   std::string Open(const FixtureCase& c, int64_t max_tokens = 0) {
     client::SessionOpenOptions o;
     o.model = c.name;
@@ -69,11 +61,7 @@ class SessionServer : public ::testing::Test {
     EXPECT_EQ(opened->kv_block_tokens(), 4);
     return opened->session_id();
   }
-
-  static SharedServer* shared_;
-  std::unique_ptr<client::TensorClient> client_;
 };
-SharedServer* SessionServer::shared_ = nullptr;
 
 struct Chunking {
   std::string fixture;
