@@ -36,6 +36,20 @@ struct Tally {
   }
 };
 
+// Sends one step and keeps its latency (us); false, with the error tallied, when it fails.
+bool TimedStep(AttentionClient& client, const v1::ForwardRequest& step,
+               std::chrono::milliseconds timeout, Tally* tally, std::vector<double>* latencies) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client.ForwardRaw(step, timeout);
+  const auto end = std::chrono::steady_clock::now();
+  if (!r.ok()) {
+    tally->Error(r.status());
+    return false;
+  }
+  latencies->push_back(std::chrono::duration<double, std::micro>(end - start).count());
+  return true;
+}
+
 // The baseline: the whole prefix each step (is_causal), last row kept; no session.
 void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t e, int index,
                   Tally* tally) {
@@ -62,14 +76,7 @@ void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t 
     std::string data;
     for (const auto& r : rows) data += r;
     q->set_data(std::move(data));
-    const auto start = std::chrono::steady_clock::now();
-    auto r = client.ForwardRaw(step, o.timeout);
-    const auto end = std::chrono::steady_clock::now();
-    if (!r.ok()) {
-      tally->Error(r.status());
-      break;
-    }
-    mine.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+    if (!TimedStep(client, step, o.timeout, tally, &mine)) break;
   }
   std::lock_guard<std::mutex> lock(tally->mu);
   tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
@@ -98,14 +105,7 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
   mine.reserve(static_cast<size_t>(o.tokens));
   for (int64_t i = 0; i < o.tokens; ++i) {
     *step.mutable_query() = RandomQuery(o.batch, 1, e, &rng);
-    const auto start = std::chrono::steady_clock::now();
-    auto r = client.ForwardRaw(step, o.timeout);
-    const auto end = std::chrono::steady_clock::now();
-    if (!r.ok()) {
-      tally->Error(r.status());
-      break;
-    }
-    mine.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+    if (!TimedStep(client, step, o.timeout, tally, &mine)) break;
   }
   auto closed = client.CloseSession(opened->session_id());
   if (!closed.ok()) tally->Error(closed.status());

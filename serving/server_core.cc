@@ -293,15 +293,7 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
   if (!request.session_id.empty()) return InferStep(std::move(request), std::move(done));
   auto state = Current();
   auto refuse = [&](ModelMetrics* metrics, Status status, const std::string& model) {
-    if (request.count_outcome) {
-      metrics->RecordRequest(status.code(), MicrosBetween(request.start, Clock::now()) * 1e-6,
-                             request.protocol);
-    }
-    request.inputs = ForwardInputs();  // may borrow the wire message: drop before answering
-    InferenceResponse response;
-    response.status = std::move(status);
-    response.model = model;
-    done(std::move(response));
+    internal::Refuse(&request, done, metrics, std::move(status), model);
   };
   if (stopping_)
     return refuse(MetricsFor(state.get(), request.model), Unavailable("server is shutting down"),
@@ -320,27 +312,9 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
     RecordStats(&handle->metrics->stats, false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);
   }
-  const int64_t rows = request.inputs.query.size(0);
-  InferenceTask task;
-  task.model = handle->entry->model;
-  task.model_name = handle->entry->name;
-  task.inputs = std::move(request.inputs);
-  task.deadline = request.deadline;
-  task.is_cancelled = std::move(request.is_cancelled);
-  task.request_id = request.request_id;
-  const DType output_dtype = request.output_dtype.value_or(task.model->options().dtype);
-  const std::optional<at::ScalarType> weights_dtype = task.inputs.weights_dtype;
-  const Clock::time_point start = request.start;
-  const std::optional<Protocol> count_as =
-      request.count_outcome ? std::optional<Protocol>(request.protocol) : std::nullopt;
-  handle->metrics->AddInflight(1);
   ModelRunner* scheduler = handle->scheduler.get();
-  scheduler->Submit(std::move(task),
-                    [handle = std::move(handle), output_dtype, weights_dtype, start, count_as, rows,
-                     done = std::move(done)](InferenceResult result) {
-                      Complete(*handle, {output_dtype, weights_dtype}, start, count_as, rows,
-                               std::move(result), done);
-                    });
+  internal::Dispatch d = internal::MakeDispatch(std::move(handle), &request, std::move(done));
+  scheduler->Submit(std::move(d.task), std::move(d.finish));
 }
 
 void ServerCore::Stop() {

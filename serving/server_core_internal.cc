@@ -43,4 +43,40 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
   done(std::move(response));
 }
 
+void Refuse(InferenceRequest* request, const InferDone& done, ModelMetrics* metrics, Status status,
+            const std::string& model) {
+  if (request->count_outcome) {
+    metrics->RecordRequest(status.code(), MicrosBetween(request->start, Clock::now()) * 1e-6,
+                           request->protocol);
+  }
+  request->inputs = ForwardInputs();
+  InferenceResponse response;
+  response.status = std::move(status);
+  response.model = model;
+  done(std::move(response));
+}
+
+Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* request,
+                      InferDone done) {
+  const int64_t rows = request->inputs.query.defined() ? request->inputs.query.size(0) : 0;
+  Dispatch d;
+  d.task.model = handle->entry->model;
+  d.task.model_name = handle->entry->name;
+  d.task.inputs = std::move(request->inputs);
+  d.task.deadline = request->deadline;
+  d.task.is_cancelled = std::move(request->is_cancelled);
+  d.task.request_id = request->request_id;
+  const ResponseDTypes dtypes{request->output_dtype.value_or(d.task.model->options().dtype),
+                              d.task.inputs.weights_dtype};
+  const Clock::time_point start = request->start;
+  const std::optional<Protocol> count_as =
+      request->count_outcome ? std::optional<Protocol>(request->protocol) : std::nullopt;
+  handle->metrics->AddInflight(1);
+  d.finish = [handle = std::move(handle), dtypes, start, count_as, rows,
+              done = std::move(done)](InferenceResult result) {
+    Complete(*handle, dtypes, start, count_as, rows, std::move(result), done);
+  };
+  return d;
+}
+
 }  // namespace mha::serve::internal

@@ -18,4 +18,18 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
               std::optional<Protocol> count_as, int64_t rows, InferenceResult result,
               const InferDone& done);
 
+// Answers `request` with `status` before any scheduler saw it: counts the outcome on `metrics`
+// (when the core counts it), drops the inputs (they may borrow the wire message), then `done`.
+void Refuse(InferenceRequest* request, const InferDone& done, ModelMetrics* metrics, Status status,
+            const std::string& model);
+
+// A validated request as its scheduler's task, counted in flight on `handle`, with the callback
+// that completes it (Complete, then `done`).
+struct Dispatch {
+  InferenceTask task;
+  DoneCallback finish;
+};
+Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* request,
+                      InferDone done);
+
 }  // namespace mha::serve::internal

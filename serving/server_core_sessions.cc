@@ -127,15 +127,7 @@ static Status CheckStepRequest(const InferenceRequest& r, const ModelEntry& e,
 
 void ServerCore::InferStep(InferenceRequest request, InferDone done) {
   auto refuse = [&](ModelMetrics* metrics, Status status, const std::string& model) {
-    if (request.count_outcome) {
-      metrics->RecordRequest(status.code(), MicrosBetween(request.start, Clock::now()) * 1e-6,
-                             request.protocol);
-    }
-    request.inputs = ForwardInputs();  // may borrow the wire message: drop before answering
-    InferenceResponse response;
-    response.status = std::move(status);
-    response.model = model;
-    done(std::move(response));
+    internal::Refuse(&request, done, metrics, std::move(status), model);
   };
   auto found = stopping_
                    ? StatusOr<std::shared_ptr<ModelHandle>>(Unavailable("server is shutting down"))
@@ -146,26 +138,10 @@ void ServerCore::InferStep(InferenceRequest request, InferDone done) {
     internal::RecordStats(&handle->metrics->stats, false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);
   }
-  const int64_t rows = request.inputs.query.defined() ? request.inputs.query.size(0) : 0;
-  InferenceTask task;
-  task.model = handle->entry->model;
-  task.model_name = handle->entry->name;
-  task.inputs = std::move(request.inputs);
-  task.deadline = request.deadline;
-  task.is_cancelled = std::move(request.is_cancelled);
-  task.request_id = request.request_id;
-  const DType output_dtype = request.output_dtype.value_or(task.model->options().dtype);
-  const Clock::time_point start = request.start;
-  const std::optional<Protocol> count_as =
-      request.count_outcome ? std::optional<Protocol>(request.protocol) : std::nullopt;
-  handle->metrics->AddInflight(1);
   SessionStore* store = handle->sessions.get();
-  store->Step(request.session_id, std::move(task),
-              [handle = std::move(handle), output_dtype, start, count_as, rows,
-               done = std::move(done)](InferenceResult result) {
-                internal::Complete(*handle, {output_dtype, std::nullopt}, start, count_as, rows,
-                                   std::move(result), done);
-              });
+  const std::string id = request.session_id;
+  internal::Dispatch d = internal::MakeDispatch(std::move(handle), &request, std::move(done));
+  store->Step(id, std::move(d.task), std::move(d.finish));
 }
 
 }  // namespace mha::serve
