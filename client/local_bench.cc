@@ -14,14 +14,18 @@
 
 namespace mha::client {
 
-StatusOr<std::unique_ptr<MhaModel>> MakeLocalModel(int64_t e, int64_t h, int64_t kdim,
-                                                   int64_t vdim) {
+StatusOr<std::unique_ptr<MhaModel>> MakeLocalModel(int64_t e, int64_t h, int64_t kdim, int64_t vdim,
+                                                   const std::string& device,
+                                                   const std::string& dtype) {
+  auto parsed_dtype = ParseDType(dtype);
+  if (!parsed_dtype.ok()) return parsed_dtype.status();
   MhaOptions o;
   o.embed_dim = e;
   o.num_heads = h;
   o.kdim = kdim;
   o.vdim = vdim;
-  o.device = "cpu";
+  o.device = device;
+  o.dtype = *parsed_dtype;
   at::manual_seed(0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(e));
   MhaWeights w;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "bench_runner.h"
 #include "mha/model.h"
@@ -17,9 +18,13 @@ struct LocalBenchOptions {
   int64_t warmup = 4;
 };
 
-// A model of the given shape with seeded random weights (the cost does not depend on values).
+// A model of the given shape with seeded random weights (the cost does not depend on values),
+// on `device` ("cpu", "cuda", "cuda:N", "auto") in `dtype` ("float32", "float16", "bfloat16"),
+// as the server's --device/--dtype place a model: host inputs then travel as they do there.
 StatusOr<std::unique_ptr<MhaModel>> MakeLocalModel(int64_t embed_dim, int64_t num_heads,
-                                                   int64_t kdim, int64_t vdim);
+                                                   int64_t kdim, int64_t vdim,
+                                                   const std::string& device = "cpu",
+                                                   const std::string& dtype = "float32");
 
 // Latency = one Forward call; server_* fields stay 0.
 BenchReport RunLocalBench(const MhaModel& model, const ForwardInputs& inputs,

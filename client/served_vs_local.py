@@ -5,6 +5,7 @@ per-round numbers and their medians (noise on a shared box hits both sides of a 
 
     client/served_vs_local.py --build build big   [--rounds 12 --seconds 2] [-- server flags]
     client/served_vs_local.py --build build small          # B=1, T=16: latency added by serving
+    client/served_vs_local.py big --device cuda --dtype float16   # both sides on the GPU
 big = B=8, T=S=128, E=512, H=8, server --workers 1 with 2 calls in flight (throughput ratio);
 small = B=1, T=16, one call at a time (p50 difference).
 """
@@ -15,14 +16,21 @@ p.add_argument("mode", choices=["big", "small"])
 p.add_argument("--build", default="build")
 p.add_argument("--rounds", type=int, default=12)
 p.add_argument("--seconds", default="2")
+p.add_argument("--device", default=None,
+               help="both sides: mha-server --device and local-bench --device (default: cpu)")
+p.add_argument("--dtype", default=None, help="both sides: --dtype (default: float32)")
 p.add_argument("server_args", nargs="*")
 a, extra = p.parse_known_args()
 a.server_args += [x for x in extra if x != "--"]
+placement = []  # the same --device/--dtype for the server and the in-process model
+for flag, value in (("--device", a.device), ("--dtype", a.dtype)):
+    if value:
+        placement += [flag, value]
 client = os.path.join(a.build, "client", "mha-client")
 port_file = os.path.join(tempfile.mkdtemp(), "port")
 server = subprocess.Popen([os.path.join(a.build, "server", "mha-server"), "--grpc-address",
                            "127.0.0.1:0", "--port-file", port_file, "--log-level", "warn"] +
-                          a.server_args)
+                          placement + a.server_args)
 shape = ["-b", "8", "-t", "128"] if a.mode == "big" else ["-b", "1", "-t", "16"]
 calls = ["-c", "2"] if a.mode == "big" else ["-c", "1"]
 
@@ -40,7 +48,8 @@ try:
     target = "127.0.0.1:" + open(port_file).read().strip()
     for r in range(a.rounds):
         s = run([client, "-a", target, "bench", *shape, *calls, "-d", a.seconds, "--json"])
-        l = run([client, "local-bench", *shape, "--threads", "1", "-d", a.seconds, "--json"])
+        l = run([client, "local-bench", *shape, *placement, "--threads", "1", "-d", a.seconds,
+                 "--json"])
         served.append(s)
         local.append(l)
         print(f"round {r}: served {s['throughput_rps']:.2f}/s p50 {s['latency_us']['p50']:.0f} us"

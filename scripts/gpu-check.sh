@@ -8,7 +8,7 @@
 #                 on a warm machine between calls)
 #   env knobs:    OUT (default /tmp/gpu-check-out), GPU_CHECK_BUDGET (seconds, default 530),
 #                 GPU_CHECK_STEPS (default "risks unpack torchref configure build ctest streamtest
-#                 corebench streambench"; a second call on the warm machine, e.g.
+#                 corebench streambench servebench"; a second call on the warm machine, e.g.
 #                 GPU_CHECK_STEPS="streamtest streambench", reuses build-cuda),
 #                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda)
 # Prepare here first: scripts/device-deps.sh download .device-deps   (Debian 12 host).
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 OUT=${OUT:-/tmp/gpu-check-out}; mkdir -p "$OUT"
 budget=${GPU_CHECK_BUDGET:-530}
-steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest streamtest corebench streambench}
+steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest streamtest corebench streambench servebench}
 jobs=${JOBS:-$(nproc)}
 prefix=${MHA_DEPS_PREFIX:-/tmp/mha-deps}
 build=${BUILD:-build-cuda}
@@ -182,6 +182,33 @@ streambench() {
 export -f streambench
 step streambench 60 "$OUT/bench.log" streambench
 
+# Served on the device (issue 18's serving figures, fp16 on cuda, server + client on loopback):
+# served / in-process at B=8 T=128 and the p50 added at B=1 T=16 (client/served_vs_local.py, both
+# sides on cuda), 64 concurrent small requests with batching on vs off (bench/batching_on_off.sh),
+# and decoding sessions on the GPU: one session alone vs 64 at once (mha-client decode).
+servebench() {
+  local gpu=(--device "${SERVE_DEVICE:-cuda}" --dtype "${SERVE_DTYPE:-float16}")  # cpu: a dry run
+  echo "### served_vs_local big"; python3 client/served_vs_local.py --build "$build" big \
+    --rounds 5 --seconds 1 "${gpu[@]}" 2>&1 | tail -3
+  echo "### served_vs_local small"; python3 client/served_vs_local.py --build "$build" small \
+    --rounds 5 --seconds 1 "${gpu[@]}" 2>&1 | tail -3
+  echo "### batching_on_off"; DUR=5 MHA_BUILD_DIR="$build" bench/batching_on_off.sh "${gpu[@]}" 2>&1 |
+    grep -E '^== batching|throughput|latency|metrics:'
+  local work; work=$(mktemp -d)
+  "$build"/server/mha-server --grpc-address 127.0.0.1:0 --port-file "$work/port" --log-level warn \
+    "${gpu[@]}" > "$work/server.log" 2>&1 &
+  local pid=$! i
+  for i in $(seq 120); do [ -s "$work/port" ] && break; sleep 0.5; done
+  for sessions in 1 64; do
+    echo "### decode sessions=$sessions"
+    "$build"/client/mha-client --target "127.0.0.1:$(cat "$work/port")" decode --sessions "$sessions" \
+      --tokens $(( sessions == 1 ? 256 : 64 )) 2>&1 | grep -E '^decode|^throughput|^step latency|error'
+  done
+  kill "$pid"; wait "$pid"; tail -3 "$work/server.log"; rm -rf "$work"
+}
+export -f servebench
+step servebench 150 "$OUT/bench.log" servebench
+
 # ---- 6. summary.json -----------------------------------------------------------------------------
 python3 - "$results" "$bdir" "$OUT" "$cuda_on" "$(git rev-parse HEAD 2>/dev/null)" <<'PY'
 import glob, json, os, re, sys, datetime
@@ -224,6 +251,11 @@ s["stream_bench_passes_per_s"] = stream
 s["stream_overlap"] = {k.replace("/threads:2", ""): v / stream[k.replace("threads:2", "threads:1")]
                        for k, v in stream.items() if k.endswith("/threads:2")
                        and isinstance(v, float) and stream.get(k.replace("threads:2", "threads:1"))}
+# servebench's lines, as printed (bench.log has the rest).
+bench_log = open(os.path.join(out, "bench.log"), errors="replace").read()
+serve = bench_log.split("[servebench]", 1)[1] if "[servebench]" in bench_log else ""
+s["serve_bench"] = [l for l in serve.splitlines()
+                    if re.match(r"(###|median:|throughput:|step latency|metrics:|== batching)", l)]
 st = os.path.join(bdir, "streamtest.txt")
 s["streamtest_tail"] = open(st, errors="replace").read().splitlines()[-6:] if os.path.exists(st) else None
 try:

@@ -176,13 +176,18 @@ void LocalBenchCommand::Add(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--intra-op-threads", options.intra_op_threads, "ATen threads")
       ->capture_default_str();
+  cmd->add_option("--device", device,
+                  "Where the model runs, as mha-server --device: cpu, cuda, cuda:N, auto "
+                  "(inputs start on the host, as a served request's)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", dtype, "Model dtype, as mha-server --dtype")->capture_default_str();
   cmd->add_option("-d,--duration-s", options.duration_s, "Timed run length")->capture_default_str();
   cmd->add_option("-n,--requests", options.requests, "Timed passes (overrides duration)");
   cmd->add_flag("--json", json, "Print one JSON object");
 }
 
 int LocalBenchCommand::Run() {
-  auto model = MakeLocalModel(embed, heads, 0, 0);
+  auto model = MakeLocalModel(embed, heads, 0, 0, device, dtype);
   if (!model.ok()) return Fail(model.status());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(shape.seed);
   ForwardInputs in;
@@ -198,7 +203,8 @@ int LocalBenchCommand::Run() {
   if (json) {
     std::printf("%s\n", BenchReportJson(report).c_str());
   } else {
-    std::printf("local-bench (in-process): B=%lld T=%lld E=%lld H=%lld threads=%d\n%s",
+    std::printf("local-bench (in-process, %s %s): B=%lld T=%lld E=%lld H=%lld threads=%d\n%s",
+                (*model)->device().c_str(), DTypeName((*model)->options().dtype),
                 (long long)shape.batch, (long long)shape.seq, (long long)embed, (long long)heads,
                 options.threads, BenchReportText(report).c_str());
   }

@@ -62,6 +62,7 @@ struct LocalBenchCommand {
   ShapeFlags shape;
   LocalBenchOptions options;
   int64_t embed = 512, heads = 8;
+  std::string device = "cpu", dtype = "float32";
   bool json = false;
 };
 
