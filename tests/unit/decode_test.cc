@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <tuple>
 #include <vector>
 
@@ -81,6 +82,10 @@ struct DecodeParam {
   int64_t first_chunk;  // prefill size
   int64_t step;         // tokens per later step
 };
+// Readable in test listings (ctest prints GetParam()) instead of the struct's bytes.
+void PrintTo(const DecodeParam& p, std::ostream* os) {
+  *os << p.fixture << ": prefill " << p.first_chunk << ", then " << p.step << " per step";
+}
 
 class SelfDecodeTest : public ::testing::TestWithParam<DecodeParam> {};
 
