@@ -13,7 +13,7 @@
 # What is carried and why:
 #   * every -dev package the CMake build finds (gRPC, protobuf, absl, re2, c-ares, openssl, zlib,
 #     spdlog, fmt, prometheus-cpp + civetweb + curl (its config finds CURL), cpp-httplib + brotli,
-#     CLI11, nlohmann-json, gtest/gmock, benchmark) and their shared libraries;
+#     CLI11, nlohmann-json, libpng, gtest/gmock, benchmark) and their shared libraries;
 #   * civetweb (the program): civetweb-targets.cmake imports bin/civetweb and CMake checks it exists;
 #   * protoc + libprotoc and grpc_cpp_plugin / grpc_python_plugin (client/python/gen_stubs.sh);
 #   * pkgconf: server/ finds cpp-httplib and gRPC's Findre2 finds re2 through pkg-config, which a
@@ -38,6 +38,8 @@ pkgs=(
   libcivetweb-dev libcivetweb1 civetweb libcurl4-openssl-dev libcurl4
   libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1
   libcli11-dev nlohmann-json3-dev
+  # mha-client's pictures (client/plot: find_package(PNG REQUIRED)); zlib1g-dev above is its dep
+  libpng-dev libpng16-16
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian
   # pkg-config (pkgconf)
@@ -95,6 +97,9 @@ case "${1:-}" in
     echo "export LD_LIBRARY_PATH=$lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
     echo "export PKG_CONFIG_PATH=$lib/pkgconfig:$prefix/usr/share/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
     echo "export PKG_CONFIG=$prefix/usr/bin/pkgconf"
+    # Debian's multiarch headers (openssl/opensslconf.h, curl/curlbuild.h): the compiler searches
+    # /usr/include/x86_64-linux-gnu by itself, never PREFIX/usr/include/x86_64-linux-gnu.
+    echo "export CPATH=$prefix/usr/include/x86_64-linux-gnu\${CPATH:+:\$CPATH}"
     echo "export GRPC_PYTHON_PLUGIN=$prefix/usr/bin/grpc_python_plugin" ;;
   *) usage ;;
 esac
