@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ struct HeadRequest {
   nlohmann::json options;
   std::vector<std::string> expect;
 };
+// Readable in test listings (ctest prints GetParam()) instead of the struct's bytes.
+inline void PrintTo(const HeadRequest& r, std::ostream* os) {
+  *os << r.case_name << "/" << r.id << " " << r.options.dump();
+}
 
 inline nlohmann::json ReadFixtureJson(const std::string& relative) {
   std::ifstream in(FixturePath(relative));
