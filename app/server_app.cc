@@ -284,7 +284,11 @@ int RunServer(const ServerConfig& c) {
     }
     admin_token = *token;
   }
-  ConfigureThreads({c.intra_op_threads, c.inter_op_threads});
+  if (const Status threads = ConfigureThreads({c.intra_op_threads, c.inter_op_threads});
+      !threads.ok()) {
+    spdlog::error("{}", threads.message());
+    return 1;
+  }
   ServerApp app(c, *credentials, admin_token);
   if (const Status started = app.Start(*options); !started.ok()) {
     spdlog::error("{}", started.message());

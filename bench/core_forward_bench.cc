@@ -182,7 +182,10 @@ BENCHMARK(BM_Matmul1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 int main(int argc, char** argv) {
   mha::ThreadingOptions threads;
   if (const char* n = std::getenv("MHA_INTRA_OP_THREADS")) threads.intra_op_threads = std::atoi(n);
-  mha::ConfigureThreads(threads);
+  if (const mha::Status s = mha::ConfigureThreads(threads); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
+  }
   if (BenchTensorOptions().device().is_cuda()) {
     benchmark::RegisterBenchmark("BM_ForwardHost", BM_ForwardHost)
         ->ArgName("need_weights")

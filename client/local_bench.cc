@@ -43,8 +43,12 @@ StatusOr<std::unique_ptr<MhaModel>> MakeLocalModel(int64_t e, int64_t h, int64_t
 BenchReport RunLocalBench(const MhaModel& model, const ForwardInputs& inputs,
                           const LocalBenchOptions& options) {
   using Clock = std::chrono::steady_clock;
-  ConfigureThreads({options.intra_op_threads, 1});
   BenchReport report;
+  if (const Status threads = ConfigureThreads({options.intra_op_threads, 1}); !threads.ok()) {
+    report.errors = 1;
+    report.first_error = threads.ToString();
+    return report;
+  }
   for (int64_t i = 0; i < options.warmup; ++i) {
     ForwardOutputs out;
     (void)model.Forward(inputs, &out);

@@ -7,8 +7,16 @@
 
 namespace mha {
 
-void ConfigureThreads(const ThreadingOptions& options) {
-  if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
+Status ConfigureThreads(const ThreadingOptions& options) {
+  if (options.intra_op_threads > 0) {
+    try {
+      at::set_num_threads(options.intra_op_threads);
+    } catch (const c10::Error& e) {
+      return FailedPrecondition("LibTorch could not set " +
+                                std::to_string(options.intra_op_threads) +
+                                " intra-op thread(s): " + e.what_without_backtrace());
+    }
+  }
   if (options.inter_op_threads > 0) {
     try {
       at::set_num_interop_threads(options.inter_op_threads);
@@ -17,6 +25,7 @@ void ConfigureThreads(const ThreadingOptions& options) {
       spdlog::debug("inter-op threads already fixed at {}", at::get_num_interop_threads());
     }
   }
+  return Status::Ok();
 }
 
 std::string RuntimeSummary() {

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "mha/status.h"
+
 namespace mha {
 
 struct ThreadingOptions {
@@ -12,7 +14,9 @@ struct ThreadingOptions {
   int inter_op_threads = 1;  // at::set_num_interop_threads (only before any inter-op work)
 };
 
-void ConfigureThreads(const ThreadingOptions& options);
+// FAILED_PRECONDITION when LibTorch cannot size its pools (its cpuinfo needs /proc/cpuinfo; a
+// sandbox without /proc makes at::set_num_threads throw), with LibTorch's reason.
+Status ConfigureThreads(const ThreadingOptions& options);
 
 // "LibTorch 1.13.0, CPU, 1 intra-op thread(s), OpenMP/OpenBLAS ..." for start-up logs.
 std::string RuntimeSummary();
