@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "client/bench_tally.h"
+#include "wire/status_convert.h"
 
 namespace mha::client {
 namespace {
@@ -36,14 +37,47 @@ struct Tally {
   }
 };
 
+// Sends a session's steps: a unary Forward each, or messages of one ForwardStream (the stream's
+// deadline covers all of them: `timeout` per step).
+class Stepper {
+ public:
+  Stepper(AttentionClient& client, const DecodeBenchOptions& o) : client_(client), o_(o) {
+    if (o.stream) stream_ = client.OpenForwardStream(&context_, o.timeout * (o.tokens + 1));
+  }
+  ~Stepper() { (void)Finish(); }
+
+  Status Step(const v1::ForwardRequest& step) {
+    if (!stream_) return client_.ForwardRaw(step, o_.timeout).status();
+    if (stream_->Write(step) && stream_->Read(&response_)) return Status::Ok();
+    const Status s = Finish();  // the server ended the stream: its status says why
+    return s.ok() ? Internal("ForwardStream ended before the step was answered") : s;
+  }
+
+  // Ends the stream (OK when there is none, as for unary steps).
+  Status Finish() {
+    if (!stream_) return Status::Ok();
+    stream_->WritesDone();
+    const Status s = codec::FromGrpcStatus(stream_->Finish());
+    stream_.reset();
+    return s;
+  }
+
+ private:
+  AttentionClient& client_;
+  const DecodeBenchOptions& o_;
+  grpc::ClientContext context_;
+  std::unique_ptr<AttentionClient::ForwardStreamRW> stream_;
+  v1::ForwardResponse response_;
+};
+
 // Sends one step and keeps its latency (us); false, with the error tallied, when it fails.
-bool TimedStep(AttentionClient& client, const v1::ForwardRequest& step,
-               std::chrono::milliseconds timeout, Tally* tally, std::vector<double>* latencies) {
+bool TimedStep(Stepper& stepper, const v1::ForwardRequest& step, Tally* tally,
+               std::vector<double>* latencies) {
   const auto start = std::chrono::steady_clock::now();
-  auto r = client.ForwardRaw(step, timeout);
+  const Status s = stepper.Step(step);
   const auto end = std::chrono::steady_clock::now();
-  if (!r.ok()) {
-    tally->Error(r.status());
+  if (!s.ok()) {
+    tally->Error(s);
     return false;
   }
   latencies->push_back(std::chrono::duration<double, std::micro>(end - start).count());
@@ -66,6 +100,7 @@ void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t 
   step.set_model(o.model);
   step.set_model_version(o.model_version);
   step.set_is_causal(true);
+  Stepper stepper(client, o);
   for (int64_t i = 0; i < o.tokens; ++i) {
     append(1);
     const int64_t len = o.prefill + i + 1;
@@ -76,8 +111,9 @@ void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t 
     std::string data;
     for (const auto& r : rows) data += r;
     q->set_data(std::move(data));
-    if (!TimedStep(client, step, o.timeout, tally, &mine)) break;
+    if (!TimedStep(stepper, step, tally, &mine)) break;
   }
+  if (Status s = stepper.Finish(); !s.ok()) tally->Error(s);
   std::lock_guard<std::mutex> lock(tally->mu);
   tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
 }
@@ -96,16 +132,21 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
   v1::ForwardRequest step;
   step.set_session_id(opened->session_id());
   step.set_need_weights(o.need_weights);
-  if (o.prefill > 0) {
-    *step.mutable_query() = RandomQuery(o.batch, o.prefill, e, &rng);
-    auto r = client.ForwardRaw(step, o.timeout);
-    if (!r.ok()) return tally->Error(r.status());
-  }
   std::vector<double> mine;
-  mine.reserve(static_cast<size_t>(o.tokens));
-  for (int64_t i = 0; i < o.tokens; ++i) {
-    *step.mutable_query() = RandomQuery(o.batch, 1, e, &rng);
-    if (!TimedStep(client, step, o.timeout, tally, &mine)) break;
+  {
+    Stepper stepper(client, o);
+    Status s;
+    if (o.prefill > 0) {
+      *step.mutable_query() = RandomQuery(o.batch, o.prefill, e, &rng);
+      s = stepper.Step(step);
+    }
+    mine.reserve(static_cast<size_t>(o.tokens));
+    for (int64_t i = 0; s.ok() && i < o.tokens; ++i) {
+      *step.mutable_query() = RandomQuery(o.batch, 1, e, &rng);
+      if (!TimedStep(stepper, step, tally, &mine)) break;
+    }
+    if (s.ok()) s = stepper.Finish();
+    if (!s.ok()) tally->Error(s);
   }
   auto closed = client.CloseSession(opened->session_id());
   if (!closed.ok()) tally->Error(closed.status());

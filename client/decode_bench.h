@@ -1,7 +1,8 @@
 // Load generator for `mha-client decode` (docs/sessions.md): opens `sessions` decoding sessions,
 // optionally prefills each with `prefill` tokens in one step, then steps every session `tokens`
 // times with one new token (random query [batch, 1, E]), one thread per session (closed loop:
-// each session sends its next step after the answer, as a decoder must). Reports steps/s over
+// each session sends its next step after the answer, as a decoder must), each step a unary
+// Forward or (stream) a message on the session's one ForwardStream. Reports steps/s over
 // every session and the step latency percentiles. Torch-free: queries are built as wire bytes.
 #pragma once
 
@@ -23,6 +24,8 @@ struct DecodeBenchOptions {
   // No session: every step sends the whole prefix [B, i + 1, E] with is_causal and keeps the
   // last row (the baseline a session replaces).
   bool stateless = false;
+  // Each session's steps as messages of one ForwardStream instead of one Forward call each.
+  bool stream = false;
   std::chrono::milliseconds timeout{60000};
   uint64_t seed = 0;
 };

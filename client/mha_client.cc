@@ -198,6 +198,12 @@ Status AttentionClient::ForwardStreamRaw(const std::vector<v1::ForwardRequest>& 
   return codec::FromGrpcStatus(stream->Finish());
 }
 
+std::unique_ptr<AttentionClient::ForwardStreamRW> AttentionClient::OpenForwardStream(
+    grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout) {
+  Prepare(context, timeout);
+  return stub_->ForwardStream(context);
+}
+
 StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> AttentionClient::CheckHealth(
     const std::string& service) {
   grpc::ClientContext context;

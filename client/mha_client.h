@@ -78,6 +78,13 @@ class AttentionClient {
                           std::vector<v1::ForwardResponse>* responses,
                           std::optional<std::chrono::milliseconds> timeout = {});
 
+  // One ForwardStream driven message by message (Write a request, Read its answer, ...), as a
+  // decoder steps a session on one stream. The caller owns `context` (fresh; the deadline set here
+  // covers the whole stream), keeps it alive past the stream, and ends with WritesDone + Finish.
+  using ForwardStreamRW = grpc::ClientReaderWriter<v1::ForwardRequest, v1::ForwardResponse>;
+  std::unique_ptr<ForwardStreamRW> OpenForwardStream(
+      grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout = {});
+
   // Decoding sessions (docs/sessions.md): OpenSession pins a model version and returns the
   // session_id; each step is a Forward with ForwardRequest.session_id and only the new tokens in
   // query; CloseSession gives the server's KV cache blocks back.

@@ -228,6 +228,8 @@ void DecodeCommand::Add(CLI::App& app) {
   cmd->add_option("--seed", options.seed, "Random queries' seed")->capture_default_str();
   cmd->add_flag("--stateless", options.stateless,
                 "Baseline without sessions: each step sends the whole prefix with is_causal");
+  cmd->add_flag("--stream", options.stream,
+                "Each session's steps as messages of one ForwardStream (not a Forward call each)");
 }
 
 int DecodeCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout) {
