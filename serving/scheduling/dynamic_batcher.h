@@ -34,7 +34,7 @@ class ModelMetrics;
 
 struct BatcherOptions {
   int64_t max_batch_rows = 64;      // sum of the requests' B in one pass
-  int64_t max_batch_tokens = 8192;  // padded tokens of one pass (CountTokens); one task may exceed
+  int64_t max_batch_tokens = 2048;  // padded tokens of one pass (CountTokens); one task may exceed
   int64_t max_queue_delay_us = 1000;  // how long the oldest task may wait for company
   size_t max_queue_size = 64;         // tasks waiting (not counting those being computed)
   int instances = 2;                  // worker threads (concurrent passes) for the model
