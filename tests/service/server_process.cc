@@ -35,6 +35,14 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
+// A stopping mha-server waits, within its grace period, until every client connection is closed.
+// An idle gRPC C++ channel reads its socket only from the library's backup poller, every 5 s by
+// default, so a test that stops its server while its own client object is still alive (most do)
+// would wait up to 5 s for that client to notice the server's GOAWAY. Test processes poll every
+// 50 ms instead; gRPC reads the variable at its first init, after static initialisation.
+[[maybe_unused]] const bool kFastBackupPoll =
+    setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "50", /*overwrite=*/0) == 0;
+
 }  // namespace
 
 ModelRepositoryDir::ModelRepositoryDir(const std::vector<std::string>& cases,

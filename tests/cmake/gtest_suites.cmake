@@ -1,0 +1,38 @@
+# mha_gtest_suites(TARGET LABELS label TIMEOUT seconds)
+#
+# One ctest test per GoogleTest test suite of TARGET, named after the suite and run as
+# `TARGET --gtest_filter=Suite.*`. gtest_discover_tests makes one process per test instead: a
+# service test then pays for LibTorch's start-up in the test process and for a server of its own,
+# which was most of the suite's time (mha_service_tests: ~560 s as 179 processes, 110 s as one).
+# Tests of one suite share a process and, where the suite says so (SharedServerTest), a server;
+# gtest still reports every test by name, and `TARGET --gtest_filter=...` runs one alone.
+# The list is read from `TARGET --gtest_list_tests` after each build, as gtest_discover_tests does.
+# A suite whose tests all skip (the CUDA-only ones without CUDA) exits 77 (common/gtest_main.cc)
+# and is reported as skipped.
+set(_MHA_GTEST_SUITES_LIST ${CMAKE_CURRENT_LIST_DIR}/gtest_suites_list.cmake)
+
+function(mha_gtest_suites target)
+  cmake_parse_arguments(ARG "" "LABELS;TIMEOUT" "" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 600)
+  endif()
+  set(list_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites.cmake")
+  set(include_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites_include.cmake")
+  add_custom_command(TARGET ${target} POST_BUILD
+    COMMAND ${CMAKE_COMMAND}
+      -D "TEST_EXECUTABLE=$<TARGET_FILE:${target}>"
+      -D "WORKING_DIR=${CMAKE_CURRENT_BINARY_DIR}"
+      -D "CTEST_FILE=${list_file}"
+      -D "LABELS=${ARG_LABELS}"
+      -D "TIMEOUT=${ARG_TIMEOUT}"
+      -P ${_MHA_GTEST_SUITES_LIST}
+    BYPRODUCTS ${list_file}
+    VERBATIM)
+  file(WRITE ${include_file}
+    "if(EXISTS \"${list_file}\")\n"
+    "  include(\"${list_file}\")\n"
+    "else()\n"
+    "  add_test(${target}_NOT_BUILT ${target}_NOT_BUILT)\n"
+    "endif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${include_file})
+endfunction()
