@@ -46,6 +46,19 @@ case "$step" in
     tag=mha-serve:ct-$builder
     log=$build_log_dir/build-$builder.log
     start=$(date +%s)
+    how="from scratch"
+    # BuildKit runs every instruction of the Dockerfile, but on the legacy build's build stage when
+    # this tier has just made it: its packages are installed and its objects are up to date (COPY
+    # keeps the files' mtimes), so the second builder does not compile everything again (~8 min
+    # on 2 cores). The from-scratch compile is the legacy build's. MHA_CONTAINER_BUILDKIT_SCRATCH=1
+    # builds from debian:12 instead.
+    if [ "$builder" = buildkit ] && [ "${MHA_CONTAINER_BUILDKIT_SCRATCH:-0}" != 1 ] &&
+        $docker image inspect mha-serve:ct-legacy >/dev/null 2>&1 &&
+        DOCKER_BUILDKIT=0 $docker build --target build -t mha-serve:ct-legacy-build "$repo" \
+          >"$build_log_dir/build-legacy-stage.log" 2>&1; then
+      opts+=(--build-arg DEBIAN_IMAGE=mha-serve:ct-legacy-build)
+      how="on the legacy build's build stage"
+    fi
     if ! DOCKER_BUILDKIT=$bk nice -n 19 $docker build "${opts[@]}" -t "$tag" "$repo" \
         >"$log" 2>&1; then
       tail -n 60 "$log" >&2
@@ -54,7 +67,8 @@ case "$step" in
     fi
     secs=$(( $(date +%s) - start ))
     size=$($docker image inspect -f '{{.Size}}' "$tag")
-    echo "container tier: built $tag with $builder in ${secs} s, $((size / 1000000)) MB (log: $log)"
+    echo "container tier: built $tag with $builder ($how) in ${secs} s, $((size / 1000000)) MB" \
+      "(log: $log)"
     ;;
   image)
     require_engine
