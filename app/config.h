@@ -59,13 +59,13 @@ struct ServerConfig {
   std::string model_control_mode = "none";
   double repository_poll_secs = 15.0;
   std::vector<std::string> load_model;
-  std::string admin_token_file;        // "" = model control RPCs need no token
+  std::string admin_token_file;  // "" = model control RPCs need no token
   // Decoding sessions (docs/sessions.md): one KV cache pool per model version.
   int64_t kv_cache_bytes = 256ll << 20;
   int64_t kv_block_tokens = 16;
-  int64_t session_idle_timeout_s = 600;  // 0 = never
+  int64_t session_idle_timeout_s = 600;         // 0 = never
   std::string kv_cache_full_policy = "refuse";  // or evict-lru
-  int64_t debug_load_delay_ms = 0;     // test-only: widens the NOT_SERVING window
+  int64_t debug_load_delay_ms = 0;              // test-only: widens the NOT_SERVING window
   int64_t debug_forward_delay_ms = 0;  // test-only: each forward pass first sleeps this long
 
   int ResolvedWorkers() const;

@@ -5,7 +5,6 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
-
 #include <unistd.h>
 
 #include <algorithm>

@@ -124,7 +124,12 @@ void BM_Forward(benchmark::State& state) {
       ForwardFlops(sh.batch, sh.seq, sh.seq, sh.embed) * state.iterations() / 1e9,
       benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Forward)->ArgName("need_weights")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Forward)
+    ->ArgName("need_weights")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The serving path on a GPU: the query in host memory in the model's dtype (as a request decodes
 // it), staged through pinned memory to the device, outputs back to the host, the thread's own
@@ -165,15 +170,20 @@ void BM_AttentionStep(benchmark::State& state) {
     Synchronize(out);
   }
 }
-BENCHMARK(BM_AttentionStep)->ArgName("fused")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionStep)
+    ->ArgName("fused")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The reference rate: a 1024^2 matmul on the same device and dtype as the model.
 void BM_Matmul1024(benchmark::State& state) {
   const auto opts = BenchTensorOptions();
   at::Tensor a = at::randn({1024, 1024}, opts), b = at::randn({1024, 1024}, opts);
   for (auto _ : state) Synchronize(at::mm(a, b));
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 1024 * 1024 * 1024 * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * 1024 * 1024 * 1024 * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Matmul1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 

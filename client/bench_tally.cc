@@ -51,8 +51,8 @@ bool ReadTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* compute_u
 
 namespace {
 
-using google::protobuf::io::CodedInputStream;
 using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
 
 // One length-delimited field's bytes as a sub-stream: `read` parses them, then the limit is popped.
 template <typename Read>

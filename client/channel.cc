@@ -35,10 +35,9 @@ std::string ClientServiceConfig(const std::string& policy, const ChannelOptions&
   // CANCELLED (seen in the container tier's failover); the client's own cancellation is never
   // retried by gRPC, so only a server's CANCELLED is.
   if (options.retry) {
-    config +=
-        R"(,"methodConfig":[{"name":[{"service":"mha.v1.AttentionService"}],)"
-        R"("retryPolicy":{"maxAttempts":5,"initialBackoff":"0.05s","maxBackoff":"1s",)"
-        R"("backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED"]}}])";
+    config += R"(,"methodConfig":[{"name":[{"service":"mha.v1.AttentionService"}],)"
+              R"("retryPolicy":{"maxAttempts":5,"initialBackoff":"0.05s","maxBackoff":"1s",)"
+              R"("backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED"]}}])";
   }
   return config + "}";
 }

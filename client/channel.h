@@ -26,8 +26,8 @@ struct ChannelOptions {
   // "round_robin", "pick_first", or "" = round_robin when the target names several addresses
   // (ipv4:/ipv6: with commas) or a DNS name (dns:), else pick_first.
   std::string lb;
-  bool health_check = true;  // client-side health checking (round_robin only)
-  bool retry = true;         // retry UNAVAILABLE and CANCELLED (see above)
+  bool health_check = true;            // client-side health checking (round_robin only)
+  bool retry = true;                   // retry UNAVAILABLE and CANCELLED (see above)
   int max_receive_message_bytes = -1;  // -1 = unlimited (per-head weights get big)
   int max_send_message_bytes = -1;     // -1 = unlimited (the server decides)
 };

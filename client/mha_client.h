@@ -88,9 +88,8 @@ class AttentionClient {
   // Decoding sessions (docs/sessions.md): OpenSession pins a model version and returns the
   // session_id; each step is a Forward with ForwardRequest.session_id and only the new tokens in
   // query; CloseSession gives the server's KV cache blocks back.
-  StatusOr<v1::OpenSessionResponse> OpenSession(const v1::OpenSessionRequest& request,
-                                                std::optional<std::chrono::milliseconds> timeout =
-                                                    {});
+  StatusOr<v1::OpenSessionResponse> OpenSession(
+      const v1::OpenSessionRequest& request, std::optional<std::chrono::milliseconds> timeout = {});
   StatusOr<v1::CloseSessionResponse> CloseSession(const std::string& session_id);
 
   // mha.v1.ModelControlService (answer when done; a load may take long: pass a timeout).

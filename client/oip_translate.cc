@@ -10,9 +10,10 @@ struct Datatype {
   const char* name;
   int64_t bytes;
 };
-constexpr Datatype kDatatypes[] = {
-    {v1::FLOAT32, "FP32", 4}, {v1::FLOAT16, "FP16", 2}, {v1::BFLOAT16, "BF16", 2},
-    {v1::BOOL, "BOOL", 1}};
+constexpr Datatype kDatatypes[] = {{v1::FLOAT32, "FP32", 4},
+                                   {v1::FLOAT16, "FP16", 2},
+                                   {v1::BFLOAT16, "BF16", 2},
+                                   {v1::BOOL, "BOOL", 1}};
 
 const Datatype* ByDtype(v1::DataType dtype) {
   for (const auto& d : kDatatypes) {
@@ -55,7 +56,8 @@ int64_t Int64Parameter(const inference::ModelInferResponse& r, const char* name)
 
 StatusOr<inference::ModelInferRequest> ToModelInferRequest(const v1::ForwardRequest& r) {
   if (r.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
-    return InvalidArgument("output_dtype: the Open Inference Protocol answers in the model's dtype");
+    return InvalidArgument(
+        "output_dtype: the Open Inference Protocol answers in the model's dtype");
   }
   if (r.weights_heads_size() > 0 || r.has_weights_query_begin() || r.has_weights_query_end() ||
       r.weights_top_k() != 0 || r.weights_dtype() != v1::DATA_TYPE_UNSPECIFIED ||
@@ -114,9 +116,9 @@ StatusOr<v1::ForwardResponse> FromModelInferResponse(const inference::ModelInfer
     for (int64_t d : output.shape()) numel *= d;
     const std::string& raw = r.raw_output_contents(i);
     if (static_cast<int64_t>(raw.size()) != numel * datatype->bytes) {
-      return InvalidArgument("outputs[" + std::to_string(i) + "] (" + output.name() + "): " +
-                             std::to_string(raw.size()) + " bytes for " + std::to_string(numel) +
-                             " elements of " + datatype->name);
+      return InvalidArgument("outputs[" + std::to_string(i) + "] (" + output.name() +
+                             "): " + std::to_string(raw.size()) + " bytes for " +
+                             std::to_string(numel) + " elements of " + datatype->name);
     }
     tensor->set_dtype(datatype->dtype);
     for (int64_t d : output.shape()) tensor->add_shape(d);

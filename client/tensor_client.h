@@ -29,8 +29,8 @@ struct SessionOpenOptions {
   std::string model;          // "" = the server's default model
   std::string model_version;  // "" = the newest READY version (the session stays on it)
   int64_t batch_size = 1;
-  int64_t max_tokens = 0;   // 0 = the server's --max-sequence-length
-  at::Tensor key, value;    // both: a cross-attention session over these encoder states
+  int64_t max_tokens = 0;  // 0 = the server's --max-sequence-length
+  at::Tensor key, value;   // both: a cross-attention session over these encoder states
 };
 
 struct ForwardResult {

@@ -56,7 +56,7 @@ struct OpenSessionResponse {
 };
 
 struct CloseSessionResponse {
-  int64_t tokens = 0;  // tokens decoded per row
+  int64_t tokens = 0;     // tokens decoded per row
   int64_t kv_blocks = 0;  // blocks given back
 };
 

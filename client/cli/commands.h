@@ -6,8 +6,8 @@
 #include <string>
 
 #include "bench_runner.h"
-#include "client/decode_bench.h"
 #include "client/cli/cli_util.h"
+#include "client/decode_bench.h"
 #include "local_bench.h"
 
 namespace mha::client::cli {

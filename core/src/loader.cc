@@ -40,10 +40,9 @@ Status CheckConfigShapes(const ModelConfig& config, const MhaOptions& options) {
   return Status::Ok();
 }
 
-}  // namespace internal
+}  // namespace
 
 namespace {
-
 
 std::string SomeKeys(const TensorMap& tensors, size_t limit) {
   std::string out;

@@ -16,9 +16,12 @@ StatusOr<DType> ParseDType(const std::string& name) {
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
   }
   return "float32";
 }

@@ -6,8 +6,8 @@
 
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <vector>
 
 #include "json_text.h"

@@ -13,8 +13,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "mha/weights.h"

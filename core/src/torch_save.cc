@@ -10,8 +10,8 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "mha/loader.h"
 #include "memory_adapter.h"
+#include "mha/loader.h"
 #include "torch_pickle.h"
 
 namespace mha {

@@ -99,7 +99,7 @@ void ForwardStreamReactor::OnWriteDone(bool ok) {
     std::lock_guard<std::mutex> lock(mu_);
     if (ok) {
       service_->core()->RecordOutcome(writing_.model, Status::Ok(), writing_.start,
-                                             Protocol::kNative);
+                                      Protocol::kNative);
       ++next_write_index_;
       ++answered_;
     } else {
@@ -178,8 +178,7 @@ std::optional<Status> ForwardStreamReactor::ShouldFinishLocked() {
 void ForwardStreamReactor::FinishNow(const Status& status) {
   // The failure that ends the stream is the one outcome counted besides the answers written.
   if (failure_index_) {
-    service_->core()->RecordOutcome(failure_model_, failure_, failure_start_,
-                                             Protocol::kNative);
+    service_->core()->RecordOutcome(failure_model_, failure_, failure_start_, Protocol::kNative);
   }
   LogOutcome(log_, status, "answers=" + std::to_string(answered_));
   Finish(codec::ToGrpcStatus(status));

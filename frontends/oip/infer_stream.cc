@@ -11,8 +11,7 @@ namespace mha::serve::oip {
 std::unique_ptr<inference::ModelStreamInferResponse> StreamError(
     const inference::ModelInferRequest& request, const Status& status) {
   auto response = std::make_unique<inference::ModelStreamInferResponse>();
-  response->set_error_message(std::string(StatusCodeName(status.code())) + ": " +
-                              status.message());
+  response->set_error_message(std::string(StatusCodeName(status.code())) + ": " + status.message());
   response->mutable_infer_response()->set_model_name(request.model_name());
   response->mutable_infer_response()->set_id(request.id());
   return response;
@@ -66,13 +65,13 @@ void InferStreamReactor::Submit(int64_t index,
   }
   InferCall& call = decoded.value();
   // `done` may run inline (refused) or on a scheduler worker; `request` lives until then.
-  core_->Infer(std::move(call.request), [this, index, request, outputs = std::move(call.outputs)](
-                                            InferenceResponse result) {
-    auto response = std::make_unique<Response>();
-    const Status status = EncodeModelInferResponse(result, outputs, request->id(),
-                                                   response->mutable_infer_response());
-    OnAnswer(index, status.ok() ? std::move(response) : StreamError(*request, status));
-  });
+  core_->Infer(std::move(call.request),
+               [this, index, request, outputs = std::move(call.outputs)](InferenceResponse result) {
+                 auto response = std::make_unique<Response>();
+                 const Status status = EncodeModelInferResponse(result, outputs, request->id(),
+                                                                response->mutable_infer_response());
+                 OnAnswer(index, status.ok() ? std::move(response) : StreamError(*request, status));
+               });
 }
 
 void InferStreamReactor::OnAnswer(int64_t index, std::unique_ptr<Response> response) {

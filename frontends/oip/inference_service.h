@@ -74,9 +74,9 @@ class GrpcInferenceServiceImpl final : public InferenceServiceBase {
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;
-  grpc::ServerUnaryReactor* ModelStatistics(
-      grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
-      inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) override;

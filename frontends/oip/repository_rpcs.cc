@@ -97,9 +97,8 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ControlModel(
     return reactor;
   }
   const std::string detail = "model=" + Abbreviate(model);
-  (options_.controller->*action)(model, [reactor, log, detail](Status done) {
-    FinishCall(reactor, log, done, detail);
-  });
+  (options_.controller->*action)(
+      model, [reactor, log, detail](Status done) { FinishCall(reactor, log, done, detail); });
   return reactor;
 }
 

@@ -11,8 +11,9 @@
 // (CANCELLED) tasks are dropped before compute; a full queue is RESOURCE_EXHAUSTED inline in
 // Submit. Session steps (InferenceTask::step) merge with steps of other sessions into one
 // DecodeSteps pass; decode steps (T = 1) and prefill chunks (T > 1) form separate groups, so a
-// long prefill never holds decode steps in its pass (docs/sessions.md). Tasks come validated (ServerCore::Infer): the batcher trusts them. If a merged pass
-// fails, each of its tasks is retried alone so one bad request cannot fail others.
+// long prefill never holds decode steps in its pass (docs/sessions.md). Tasks come validated
+// (ServerCore::Infer): the batcher trusts them. If a merged pass fails, each of its tasks is
+// retried alone so one bad request cannot fail others.
 #pragma once
 
 #include <condition_variable>

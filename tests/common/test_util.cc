@@ -58,18 +58,17 @@ double RelativeError(const at::Tensor& actual, const at::Tensor& expected) {
 ::testing::AssertionResult TensorsNear(const at::Tensor& actual, const at::Tensor& expected,
                                        double atol) {
   if (!actual.defined() || !expected.defined()) {
-    return ::testing::AssertionFailure()
-           << "undefined tensor (actual defined: " << actual.defined()
-           << ", expected defined: " << expected.defined() << ")";
+    return ::testing::AssertionFailure() << "undefined tensor (actual defined: " << actual.defined()
+                                         << ", expected defined: " << expected.defined() << ")";
   }
   if (!SameShape(actual, expected)) {
-    return ::testing::AssertionFailure() << "shape " << ShapeString(actual) << " != expected "
-                                         << ShapeString(expected);
+    return ::testing::AssertionFailure()
+           << "shape " << ShapeString(actual) << " != expected " << ShapeString(expected);
   }
   const double diff = MaxAbsDiff(actual, expected);
   if (diff <= atol) return ::testing::AssertionSuccess() << "max abs diff " << diff;
-  return ::testing::AssertionFailure() << "max abs diff " << diff << " > " << atol << " (shape "
-                                       << ShapeString(actual) << ")";
+  return ::testing::AssertionFailure()
+         << "max abs diff " << diff << " > " << atol << " (shape " << ShapeString(actual) << ")";
 }
 
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part) {

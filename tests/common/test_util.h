@@ -45,16 +45,16 @@ class TempDir {
 // Absolute path of a file under tests/fixtures.
 std::string FixturePath(const std::string& relative);
 
-// One case written by tools/gen_fixtures.py: tests/fixtures/cases/<name>/{case.json, io.safetensors,
-// config.json, model.*}.
+// One case written by tools/gen_fixtures.py: tests/fixtures/cases/<name>/{case.json,
+// io.safetensors, config.json, model.*}.
 struct FixtureCase {
   std::string name;
-  std::string dir;             // absolute path of the case folder (a valid model-repository entry)
-  std::string weights_path;    // the model.* file in it
-  nlohmann::json meta;         // case.json
-  ForwardInputs inputs;        // flags and tensors from case.json + io.safetensors
-  at::Tensor expected_output;  // [B, T, E] float32
-  at::Tensor expected_weights; // undefined unless need_weights
+  std::string dir;              // absolute path of the case folder (a valid model-repository entry)
+  std::string weights_path;     // the model.* file in it
+  nlohmann::json meta;          // case.json
+  ForwardInputs inputs;         // flags and tensors from case.json + io.safetensors
+  at::Tensor expected_output;   // [B, T, E] float32
+  at::Tensor expected_weights;  // undefined unless need_weights
 };
 
 std::vector<std::string> FixtureCaseNames();  // cases/index.json

@@ -1,4 +1,5 @@
-// config.json text -> the one config.json reader (mha::ParseModelConfig): every key's type and range.
+// config.json text -> the one config.json reader (mha::ParseModelConfig): every key's type and
+// range.
 #include <exception>
 #include <sstream>
 #include <string>

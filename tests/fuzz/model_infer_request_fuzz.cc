@@ -21,8 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mha::serve::InferenceResponse response = FuzzInfer(std::move(decoded->request));
   if (response.status.ok()) {
     inference::ModelInferResponse out;
-    (void)mha::serve::oip::EncodeModelInferResponse(response, decoded->outputs, decoded->id,
-                                                    &out);
+    (void)mha::serve::oip::EncodeModelInferResponse(response, decoded->outputs, decoded->id, &out);
   }
   return 0;
 }

@@ -1,4 +1,5 @@
-// safetensors bytes -> ReadSafetensors (in memory) -> key-layout detection, as LoadWeights runs them.
+// safetensors bytes -> ReadSafetensors (in memory) -> key-layout detection, as LoadWeights runs
+// them.
 #include <exception>
 
 #include "fuzz_common.h"

@@ -40,8 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         [](const std::string& record) -> std::optional<std::tuple<at::DataPtr, size_t>> {
           if (record.rfind("data/", 0) != 0) return std::nullopt;
           return std::make_tuple(
-              at::DataPtr(const_cast<unsigned char*>(kZeros), at::Device(at::kCPU)),
-              kRecordBytes);
+              at::DataPtr(const_cast<unsigned char*>(kZeros), at::Device(at::kCPU)), kRecordBytes);
         });
   } catch (const std::exception&) {
     return 0;

@@ -36,8 +36,8 @@ class FakeCore final : public InferenceServer {
     lock.unlock();
     Answer({std::move(request), std::move(done)});
   }
-  void RecordOutcome(const std::optional<std::string>&, const Status& status,
-                     Clock::time_point, Protocol) override {
+  void RecordOutcome(const std::optional<std::string>&, const Status& status, Clock::time_point,
+                     Protocol) override {
     std::lock_guard<std::mutex> lock(mu_);
     refused_.push_back(status);
   }
@@ -68,7 +68,8 @@ class FakeCore final : public InferenceServer {
     std::vector<Call> calls;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return held_.size() >= n; })) return false;
+      if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return held_.size() >= n; }))
+        return false;
       for (size_t i = 0; i < n; ++i) {
         calls.push_back(std::move(held_.front()));
         held_.pop_front();

@@ -215,8 +215,7 @@ double ScrapeCode(int port, const std::string& code) {
   httplib::Client http("127.0.0.1", port);
   auto res = http.Get("/metrics");
   if (!res) return -1;
-  const std::string prefix =
-      "\nmha_requests_total{code=\"" + code + (code.empty() ? "" : "\"");
+  const std::string prefix = "\nmha_requests_total{code=\"" + code + (code.empty() ? "" : "\"");
   double sum = 0;
   for (size_t at = res->body.find(prefix); at != std::string::npos;
        at = res->body.find(prefix, at + 1)) {

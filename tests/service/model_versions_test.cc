@@ -175,7 +175,8 @@ TEST(ModelVersions, WarmupRunsBeforeReadyAndABadKeyOrAFailingPassFailsTheVersion
   EXPECT_NE(y.find("y/config.json warmup[0]: unknown key 'sq'"), std::string::npos) << y;
   const v1::ModelInfo z = VersionsOf(client, "z")["1"];
   EXPECT_EQ(z.state(), v1::FAILED);
-  EXPECT_NE(z.error().find("warmup[0] (batch 1, seq 4) failed: INVALID_ARGUMENT"), std::string::npos)
+  EXPECT_NE(z.error().find("warmup[0] (batch 1, seq 4) failed: INVALID_ARGUMENT"),
+            std::string::npos)
       << z.error();
   EXPECT_EQ(VersionsOf(client, "w")["1"].state(), v1::READY);  // the others still serve
   EXPECT_EQ(server.Stop(), 0) << server.log();

@@ -18,8 +18,7 @@ using Stub = inference::GRPCInferenceService::Stub;
 class TwoModels {
  public:
   TwoModels() {
-    WriteText(repo_.File("a/config.json"),
-              R"({"num_heads": 4, "version_policy": {"all": {}}})");
+    WriteText(repo_.File("a/config.json"), R"({"num_heads": 4, "version_policy": {"all": {}}})");
     AddVersion(repo_.path(), "a", "1", "self_basic");
     AddVersion(repo_.path(), "a", "2", "self_basic");
     AddVersion(repo_.path(), "b", "1", "causal", /*with_config=*/true);

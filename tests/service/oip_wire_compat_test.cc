@@ -197,8 +197,7 @@ TEST(OipWireCompat, RawRequestFromSpecificationNumbersDecodesAsIntended) {
   EXPECT_EQ(call->id, "req-7");
   const ForwardInputs& in = call->request.inputs;
   EXPECT_TRUE(at::equal(in.query, at::arange(1, 9, at::kFloat).reshape({1, 2, 4})));
-  EXPECT_TRUE(at::equal(in.key_padding_mask,
-                        BoolTensor({0, 1}, {1, 2})));
+  EXPECT_TRUE(at::equal(in.key_padding_mask, BoolTensor({0, 1}, {1, 2})));
   EXPECT_FALSE(in.key.defined());
   EXPECT_TRUE(in.is_causal);
   EXPECT_TRUE(in.need_weights);  // implied by asking for attn_weights
@@ -210,8 +209,7 @@ TEST(OipWireCompat, TypedContentsPackedAndUnpackedDecodeAlike) {
   WireWriter packed_contents;
   packed_contents.PackedFloat(spec::kFp32Contents, {0.5f, -1.f});
   WireWriter unpacked_contents;  // proto3 parsers must accept both encodings
-  unpacked_contents.Fixed32Float(spec::kFp32Contents, 0.5f)
-      .Fixed32Float(spec::kFp32Contents, -1.f);
+  unpacked_contents.Fixed32Float(spec::kFp32Contents, 0.5f).Fixed32Float(spec::kFp32Contents, -1.f);
   WireWriter mask_contents;
   mask_contents.PackedInt64(spec::kBoolContents, {1, 0});  // bools are varints
   for (const WireWriter* contents : {&packed_contents, &unpacked_contents}) {
@@ -225,10 +223,8 @@ TEST(OipWireCompat, TypedContentsPackedAndUnpackedDecodeAlike) {
     ASSERT_TRUE(parsed.ParseFromString(request.str()));
     auto call = DecodeModelInferRequest(parsed, DecodeOptions{});
     ASSERT_TRUE(call.ok()) << call.status().ToString();
-    EXPECT_TRUE(at::equal(call->request.inputs.query,
-                          at::tensor({0.5f, -1.f}).reshape({1, 1, 2})));
-    EXPECT_TRUE(at::equal(call->request.inputs.attn_mask,
-                          BoolTensor({1, 0}, {1, 2})));
+    EXPECT_TRUE(at::equal(call->request.inputs.query, at::tensor({0.5f, -1.f}).reshape({1, 1, 2})));
+    EXPECT_TRUE(at::equal(call->request.inputs.attn_mask, BoolTensor({1, 0}, {1, 2})));
     EXPECT_FALSE(call->request.inputs.need_weights);
     EXPECT_EQ(call->outputs, std::vector<OutputTensor>{OutputTensor::kOutput});
   }

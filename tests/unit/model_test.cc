@@ -87,8 +87,9 @@ TEST(FixtureIndexTest, HasTheCasesTheIssueNames) {
   }
 }
 
-// fp16 / bf16 against the fp32 reference: norm-wise relative error <= 1e-2 (see RelativeError). Where the device lacks the
-// half-precision kernels (LibTorch 1.13 CPU float16), the model computes in float32 and says so.
+// fp16 / bf16 against the fp32 reference: norm-wise relative error <= 1e-2 (see RelativeError).
+// Where the device lacks the half-precision kernels (LibTorch 1.13 CPU float16), the model computes
+// in float32 and says so.
 class HalfPrecisionTest : public ::testing::TestWithParam<std::tuple<DType, std::string>> {};
 
 TEST_P(HalfPrecisionTest, CloseToFp32Reference) {

@@ -61,7 +61,8 @@ TEST(ModelCreateTest, WrongWeightShapeNamesTensorAndShapes) {
   w.out_weight = at::randn({16, 17});
   auto model = MhaModel::Create(o, w);
   ASSERT_FALSE(model.ok());
-  EXPECT_THAT(model.status().message(), HasSubstr("out_weight has shape [16, 17], expected [16, 16]"));
+  EXPECT_THAT(model.status().message(),
+              HasSubstr("out_weight has shape [16, 17], expected [16, 16]"));
 }
 
 TEST(ModelCreateTest, UnknownOrMissingDevice) {
@@ -85,9 +86,11 @@ TEST(ModelForwardTest, RejectsBadQuery) {
   ForwardInputs in;
   EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("query: required"));
   in.query = at::randn({2, 5});
-  EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("query: expected rank 3 [B, T, E=16], got shape [2, 5]"));
+  EXPECT_THAT(RunForward(*model, in).message(),
+              HasSubstr("query: expected rank 3 [B, T, E=16], got shape [2, 5]"));
   in.query = at::randn({2, 5, 12});
-  EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("query: expected shape [B, T, E=16] = [2, 5, 16], got [2, 5, 12]"));
+  EXPECT_THAT(RunForward(*model, in).message(),
+              HasSubstr("query: expected shape [B, T, E=16] = [2, 5, 16], got [2, 5, 12]"));
   in.query = at::zeros({0, 5, 16});
   EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("every dimension must be > 0"));
   in.query = at::ones({2, 5, 16}, at::kLong);
@@ -102,15 +105,21 @@ TEST(ModelForwardTest, RejectsBadKeyValueAndMasks) {
   in.key = at::randn({2, 6, 16});
   EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("got only key"));
   in.value = at::randn({2, 7, 16});
-  EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("value: expected shape [B=2, S=6, vdim=16] = [2, 6, 16], got [2, 7, 16]"));
+  EXPECT_THAT(RunForward(*model, in).message(),
+              HasSubstr("value: expected shape [B=2, S=6, vdim=16] = [2, 6, 16], got [2, 7, 16]"));
   in.value = at::randn({2, 6, 16});
   in.key_padding_mask = at::zeros({2, 5}, at::kBool);
-  EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("key_padding_mask: expected shape [B=2, S=6] = [2, 6], got [2, 5]"));
+  EXPECT_THAT(RunForward(*model, in).message(),
+              HasSubstr("key_padding_mask: expected shape [B=2, S=6] = [2, 6], got [2, 5]"));
   in.key_padding_mask = at::zeros({2, 6}, at::kInt);
-  EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("key_padding_mask: dtype Int is not supported"));
+  EXPECT_THAT(RunForward(*model, in).message(),
+              HasSubstr("key_padding_mask: dtype Int is not supported"));
   in.key_padding_mask = at::Tensor();
   in.attn_mask = at::zeros({5, 5}, at::kBool);
-  EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("attn_mask: expected shape [T, S] = [5, 6] or [B*H, T, S] = [8, 5, 6], got [5, 5]"));
+  EXPECT_THAT(
+      RunForward(*model, in).message(),
+      HasSubstr(
+          "attn_mask: expected shape [T, S] = [5, 6] or [B*H, T, S] = [8, 5, 6], got [5, 5]"));
   in.attn_mask = at::zeros({8, 5, 6}, at::kBool);
   EXPECT_TRUE(RunForward(*model, in).ok());
 }
@@ -122,7 +131,8 @@ TEST(ModelForwardTest, CrossDimModelNeedsKeyAndValue) {
   auto model = SmallModel(o);
   ForwardInputs in;
   in.query = at::randn({1, 3, 16});
-  EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("kdim=12/vdim=20 differ from embed_dim=16"));
+  EXPECT_THAT(RunForward(*model, in).message(),
+              HasSubstr("kdim=12/vdim=20 differ from embed_dim=16"));
   in.key = at::randn({1, 4, 12});
   in.value = at::randn({1, 4, 16});
   EXPECT_THAT(RunForward(*model, in).message(), HasSubstr("vdim=20"));
