@@ -10,7 +10,7 @@ build=${MHA_BUILD_DIR:-build}
 work=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$work/models/big"
-(cd tools && /usr/bin/python3 - "$work/models/big" <<'PY'
+(cd scripts/fixtures && /usr/bin/python3 - "$work/models/big" <<'PY'
 import json, sys, torch
 import gen_fixtures as g
 torch.manual_seed(7)

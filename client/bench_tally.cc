@@ -10,7 +10,7 @@
 #include <numeric>
 #include <string>
 
-#include "wire/status_convert.h"
+#include "proto/wire/status_convert.h"
 
 namespace mha::client {
 namespace {

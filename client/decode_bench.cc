@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "client/bench_tally.h"
-#include "wire/status_convert.h"
+#include "proto/wire/status_convert.h"
 
 namespace mha::client {
 namespace {

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "client/oip_translate.h"
-#include "wire/status_convert.h"
+#include "proto/wire/status_convert.h"
 
 namespace mha::client {
 namespace {

@@ -1,6 +1,6 @@
 // mha_client: a C++ client for mha.v1.AttentionService (and grpc.health.v1.Health) with no Torch
 // in it: requests and responses are the wire messages (tensors as dtype + shape + bytes, see
-// wire/tensor_header.h); every call has a deadline; errors come back as mha::Status with the
+// proto/wire/tensor_header.h); every call has a deadline; errors come back as mha::Status with the
 // server's code and message. The at::Tensor convenience layer is tensor_client.h.
 #pragma once
 

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "wire/tensor_codec.h"
+#include "proto/wire/tensor_codec.h"
 
 namespace mha::client {
 namespace {

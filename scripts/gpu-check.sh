@@ -12,8 +12,8 @@
 #                 GPU_CHECK_STEPS="streamtest streambench", reuses build-cuda),
 #                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda)
 # Prepare here first: scripts/device-deps.sh download .device-deps   (Debian 12 host).
-# Tests pick CUDA by themselves when at::hasCUDA() (tests/unit/model_test.cc runs cpu + cuda,
-# tests/unit/device_stream_test.cc its DeviceStreamCudaTest cases: streams, pinned staging);
+# Tests pick CUDA by themselves when at::hasCUDA() (tests/unit/core/model_test.cc runs cpu + cuda,
+# tests/unit/core/device_stream_test.cc its DeviceStreamCudaTest cases: streams, pinned staging);
 # servers started by the service tests get MHA_DEVICE=cuda (server flag --device's env name).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -143,7 +143,7 @@ tlog=$OUT/ctest.log; : > "$tlog"
   echo "## unit test cases on cuda:"; "$build"/tests/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
 step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j4 \
   --output-on-failure --timeout 120
-# Streams and pinned staging (tests/unit/device_stream_test.cc): run alone, verbose, and a skip
+# Streams and pinned staging (tests/unit/core/device_stream_test.cc): run alone, verbose, and a skip
 # counts as a failure here (it would mean the binary sees no GPU).
 streamtest() {
   "$build"/tests/mha_core_tests --gtest_filter='DeviceStream*' 2>&1 | tee "$bdir/streamtest.txt"

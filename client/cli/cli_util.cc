@@ -9,7 +9,7 @@
 #include "client/tensor_client.h"
 #include "mha/loader.h"
 #include "mha/tensor_util.h"
-#include "wire/tensor_header.h"
+#include "proto/wire/tensor_header.h"
 
 namespace mha::client::cli {
 namespace {

@@ -1,5 +1,5 @@
 // Test helpers shared by every tier: tensor comparison and the PyTorch-generated fixture cases
-// (tests/fixtures, written by tools/gen_fixtures.py).
+// (tests/fixtures, written by scripts/fixtures/gen_fixtures.py).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -45,7 +45,7 @@ class TempDir {
 // Absolute path of a file under tests/fixtures.
 std::string FixturePath(const std::string& relative);
 
-// One case written by tools/gen_fixtures.py: tests/fixtures/cases/<name>/{case.json,
+// One case written by scripts/fixtures/gen_fixtures.py: tests/fixtures/cases/<name>/{case.json,
 // io.safetensors, config.json, model.*}.
 struct FixtureCase {
   std::string name;

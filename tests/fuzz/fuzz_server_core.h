@@ -9,7 +9,7 @@
 #include <future>
 #include <utility>
 
-#include "serving/server_core.h"
+#include "server/serving/server_core.h"
 
 inline mha::serve::ServerCore* FuzzServerCore() {
   static mha::serve::ServerCore* core = [] {

@@ -1,4 +1,4 @@
-// The head-option fixtures (tests/fixtures/heads, written by tools/head_reference.py): each
+// The head-option fixtures (tests/fixtures/heads, written by scripts/fixtures/head_reference.py): each
 // request's options and expected tensors, turned into mha.v1 requests on the fixture case's
 // inputs, and the checks of an answer against them.
 #pragma once

@@ -2,7 +2,7 @@
 // (OutputProjectionAnalyzer: W^O as [H*d_v, E], split into H row blocks W^O_i of [d_v, E]) and the
 // same per-head block analysis of W^Q, W^K and W^V (PyTorch's [E, E_in] weights, split into H row
 // blocks of [d, E_in]: the features of one head). Computed in float64 on the CPU, epsilons as in
-// the seed, so that tools/head_reference.py (the seed's class) agrees within 1e-5.
+// the seed, so that scripts/fixtures/head_reference.py (the seed's class) agrees within 1e-5.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,203 @@
+#include "server/app/config.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <thread>
+
+namespace mha::serve {
+namespace {
+
+// --max-queue-size -> MHA_MAX_QUEUE_SIZE
+std::string EnvName(const std::string& flag) {
+  std::string env = "MHA_";
+  for (char c : flag.substr(flag.find_first_not_of('-'))) {
+    env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return env;
+}
+
+template <typename T>
+CLI::Option* Add(CLI::App& app, const std::string& flag, T* value, const std::string& help) {
+  return app.add_option(flag, *value, help)->envname(EnvName(flag))->capture_default_str();
+}
+
+void AddServingFlags(CLI::App& app, ServerConfig* c);
+void AddLimitFlags(CLI::App& app, ServerConfig* c);
+void AddBatchingFlags(CLI::App& app, ServerConfig* c);
+void AddOperationFlags(CLI::App& app, ServerConfig* c);
+void AddLifecycleFlags(CLI::App& app, ServerConfig* c);
+void AddSessionFlags(CLI::App& app, ServerConfig* c);
+
+}  // namespace
+
+int ServerConfig::ResolvedWorkers() const {
+  if (workers > 0) return workers;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, intra_op_threads));
+}
+
+std::optional<int> ParseServerConfig(int argc, char** argv, ServerConfig* c) {
+  CLI::App app{
+      "mha-server: batched multi-head-attention forward passes over gRPC "
+      "(mha.v1.AttentionService, grpc.health.v1.Health, server reflection)"};
+  // CLI11 reads the config file before the environment, so MHA_CONFIG becomes the default name.
+  const char* config_env = std::getenv("MHA_CONFIG");
+  app.set_config("--config", config_env ? config_env : "",
+                 "Read flags from a TOML/INI file (key = value, flag names) (Env:MHA_CONFIG)");
+  app.get_formatter()->column_width(36);
+  AddServingFlags(app, c);
+  AddLimitFlags(app, c);
+  AddBatchingFlags(app, c);
+  AddOperationFlags(app, c);
+  AddLifecycleFlags(app, c);
+  AddSessionFlags(app, c);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+void AddServingFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--grpc-address", &c->grpc_address,
+      "Listen address host:port; port 0 picks a free port (logged, and written to --port-file)");
+  Add(app, "--model-repository", &c->model_repository,
+      "Folder of models, one sub-folder per model: <name>/{config.json, <version>/model.*} or "
+      "<name>/{config.json, model.*} (= version 1). Empty = serve the built-in deterministic "
+      "model 'default' (E=512, H=8)");
+  Add(app, "--default-model", &c->default_model,
+      "Model used when a request names none (default: the only model, if there is one)");
+  Add(app, "--device", &c->device, "cpu, cuda, cuda:N or auto; empty = each model's config.json");
+  Add(app, "--dtype", &c->dtype,
+      "float32, float16 or bfloat16 for every model; empty = each model's config.json");
+  Add(app, "--intra-op-threads", &c->intra_op_threads,
+      "ATen threads per forward pass (1 is best on small boxes: BLAS threads itself)")
+      ->check(CLI::Range(1, 256));
+  Add(app, "--inter-op-threads", &c->inter_op_threads, "ATen inter-op threads")
+      ->check(CLI::Range(1, 256));
+  Add(app, "--workers", &c->workers,
+      "Batching off: forward-pass worker threads per model; 0 = cores / intra-op threads. Keep "
+      "1 when BLAS threads each GEMM itself (OpenBLAS): more workers oversubscribe the cores")
+      ->check(CLI::Range(0, 1024));
+  Add(app, "--tls-cert-file", &c->tls_cert_file,
+      "gRPC TLS: server certificate chain (PEM); with --tls-key-file. Empty = plaintext");
+  Add(app, "--tls-key-file", &c->tls_key_file,
+      "gRPC TLS: private key (PEM, unencrypted) of --tls-cert-file");
+  Add(app, "--tls-client-ca-file", &c->tls_client_ca_file,
+      "gRPC mTLS: CA bundle (PEM); clients must present a certificate it signed");
+}
+
+void AddLimitFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--max-queue-size", &c->max_queue_size,
+      "Requests waiting for a worker (per model when batching; config.json: max_queue_size); "
+      "more are refused with RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  Add(app, "--max-batch-size", &c->max_batch_size,
+      "Largest batch B per request (RESOURCE_EXHAUSTED above)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  Add(app, "--max-sequence-length", &c->max_sequence_length,
+      "Largest T and S per request (RESOURCE_EXHAUSTED above)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  Add(app, "--max-message-bytes", &c->max_message_bytes,
+      "Largest request message (RESOURCE_EXHAUSTED above); gRPC's own receive limit is set a "
+      "little higher so that the answer can say why")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
+  Add(app, "--max-response-bytes", &c->max_response_bytes,
+      "Largest response (output + attention weights), estimated from the shapes before any "
+      "compute (RESOURCE_EXHAUSTED above); at most 2 GiB - 1 MiB (protobuf's limit)")
+      ->check(CLI::Range(int64_t{1024}, (int64_t{2} << 30) - (int64_t{1} << 20)));
+  Add(app, "--max-work-bytes", &c->max_work_bytes,
+      "Largest estimated working memory of one forward pass (projections, scores, masks, "
+      "weights, the encoded response); RESOURCE_EXHAUSTED above; a merged batch stays under it")
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50));
+  Add(app, "--stream-window", &c->stream_window,
+      "Requests of one ForwardStream in flight at once (answers still come in order)")
+      ->check(CLI::Range(1, 1024));
+}
+
+void AddBatchingFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--batching", &c->batching,
+      "Dynamic batching: merge concurrent requests of a model into one forward pass (on/off)");
+  Add(app, "--max-batch-rows", &c->max_batch_rows,
+      "Batching: rows (sum of the requests' B) per forward pass (config.json: max_batch_size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  Add(app, "--max-batch-tokens", &c->max_batch_tokens,
+      "Batching: padded tokens per forward pass (config.json: max_batch_tokens)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  Add(app, "--max-queue-delay-us", &c->max_queue_delay_us,
+      "Batching: how long the oldest request may wait for others (config.json: "
+      "max_queue_delay_us)")
+      ->check(CLI::Range(int64_t{0}, int64_t{60000000}));
+  Add(app, "--instances", &c->instances,
+      "Batching: concurrent forward passes per model (config.json: instances)")
+      ->check(CLI::Range(1, 256));
+}
+
+void AddOperationFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--metrics-address", &c->metrics_address,
+      "HTTP host:port for /metrics, /healthz, /readyz; port 0 picks one (written to "
+      "--metrics-port-file); empty = no endpoint");
+  Add(app, "--metrics-port-file", &c->metrics_port_file,
+      "Write the metrics port to this file once the endpoint listens");
+  Add(app, "--log-format", &c->log_format, "text or json (one JSON object per line)")
+      ->check(CLI::IsMember({"text", "json"}));
+  Add(app, "--log-level", &c->log_level,
+      "trace, debug (one line per request), info, warn, error, critical or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  Add(app, "--grace-period-s", &c->grace_period_s,
+      "On SIGTERM/SIGINT: seconds to finish in-flight calls before cancelling them")
+      ->check(CLI::Range(0.0, 3600.0));
+  Add(app, "--port-file", &c->port_file,
+      "Write the bound port to this file once the server is SERVING");
+  // Test-only: sleep before loading the models so the NOT_SERVING window can be observed.
+  Add(app, "--debug-load-delay-ms", &c->debug_load_delay_ms, "(test only) delay model loading")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}))
+      ->group("");
+  // Test-only: a pass that takes this long whatever the CPU (shutdown tests hold a pass).
+  Add(app, "--debug-forward-delay-ms", &c->debug_forward_delay_ms,
+      "(test only) sleep before each forward pass")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}))
+      ->group("");
+}
+
+void AddSessionFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--kv-cache-bytes", &c->kv_cache_bytes,
+      "Decoding sessions: bytes of each model version's KV cache pool (keys + values of every "
+      "block; allocated at the version's first OpenSession)")
+      ->check(CLI::Range(int64_t{1} << 10, int64_t{1} << 50));
+  Add(app, "--kv-block-tokens", &c->kv_block_tokens,
+      "Decoding sessions: tokens per KV cache block (a session grows block by block)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  Add(app, "--session-idle-timeout-s", &c->session_idle_timeout_s,
+      "Decoding sessions: a session idle this long ends (NOT_FOUND 'expired'); 0 = never")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+  Add(app, "--kv-cache-full-policy", &c->kv_cache_full_policy,
+      "Decoding sessions, when the KV cache pool is full: refuse (RESOURCE_EXHAUSTED for the "
+      "new session or the step) or evict-lru (end idle sessions, least recently used first)")
+      ->check(CLI::IsMember({"refuse", "evict-lru"}));
+}
+
+void AddLifecycleFlags(CLI::App& app, ServerConfig* c) {
+  Add(app, "--model-control-mode", &c->model_control_mode,
+      "none: models load at start only; poll: the repository is rescanned every "
+      "--repository-poll-secs and new, changed and removed versions are loaded/unloaded; "
+      "explicit: LoadModel/UnloadModel RPCs (mha.v1.ModelControlService)")
+      ->check(CLI::IsMember({"none", "poll", "explicit"}));
+  Add(app, "--repository-poll-secs", &c->repository_poll_secs,
+      "Poll mode: seconds between repository scans (each reads every file to hash it)")
+      ->check(CLI::Range(0.05, 86400.0));
+  Add(app, "--load-model", &c->load_model,
+      "Explicit mode: model loaded at start (repeat the flag; none = every model)")
+      ->delimiter(',');
+  Add(app, "--admin-token-file", &c->admin_token_file,
+      "Model control RPCs need 'authorization: Bearer <token>' metadata with the token in this "
+      "file (first line); inference RPCs never do. Empty = no token");
+}
+
+}  // namespace
+}  // namespace mha::serve

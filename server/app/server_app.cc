@@ -1,0 +1,306 @@
+#include "server/app/server_app.h"
+
+#include <ATen/Parallel.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "server/app/tls.h"
+#include "server/frontends/grpc_v1/admin_auth.h"
+#include "server/frontends/grpc_v1/attention_service.h"
+#include "server/frontends/grpc_v1/model_control_service.h"
+#include "server/frontends/oip/inference_service.h"
+#include "mha/runtime.h"
+#include "server/serving/observability/metrics_http.h"
+#include "server/serving/server_core.h"
+
+namespace mha::serve {
+namespace {
+
+constexpr char kServiceName[] = "mha.v1.AttentionService";
+constexpr char kOipServiceName[] = "inference.GRPCInferenceService";
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return false;
+    out << port << "\n";
+    if (!out.flush()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
+  ServerCoreOptions o;
+  o.model_repository = c.model_repository;
+  o.default_model = c.default_model;
+  if (!c.dtype.empty()) {
+    auto dtype = ParseDType(c.dtype);
+    if (!dtype.ok()) return InvalidArgument("--dtype: " + dtype.status().message());
+    o.overrides.dtype = *dtype;
+  }
+  if (!c.device.empty()) o.overrides.device = c.device;
+  o.limits = {c.max_batch_size, c.max_sequence_length, c.max_response_bytes, c.max_work_bytes};
+  o.batching = c.batching;
+  o.batcher.max_batch_rows = c.max_batch_rows;
+  o.batcher.max_batch_tokens = c.max_batch_tokens;
+  o.batcher.max_queue_delay_us = c.max_queue_delay_us;
+  o.batcher.max_queue_size = static_cast<size_t>(c.max_queue_size);
+  o.batcher.instances = c.instances;
+  o.direct.workers = c.ResolvedWorkers();
+  o.direct.max_queue_size = static_cast<size_t>(c.max_queue_size);
+  o.debug_forward_delay_ms = c.debug_forward_delay_ms;
+  auto mode = ParseModelControlMode(c.model_control_mode);
+  if (!mode.ok()) return mode.status();
+  o.model_control = *mode;
+  if (!c.load_model.empty() && o.model_control != ModelControlMode::kExplicit) {
+    return InvalidArgument("--load-model needs --model-control-mode explicit");
+  }
+  o.startup_models = c.load_model;
+  o.sessions.pool.capacity_bytes = c.kv_cache_bytes;
+  o.sessions.pool.block_tokens = c.kv_block_tokens;
+  o.sessions.idle_timeout_s = c.session_idle_timeout_s;
+  auto policy = ParseKvFullPolicy(c.kv_cache_full_policy);
+  if (!policy.ok()) return policy.status();
+  o.sessions.full_policy = *policy;
+  o.poll_interval = std::chrono::milliseconds(static_cast<int64_t>(c.repository_poll_secs * 1000));
+  return o;
+}
+
+// Everything one server run holds, in the order it is built (and the reverse of its stop).
+class ServerApp {
+ public:
+  ServerApp(const ServerConfig& config, std::shared_ptr<grpc::ServerCredentials> credentials,
+            std::string admin_token)
+      : c_(config), credentials_(std::move(credentials)), admin_token_(std::move(admin_token)) {}
+
+  Status Start(const ServerCoreOptions& options);
+  // Loads the models (background threads) while watching for a signal; SERVING when one model is
+  // READY. Returns the signal that arrived meanwhile, or 0.
+  int LoadModels(SignalWatcher& signals);
+  void Stop(int sig);
+
+ private:
+  Status StartHttp();
+  Status StartGrpc();
+  void SetServing(bool serving);
+  std::unique_ptr<oip::GrpcInferenceServiceImpl> MakeOipService();
+
+  const ServerConfig& c_;
+  std::shared_ptr<grpc::ServerCredentials> credentials_;  // server/app/tls.h: plaintext, TLS or mTLS
+  const std::string admin_token_;                         // "" = model control needs none
+  std::unique_ptr<ServerCore> core_;
+  std::unique_ptr<MetricsHttpServer> http_;
+  std::unique_ptr<AttentionServiceImpl> service_;
+  std::unique_ptr<ModelControlServiceImpl> control_;
+  std::unique_ptr<oip::GrpcInferenceServiceImpl> oip_service_;  // Open Inference Protocol v2
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> loaded_{false};
+  int port_ = 0;
+};
+
+Status ServerApp::Start(const ServerCoreOptions& options) {
+  auto core = ServerCore::Create(options);
+  if (!core.ok()) return core.status();
+  core_ = std::move(core.value());
+  if (c_.batching) {
+    spdlog::info(
+        "dynamic batching on: max_batch_rows={} max_batch_tokens={} "
+        "max_queue_delay_us={} instances={} (config.json keys override per model)",
+        c_.max_batch_rows, c_.max_batch_tokens, c_.max_queue_delay_us, c_.instances);
+  } else {
+    spdlog::info("dynamic batching off: one forward pass per request");
+  }
+  MHA_RETURN_IF_ERROR(StartHttp());
+  return StartGrpc();
+}
+
+Status ServerApp::StartHttp() {
+  if (c_.metrics_address.empty()) {
+    spdlog::info("metrics endpoint off (--metrics-address is empty)");
+    return Status::Ok();
+  }
+  http_ = std::make_unique<MetricsHttpServer>(core_->metrics(), [this] { return ready_.load(); });
+  MHA_RETURN_IF_ERROR(http_->Start(c_.metrics_address));
+  spdlog::info("metrics on http://{} (port {}): /metrics /healthz /readyz", c_.metrics_address,
+               http_->port());
+  if (!c_.metrics_port_file.empty() && !WritePortFile(c_.metrics_port_file, http_->port())) {
+    spdlog::error("cannot write --metrics-port-file {}", c_.metrics_port_file);
+  }
+  return Status::Ok();
+}
+
+Status ServerApp::StartGrpc() {
+  service_ = std::make_unique<AttentionServiceImpl>(
+      core_.get(), GrpcFrontendOptions{c_.max_message_bytes, c_.stream_window});
+  control_ = std::make_unique<ModelControlServiceImpl>(core_.get(), admin_token_);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(c_.grpc_address, credentials_, &port_);
+  builder.RegisterService(service_.get());
+  builder.RegisterService(control_.get());
+  oip_service_ = MakeOipService();
+  builder.RegisterService(oip_service_.get());
+  // A little above --max-message-bytes, so that the handler can say precisely what is too big.
+  const int64_t receive_limit = std::min<int64_t>(INT_MAX, c_.max_message_bytes + (1 << 20));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
+  builder.SetMaxSendMessageSize(-1);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) return Unavailable("cannot listen on " + c_.grpc_address);
+  SetServing(false);
+  spdlog::info(
+      "mha-server listening on {} (port {}, {}): NOT_SERVING until models are loaded; "
+      "workers={} intra_op_threads={} inter_op_threads={} max_queue_size={} "
+      "max_batch_size={} max_sequence_length={} max_message_bytes={}",
+      c_.grpc_address, port_, TransportSecurityName(c_), c_.ResolvedWorkers(),
+      at::get_num_threads(), at::get_num_interop_threads(), c_.max_queue_size, c_.max_batch_size,
+      c_.max_sequence_length, c_.max_message_bytes);
+  spdlog::info("runtime: {}", RuntimeSummary());
+  return Status::Ok();
+}
+
+// Same core, limits, health and metrics as mha.v1.
+std::unique_ptr<oip::GrpcInferenceServiceImpl> ServerApp::MakeOipService() {
+  oip::OipFrontendOptions options;
+  options.max_message_bytes = c_.max_message_bytes;
+  options.scheduling.batching = core_->options().batching;
+  options.scheduling.batcher = core_->options().batcher;
+  options.scheduling.direct = core_->options().direct;
+  options.server_ready = [this] { return ready_.load(); };
+  options.metrics = core_->metrics();
+  options.controller = core_.get();
+  options.admin_token = admin_token_;
+  options.stream_window = c_.stream_window;
+  return std::make_unique<oip::GrpcInferenceServiceImpl>(core_.get(), std::move(options));
+}
+
+void ServerApp::SetServing(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(serving);
+  health->SetServingStatus(kServiceName, serving);
+  health->SetServingStatus(kOipServiceName, serving);
+  ready_ = serving;
+}
+
+int ServerApp::LoadModels(SignalWatcher& signals) {
+  int sig = 0;
+  if (c_.debug_load_delay_ms > 0) {
+    sig = signals.WaitFor(std::chrono::milliseconds(c_.debug_load_delay_ms));
+  }
+  if (sig != 0) return sig;
+  core_->StartLoading([this, &signals] {  // `signals` outlives Stop(), which joins the loader
+    loaded_ = true;
+    signals.Notify();
+  });
+  while (!loaded_ && sig == 0) sig = signals.WaitFor(std::chrono::milliseconds(200));
+  if (sig != 0) return sig;
+  auto repository = core_->repository();
+  if (repository->default_name().empty()) {
+    spdlog::warn("no default model ({} models, no --default-model): requests must name one",
+                 repository->entries().size());
+  }
+  if (repository->ready_count() == 0) {
+    spdlog::error("no model is READY: health stays NOT_SERVING (ListModels/GetModel show why)");
+    return 0;
+  }
+  SetServing(true);
+  spdlog::info("SERVING {} of {} models on port {}", repository->ready_count(),
+               repository->entries().size(), port_);
+  if (!c_.port_file.empty() && !WritePortFile(c_.port_file, port_)) {
+    spdlog::error("cannot write --port-file {}", c_.port_file);
+  }
+  return 0;
+}
+
+void ServerApp::Stop(int sig) {
+  spdlog::info("signal {}: NOT_SERVING, finishing in-flight calls (grace period {} s)", sig,
+               c_.grace_period_s);
+  if (server_) {
+    SetServing(false);
+    const auto grace = std::chrono::milliseconds(static_cast<int64_t>(c_.grace_period_s * 1000));
+    server_->Shutdown(std::chrono::system_clock::now() + grace);
+  }
+  if (core_) core_->Stop();  // completes accepted requests, joins the schedulers
+  if (server_) server_->Wait();
+  if (http_) http_->Stop();
+  spdlog::info("mha-server stopped");
+}
+
+// After a stop signal the process ends within the grace period plus one second, whatever is still
+// running: calls were told to finish or were cancelled at the grace deadline, so a forward pass
+// still computing then has nobody to answer. Exit code 0: the stop was asked for. It stays armed
+// through main's return and static destruction (those may hang too), so when it fires it touches
+// nothing that exit() may have destroyed: no spdlog (it once crashed there, exit 139), one
+// preformatted line written to stderr, then _Exit.
+void StartStopWatchdog(double grace_period_s) {
+  const auto limit = std::chrono::milliseconds(static_cast<int64_t>(grace_period_s * 1000) + 1000);
+  static char message[160];  // formatted now, while everything is alive
+  const int n = std::snprintf(message, sizeof(message),
+                              "mha-server: still stopping %lld ms after the signal (a forward "
+                              "pass is running): exiting now\n",
+                              static_cast<long long>(limit.count()));
+  const size_t length = n > 0 ? std::min(static_cast<size_t>(n), sizeof(message) - 1) : 0;
+  std::thread([limit, length] {
+    std::this_thread::sleep_for(limit);
+    [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, message, length);
+    std::_Exit(0);
+  }).detach();
+}
+
+}  // namespace
+
+int RunServer(const ServerConfig& c) {
+  auto options = CoreOptionsFrom(c);
+  if (!options.ok()) {
+    spdlog::error("{}", options.status().message());
+    return 2;
+  }
+  // TLS files are checked before anything starts: a bad secret is a configuration error.
+  auto credentials = MakeServerCredentials(c);
+  if (!credentials.ok()) {
+    spdlog::error("{}", credentials.status().message());
+    return 2;
+  }
+  std::string admin_token;
+  if (!c.admin_token_file.empty()) {
+    auto token = ReadAdminToken(c.admin_token_file);
+    if (!token.ok()) {
+      spdlog::error("{}", token.status().message());
+      return 2;
+    }
+    admin_token = *token;
+  }
+  if (const Status threads = ConfigureThreads({c.intra_op_threads, c.inter_op_threads});
+      !threads.ok()) {
+    spdlog::error("{}", threads.message());
+    return 1;
+  }
+  ServerApp app(c, *credentials, admin_token);
+  if (const Status started = app.Start(*options); !started.ok()) {
+    spdlog::error("{}", started.message());
+    app.Stop(0);
+    return 1;
+  }
+  SignalWatcher signals;
+  signals.Start();
+  int sig = app.LoadModels(signals);
+  if (sig == 0) sig = signals.Wait();
+  StartStopWatchdog(c.grace_period_s);
+  app.Stop(sig);
+  return 0;
+}
+
+}  // namespace mha::serve

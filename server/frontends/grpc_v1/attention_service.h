@@ -1,0 +1,70 @@
+// mha.v1.AttentionService on gRPC's callback API. Handlers only translate: decode the request
+// (forward_request), call the serving core (InferenceServer::Infer), encode the answer and map the
+// status (proto/wire/status_convert). No handler blocks a gRPC thread: forward passes run on the
+// schedulers' workers, which also finish the calls.
+#pragma once
+
+#include <cstdint>
+
+#include "server/frontends/grpc_v1/forward_request.h"
+#include "server/frontends/grpc_v1/request_log.h"
+#include "mha/v1/attention.grpc.pb.h"
+#include "server/serving/inference_server.h"
+
+namespace mha::serve {
+
+struct GrpcFrontendOptions {
+  int64_t max_message_bytes = 64 << 20;  // a request above it is RESOURCE_EXHAUSTED
+  int stream_window = 4;  // requests of one ForwardStream submitted but not yet written
+};
+
+// Forward is registered raw (bytes in, bytes out) so that a request that does not parse can be
+// answered INVALID_ARGUMENT with a message, rather than gRPC's bare UNIMPLEMENTED.
+class AttentionServiceImpl final : public v1::AttentionService::WithRawCallbackMethod_Forward<
+                                       v1::AttentionService::CallbackService> {
+ public:
+  // `core` is not owned and must outlive the service.
+  AttentionServiceImpl(InferenceServer* core, GrpcFrontendOptions options);
+
+  InferenceServer* core() const { return core_; }
+  const GrpcFrontendOptions& options() const { return options_; }
+
+  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse>* ForwardStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
+                                     const v1::GetModelRequest* request,
+                                     v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* GetModelStatistics(grpc::CallbackServerContext* context,
+                                               const v1::ModelStatisticsRequest* request,
+                                               v1::ModelStatisticsResponse* response) override;
+  // Seed 001's head analysis (computed on the version's first call, on this gRPC thread: four
+  // SVDs of [E, E] in float64; cached for the version's lifetime after that).
+  grpc::ServerUnaryReactor* AnalyzeModel(grpc::CallbackServerContext* context,
+                                         const v1::AnalyzeModelRequest* request,
+                                         v1::ModelAnalysis* response) override;
+  // Decoding sessions (session_service.cc). OpenSession answers on the gRPC thread: a
+  // cross-attention session's key/value projection is one small pass.
+  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* context,
+                                        const v1::OpenSessionRequest* request,
+                                        v1::OpenSessionResponse* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
+                                         const v1::CloseSessionRequest* request,
+                                         v1::CloseSessionResponse* response) override;
+
+ private:
+  InferenceServer* const core_;
+  const GrpcFrontendOptions options_;
+};
+
+// Decodes `request` and adds what the call knows: deadline, cancellation, request id, start.
+StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
+                                      const GrpcFrontendOptions& options, bool borrow,
+                                      grpc::CallbackServerContext* context, const RequestLog& log);
+
+}  // namespace mha::serve

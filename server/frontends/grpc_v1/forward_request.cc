@@ -1,0 +1,167 @@
+#include "server/frontends/grpc_v1/forward_request.h"
+
+#include <ATen/ATen.h>
+
+#include <string_view>
+#include <utility>
+
+#include "server/frontends/grpc_v1/head_options.h"
+#include "proto/wire/tensor_codec.h"
+
+namespace mha::serve {
+namespace {
+
+Status Decode(const v1::Tensor& t, const char* field, bool borrow, at::Tensor* out) {
+  const bool is_mask = std::string_view(field).find("mask") != std::string_view::npos;
+  if (!is_mask && t.dtype() == v1::BOOL) {  // the wire contract: only masks may be BOOL
+    return InvalidArgument(std::string(field) +
+                           ": dtype bool is not allowed (use FLOAT32, FLOAT16 or BFLOAT16)");
+  }
+  if (t.dtype() == v1::INT32 || t.dtype() == v1::INT64) {  // response-only dtypes
+    return InvalidArgument(std::string(field) + ": dtype " + codec::DataTypeName(t.dtype()) +
+                           " is not allowed (use FLOAT32, FLOAT16, BFLOAT16" +
+                           (is_mask ? " or BOOL)" : ")"));
+  }
+  auto decoded = codec::DecodeTensor(t, field, borrow);
+  if (!decoded.ok()) return decoded.status();
+  *out = std::move(decoded.value());
+  return Status::Ok();
+}
+
+Status DecodeInputs(const v1::ForwardRequest& r, bool borrow, ForwardInputs* in) {
+  if (!r.has_query()) return InvalidArgument("query: required");
+  MHA_RETURN_IF_ERROR(Decode(r.query(), "query", borrow, &in->query));
+  if (r.has_key()) MHA_RETURN_IF_ERROR(Decode(r.key(), "key", borrow, &in->key));
+  if (r.has_value()) MHA_RETURN_IF_ERROR(Decode(r.value(), "value", borrow, &in->value));
+  if (r.has_key_padding_mask()) {
+    MHA_RETURN_IF_ERROR(
+        Decode(r.key_padding_mask(), "key_padding_mask", borrow, &in->key_padding_mask));
+  }
+  if (r.has_attn_mask()) {
+    MHA_RETURN_IF_ERROR(Decode(r.attn_mask(), "attn_mask", borrow, &in->attn_mask));
+  }
+  in->is_causal = r.is_causal();
+  in->need_weights = r.need_weights();
+  // Unset = PyTorch's default (average over heads).
+  in->average_attn_weights = r.has_average_attn_weights() ? r.average_attn_weights() : true;
+  return DecodeHeadOptions(r, borrow, in);
+}
+
+}  // namespace
+
+StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& r,
+                                                int64_t max_message_bytes, bool borrow) {
+  const size_t bytes = r.ByteSizeLong();
+  if (static_cast<int64_t>(bytes) > max_message_bytes) {
+    return ResourceExhausted("request is " + std::to_string(bytes) +
+                             " bytes, over --max-message-bytes " +
+                             std::to_string(max_message_bytes));
+  }
+  InferenceRequest request;
+  request.model = r.model();
+  if (r.model_version().size() > 64) {
+    return InvalidArgument("model_version: " + std::to_string(r.model_version().size()) +
+                           " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
+  }
+  request.model_version = r.model_version();
+  if (r.session_id().size() > 64) {
+    return InvalidArgument("session_id: " + std::to_string(r.session_id().size()) +
+                           " bytes, a session id is at most 64 (as OpenSession returned it)");
+  }
+  request.session_id = r.session_id();
+  if (r.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
+    auto dtype = codec::FromProtoDType(r.output_dtype());
+    if (!dtype.ok()) return InvalidArgument("output_dtype: " + dtype.status().message());
+    request.output_dtype = *dtype;
+  }
+  MHA_RETURN_IF_ERROR(DecodeInputs(r, borrow, &request.inputs));
+  return request;
+}
+
+Status EncodeForwardResponse(const InferenceResponse& r, bool need_weights,
+                             v1::ForwardResponse* out) {
+  if (!r.status.ok()) return r.status;
+  const v1::DataType dtype = codec::ToProtoDType(r.output_dtype);
+  MHA_RETURN_IF_ERROR(codec::EncodeTensor(r.outputs.output, dtype, out->mutable_output()));
+  if (need_weights && !r.outputs.attn_weights.defined() && !r.outputs.topk_values.defined()) {
+    return Internal("need_weights was set but the model returned no attention weights");
+  }
+  // Weights with the request's weights_dtype already have it; else they go as the output.
+  MHA_RETURN_IF_ERROR(
+      EncodeHeadOutputs(r.outputs, r.weights_dtype ? v1::DATA_TYPE_UNSPECIFIED : dtype, out));
+  out->set_model(r.model);
+  out->set_model_version(r.model_version);
+  out->set_queue_us(r.queue_us);
+  out->set_compute_us(r.compute_us);
+  if (r.session_tokens >= 0) out->set_session_tokens(r.session_tokens);
+  return Status::Ok();
+}
+
+StatusOr<OpenSessionRequest> DecodeOpenSessionRequest(const v1::OpenSessionRequest& r,
+                                                      int64_t max_message_bytes) {
+  const size_t bytes = r.ByteSizeLong();
+  if (static_cast<int64_t>(bytes) > max_message_bytes) {
+    return ResourceExhausted("request is " + std::to_string(bytes) +
+                             " bytes, over --max-message-bytes " +
+                             std::to_string(max_message_bytes));
+  }
+  if (r.model_version().size() > 64) {
+    return InvalidArgument("model_version: " + std::to_string(r.model_version().size()) +
+                           " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
+  }
+  if (r.has_key() != r.has_value()) {
+    return InvalidArgument(std::string(r.has_key() ? "value" : "key") + ": required with " +
+                           (r.has_key() ? "key" : "value") +
+                           " (a cross-attention session needs both; neither = self-attention)");
+  }
+  OpenSessionRequest out;
+  out.model = r.model();
+  out.model_version = r.model_version();
+  out.batch_size = r.batch_size();
+  out.max_tokens = r.max_tokens();
+  // Copies (no borrowing): the projection happens before the call ends, but keep it simple.
+  if (r.has_key()) MHA_RETURN_IF_ERROR(Decode(r.key(), "key", false, &out.key));
+  if (r.has_value()) MHA_RETURN_IF_ERROR(Decode(r.value(), "value", false, &out.value));
+  return out;
+}
+
+v1::ModelState ToProtoState(ModelState state) {
+  switch (state) {
+    case ModelState::kLoading:
+      return v1::LOADING;
+    case ModelState::kReady:
+      return v1::READY;
+    case ModelState::kFailed:
+      return v1::FAILED;
+    case ModelState::kUnloading:
+      return v1::UNLOADING;
+  }
+  return v1::MODEL_STATE_UNSPECIFIED;
+}
+
+void FillModelInfo(const ModelEntry& e, bool is_default, v1::ModelInfo* info) {
+  info->set_name(e.name);
+  info->set_version(e.version);
+  info->set_state(ToProtoState(e.state));
+  info->set_error(e.error);
+  info->set_source(e.source);
+  info->set_format(e.format);
+  info->set_layout(e.layout);
+  info->set_is_default(is_default);
+  if (!e.model) return;
+  const MhaOptions& o = e.model->options();
+  info->set_embed_dim(o.embed_dim);
+  info->set_num_heads(o.num_heads);
+  info->set_head_dim(o.head_dim());
+  info->set_kdim(o.key_dim());
+  info->set_vdim(o.value_dim());
+  info->set_bias(o.bias);
+  info->set_add_bias_kv(o.add_bias_kv);
+  info->set_add_zero_attn(o.add_zero_attn);
+  info->set_dtype(codec::ToProtoDType(o.dtype));
+  info->set_compute_dtype(codec::ToProtoDType(e.model->compute_dtype()));
+  info->set_device(e.model->device());
+  info->set_parameter_count(e.model->parameter_count());
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,35 @@
+// mha.v1 ForwardRequest <-> the protocol-neutral InferenceRequest/InferenceResponse. Decoding does
+// the wire's own checks only (message size, required query, tensor headers: dtype, dims > 0,
+// overflow-checked byte count), then builds tensors; shapes, the model and the limits are
+// ServerCore's to validate, once.
+#pragma once
+
+#include <cstdint>
+
+#include "mha/v1/attention.pb.h"
+#include "server/serving/inference.h"
+#include "server/serving/repository/model_repository.h"
+
+namespace mha::serve {
+
+// borrow: the input tensors point into `request`'s bytes (no copy) where alignment allows; the
+// request must then outlive the Infer call (true for unary calls, not for a stream's reused
+// buffer).
+StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& request,
+                                                int64_t max_message_bytes, bool borrow);
+
+// Encodes an OK response: output, attn_weights (when need_weights), model, version, timings.
+Status EncodeForwardResponse(const InferenceResponse& response, bool need_weights,
+                             v1::ForwardResponse* out);
+
+// OpenSession's request: size, version length, key and value both or neither, tensor headers.
+// Shapes against the model are ServerCore's to check.
+StatusOr<OpenSessionRequest> DecodeOpenSessionRequest(const v1::OpenSessionRequest& request,
+                                                      int64_t max_message_bytes);
+
+v1::ModelState ToProtoState(ModelState state);
+
+// Metadata of one model version for ListModels/GetModel.
+void FillModelInfo(const ModelEntry& entry, bool is_default, v1::ModelInfo* info);
+
+}  // namespace mha::serve

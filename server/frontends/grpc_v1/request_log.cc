@@ -1,0 +1,56 @@
+#include "server/frontends/grpc_v1/request_log.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+namespace mha::serve {
+namespace {
+
+std::string GenerateRequestId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+}  // namespace
+
+RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method) {
+  RequestLog log;
+  log.method = method;
+  log.start = Clock::now();
+  log.peer = context->peer();
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(kRequestIdKey);
+  if (it != metadata.end() && it->second.length() > 0) {
+    log.request_id.assign(it->second.data(), std::min<size_t>(it->second.length(), 128));
+  } else {
+    log.request_id = GenerateRequestId();
+  }
+  context->AddInitialMetadata(kRequestIdKey, log.request_id);
+  return log;
+}
+
+void LogOutcome(const RequestLog& log, const Status& status, const std::string& detail) {
+  const int64_t us = MicrosBetween(log.start, Clock::now());
+  if (status.ok()) {
+    spdlog::debug("{} ok request_id={} peer={} latency_us={}{}{}", log.method, log.request_id,
+                  log.peer, us, detail.empty() ? "" : " ", detail);
+    return;
+  }
+  spdlog::warn("{} failed code={} request_id={} peer={} latency_us={} message=\"{}\"", log.method,
+               StatusCodeName(status.code()), log.request_id, log.peer, us, status.message());
+}
+
+Clock::time_point SteadyDeadline(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return Clock::time_point::max();
+  const auto remaining = deadline - std::chrono::system_clock::now();
+  if (remaining > std::chrono::hours(24 * 365)) return Clock::time_point::max();
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(remaining);
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,33 @@
+// Per-call bookkeeping for logs: the request id (client's "x-request-id" metadata or a generated
+// one, echoed in the initial metadata), the peer, the method and the start time.
+#pragma once
+
+#include <grpcpp/server_context.h>
+
+#include <string>
+
+#include "mha/status.h"
+#include "server/serving/clock.h"
+
+namespace mha::serve {
+
+inline constexpr char kRequestIdKey[] = "x-request-id";
+
+struct RequestLog {
+  std::string method;
+  std::string request_id;
+  std::string peer;
+  Clock::time_point start;
+};
+
+// Reads or generates the request id and adds it to the call's initial metadata (call before the
+// first write or Finish).
+RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method);
+
+// One warning line per failed call (code, message, request id, peer); a debug line per success.
+void LogOutcome(const RequestLog& log, const Status& status, const std::string& detail = "");
+
+// The call's deadline on the steady clock (time_point::max() when it has none).
+Clock::time_point SteadyDeadline(const grpc::CallbackServerContext* context);
+
+}  // namespace mha::serve

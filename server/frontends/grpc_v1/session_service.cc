@@ -1,0 +1,55 @@
+// mha.v1 OpenSession / CloseSession (docs/sessions.md): translate to ServerCore and back. A
+// step is an ordinary Forward with ForwardRequest.session_id (attention_service.cc).
+#include "server/frontends/grpc_v1/attention_service.h"
+#include "server/frontends/raw_call.h"
+#include "mha/text.h"
+
+namespace mha::serve {
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::OpenSession(grpc::CallbackServerContext* context,
+                                                            const v1::OpenSessionRequest* request,
+                                                            v1::OpenSessionResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RequestLog log = StartRequest(context, "OpenSession");
+  auto decoded = DecodeOpenSessionRequest(*request, options_.max_message_bytes);
+  if (!decoded.ok()) {
+    FinishCall(reactor, log, decoded.status());
+    return reactor;
+  }
+  auto opened = core_->OpenSession(*decoded);
+  if (opened.ok()) {
+    response->set_session_id(opened->session_id);
+    response->set_model(opened->model);
+    response->set_model_version(opened->model_version);
+    response->set_batch_size(opened->batch_size);
+    response->set_max_tokens(opened->max_tokens);
+    response->set_cross_attention(opened->cross_attention);
+    response->set_kv_block_tokens(opened->kv_block_tokens);
+    response->set_kv_blocks(opened->kv_blocks);
+  }
+  FinishCall(reactor, log, opened.status(),
+             opened.ok() ? "session=" + opened->session_id + " model=" + opened->model : "");
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::CloseSession(grpc::CallbackServerContext* context,
+                                                             const v1::CloseSessionRequest* request,
+                                                             v1::CloseSessionResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RequestLog log = StartRequest(context, "CloseSession");
+  if (request->session_id().size() > 64) {
+    FinishCall(reactor, log,
+               InvalidArgument("session_id: " + std::to_string(request->session_id().size()) +
+                               " bytes, a session id is at most 64"));
+    return reactor;
+  }
+  auto closed = core_->CloseSession(request->session_id());
+  if (closed.ok()) {
+    response->set_tokens(closed->tokens);
+    response->set_kv_blocks(closed->kv_blocks);
+  }
+  FinishCall(reactor, log, closed.status(), "session=" + Abbreviate(request->session_id()));
+  return reactor;
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,275 @@
+#include "server/frontends/oip/infer_request.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "mha/shape_string.h"
+#include "mha/text.h"
+#include "proto/wire/tensor_codec.h"
+
+namespace mha::serve::oip {
+namespace {
+
+using InputTensor = inference::ModelInferRequest::InferInputTensor;
+
+// Typed contents are read in place: the repeated fields are contiguous arrays of these.
+static_assert(sizeof(bool) == 1, "bool_contents are read as one byte per element");
+static_assert(sizeof(float) == 4, "fp32_contents are read as 4 bytes per element");
+
+std::string Quoted(const std::string& text) { return "'" + Abbreviate(text) + "'"; }
+
+// Where a named input goes; nullptr for a name the model does not take.
+at::Tensor* InputSlot(const std::string& name, ForwardInputs* in) {
+  if (name == kQuery) return &in->query;
+  if (name == kKey) return &in->key;
+  if (name == kValue) return &in->value;
+  if (name == kKeyPaddingMask) return &in->key_padding_mask;
+  if (name == kAttnMask) return &in->attn_mask;
+  if (name == kHeadMask) return &in->head_mask;
+  return nullptr;
+}
+
+bool IsMask(const std::string& name) { return name == kKeyPaddingMask || name == kAttnMask; }
+
+// A typed contents field other than `kept` that holds values, or nullptr.
+const char* OtherContents(const inference::InferTensorContents& c, std::string_view kept) {
+  const std::array<std::pair<const char*, int>, 8> sizes = {{
+      {"bool_contents", c.bool_contents_size()},
+      {"int_contents", c.int_contents_size()},
+      {"int64_contents", c.int64_contents_size()},
+      {"uint_contents", c.uint_contents_size()},
+      {"uint64_contents", c.uint64_contents_size()},
+      {"fp32_contents", c.fp32_contents_size()},
+      {"fp64_contents", c.fp64_contents_size()},
+      {"bytes_contents", c.bytes_contents_size()},
+  }};
+  for (const auto& [name, size] : sizes) {
+    if (size > 0 && kept != name) return name;
+  }
+  return nullptr;
+}
+
+// The bytes of an input sent in `contents` (fp32_contents or bool_contents), viewed in place.
+StatusOr<std::string_view> TypedBytes(const InputTensor& t, v1::DataType dtype,
+                                      const std::vector<int64_t>& shape) {
+  const inference::InferTensorContents& c = t.contents();
+  const std::string& field = t.name();
+  const char* kept = nullptr;
+  const char* data = nullptr;
+  int64_t count = 0;
+  size_t element_size = 0;
+  if (dtype == v1::FLOAT32) {
+    kept = "fp32_contents";
+    data = reinterpret_cast<const char*>(c.fp32_contents().data());
+    count = c.fp32_contents_size();
+    element_size = sizeof(float);
+  } else if (dtype == v1::BOOL) {
+    kept = "bool_contents";
+    data = reinterpret_cast<const char*>(c.bool_contents().data());
+    count = c.bool_contents_size();
+    element_size = sizeof(bool);
+  } else {
+    return InvalidArgument(field + ": datatype " + DatatypeName(dtype) +
+                           " has no typed contents in the protocol (send it in "
+                           "raw_input_contents)");
+  }
+  if (const char* other = OtherContents(c, kept)) {
+    return InvalidArgument(field + ": contents." + other + " does not match datatype " +
+                           DatatypeName(dtype) + " (use contents." + kept + ")");
+  }
+  auto needed = codec::ElementCount(shape, field);
+  if (!needed.ok()) return needed.status();
+  if (count != *needed) {
+    return InvalidArgument(field + ": contents." + kept + " has " + std::to_string(count) +
+                           " values, shape " + ShapeString(shape) + " needs " +
+                           std::to_string(*needed));
+  }
+  return std::string_view(data, static_cast<size_t>(count) * element_size);
+}
+
+// One input: datatype, where its bytes are (`raw`, or its typed contents when null), tensor.
+Status DecodeInput(const InputTensor& t, const std::string* raw, bool borrow, at::Tensor* out) {
+  const std::string& field = t.name();
+  auto dtype = ParseDatatype(t.datatype(), field);
+  if (!dtype.ok()) return dtype.status();
+  if (*dtype == v1::BOOL && !IsMask(field)) {  // as mha.v1: only masks may be BOOL
+    return InvalidArgument(field + ": datatype BOOL is not allowed (use FP32, FP16 or BF16)");
+  }
+  const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+  std::string_view bytes;
+  if (raw != nullptr) {
+    if (t.has_contents()) {
+      return InvalidArgument(field + ": contents must not be set when raw_input_contents is used");
+    }
+    bytes = *raw;
+  } else {
+    if (!t.has_contents()) {
+      return InvalidArgument(field + ": no data (raw_input_contents is empty and contents unset)");
+    }
+    auto typed = TypedBytes(t, *dtype, shape);
+    if (!typed.ok()) return typed.status();
+    bytes = *typed;
+  }
+  auto decoded = codec::DecodeTensorBytes(*dtype, shape, bytes, field, borrow);
+  if (!decoded.ok()) return decoded.status();
+  *out = std::move(decoded.value());
+  return Status::Ok();
+}
+
+Status DecodeInputs(const inference::ModelInferRequest& r, bool borrow, ForwardInputs* in) {
+  const bool raw = r.raw_input_contents_size() > 0;
+  if (raw && r.raw_input_contents_size() != r.inputs_size()) {
+    return InvalidArgument("raw_input_contents has " + std::to_string(r.raw_input_contents_size()) +
+                           " entries for " + std::to_string(r.inputs_size()) +
+                           " inputs (one per input, in the order of inputs)");
+  }
+  for (int i = 0; i < r.inputs_size(); ++i) {
+    const InputTensor& t = r.inputs(i);
+    const std::string where = "inputs[" + std::to_string(i) + "]: ";
+    at::Tensor* slot = InputSlot(t.name(), in);
+    if (slot == nullptr) {
+      return InvalidArgument(where + "unknown input " + Quoted(t.name()) +
+                             " (the model takes query, key, value, key_padding_mask, attn_mask, "
+                             "head_mask)");
+    }
+    if (slot->defined()) return InvalidArgument(where + "input '" + t.name() + "' given twice");
+    MHA_RETURN_IF_ERROR(DecodeInput(t, raw ? &r.raw_input_contents(i) : nullptr, borrow, slot));
+  }
+  if (!in->query.defined()) return InvalidArgument("query: required");
+  return Status::Ok();
+}
+
+// A request parameter that must be a bool_param; nullopt when absent.
+StatusOr<std::optional<bool>> BoolParameter(const inference::ModelInferRequest& r,
+                                            const char* name) {
+  const auto it = r.parameters().find(name);
+  if (it == r.parameters().end()) return std::optional<bool>();
+  if (it->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
+    return InvalidArgument(std::string("parameters.") + name + ": must be a bool_param");
+  }
+  return std::optional<bool>(it->second.bool_param());
+}
+
+const at::Tensor& OutputOf(const ForwardOutputs& o, OutputTensor which) {
+  switch (which) {
+    case OutputTensor::kOutput:
+      return o.output;
+    case OutputTensor::kAttnWeights:
+      return o.attn_weights;
+    case OutputTensor::kTopkValues:
+      return o.topk_values;
+    case OutputTensor::kTopkIndices:
+      return o.topk_indices;
+    case OutputTensor::kHeadEntropy:
+      return o.head_entropy;
+    case OutputTensor::kHeadMaxWeight:
+      break;
+  }
+  return o.head_max_weight;
+}
+
+// The wire dtype of an output: weights as weights_dtype (already cast) or the output's dtype,
+// top-k indices and head statistics as they are (INT32/INT64, FP32).
+v1::DataType OutputDType(const InferenceResponse& r, OutputTensor which, v1::DataType output) {
+  if (which == OutputTensor::kOutput) return output;
+  if (which == OutputTensor::kAttnWeights || which == OutputTensor::kTopkValues) {
+    return r.weights_dtype ? v1::DATA_TYPE_UNSPECIFIED : output;
+  }
+  return v1::DATA_TYPE_UNSPECIFIED;
+}
+
+}  // namespace
+
+const char* DatatypeName(int dtype) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return "FP32";
+    case v1::FLOAT16:
+      return "FP16";
+    case v1::BFLOAT16:
+      return "BF16";
+    case v1::BOOL:
+      return "BOOL";
+    case v1::INT32:
+      return "INT32";
+    case v1::INT64:
+      return "INT64";
+    default:
+      return "";
+  }
+}
+
+// Inputs are floating or BOOL; INT32/INT64 are for top-k indices, which only go out.
+StatusOr<v1::DataType> ParseDatatype(const std::string& datatype, std::string_view field) {
+  for (v1::DataType dtype : {v1::FLOAT32, v1::FLOAT16, v1::BFLOAT16, v1::BOOL}) {
+    if (datatype == DatatypeName(dtype)) return dtype;
+  }
+  return InvalidArgument(std::string(field) + ": datatype " + Quoted(datatype) +
+                         " is not supported (use FP32, FP16, BF16 or BOOL)");
+}
+
+StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& r,
+                                            const DecodeOptions& options) {
+  const size_t bytes = r.ByteSizeLong();
+  if (static_cast<int64_t>(bytes) > options.max_message_bytes) {
+    return ResourceExhausted("request is " + std::to_string(bytes) +
+                             " bytes, over --max-message-bytes " +
+                             std::to_string(options.max_message_bytes));
+  }
+  InferCall call;
+  call.request.model = r.model_name();
+  call.id = r.id();
+  if (r.model_version().size() > 64) {
+    return InvalidArgument("model_version: " + std::to_string(r.model_version().size()) +
+                           " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
+  }
+  call.request.model_version = r.model_version();
+  call.request.protocol = Protocol::kOip;
+  ForwardInputs& in = call.request.inputs;
+  MHA_RETURN_IF_ERROR(DecodeInputs(r, options.borrow, &in));
+  auto is_causal = BoolParameter(r, kIsCausal);
+  if (!is_causal.ok()) return is_causal.status();
+  auto need_weights = BoolParameter(r, kNeedWeights);
+  if (!need_weights.ok()) return need_weights.status();
+  auto average = BoolParameter(r, kAverageAttnWeights);
+  if (!average.ok()) return average.status();
+  in.is_causal = is_causal->value_or(false);
+  in.average_attn_weights = average->value_or(true);  // PyTorch's default
+  MHA_RETURN_IF_ERROR(DecodeHeadParameters(r, average->has_value(), &in));
+  auto outputs = SelectOutputs(r, *need_weights, &in);
+  if (!outputs.ok()) return outputs.status();
+  call.outputs = std::move(outputs.value());
+  return StatusOr<InferCall>(std::move(call));
+}
+
+Status EncodeModelInferResponse(const InferenceResponse& r,
+                                const std::vector<OutputTensor>& outputs, const std::string& id,
+                                inference::ModelInferResponse* out) {
+  if (!r.status.ok()) return r.status;
+  out->set_model_name(r.model);
+  out->set_model_version(r.model_version);
+  out->set_id(id);
+  (*out->mutable_parameters())["queue_us"].set_int64_param(r.queue_us);
+  (*out->mutable_parameters())["compute_us"].set_int64_param(r.compute_us);
+  const v1::DataType dtype = codec::ToProtoDType(r.output_dtype);
+  for (OutputTensor which : outputs) {
+    const at::Tensor& tensor = OutputOf(r.outputs, which);
+    if (!tensor.defined()) {
+      return Internal(std::string(OutputName(which)) +
+                      " was requested but the model returned none");
+    }
+    v1::Tensor wire;  // encoded once by the shared codec, then its bytes move, no copy
+    MHA_RETURN_IF_ERROR(codec::EncodeTensor(tensor, OutputDType(r, which, dtype), &wire));
+    auto* tensor_out = out->add_outputs();
+    tensor_out->set_name(OutputName(which));
+    tensor_out->set_datatype(DatatypeName(wire.dtype()));
+    tensor_out->mutable_shape()->CopyFrom(wire.shape());
+    out->add_raw_output_contents()->swap(*wire.mutable_data());
+  }
+  return Status::Ok();
+}
+
+}  // namespace mha::serve::oip

@@ -1,0 +1,114 @@
+// inference.GRPCInferenceService (Open Inference Protocol v2: KServe's and Triton's gRPC API) on
+// gRPC's callback API, registered on the same server and port as mha.v1. Handlers only
+// translate, like AttentionServiceImpl: decode (infer_request), call the serving core
+// (InferenceServer::Infer: the same validation, limits, scheduling and error messages), encode,
+// and map the status (proto/wire/status_convert). No handler blocks a gRPC thread.
+//
+// Served: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer,
+// ModelStreamInfer (infer_stream.h), ModelConfig, ModelStatistics, and the model repository
+// extension RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload (repository_rpcs.cc: the
+// model lifecycle's LoadModel / UnloadModel, guarded by the same admin token). gRPC
+// itself answers UNIMPLEMENTED for the RPCs of the specification that the proto leaves out
+// (shared memory, TraceSetting, LogSettings).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "server/frontends/grpc_v1/request_log.h"
+#include "server/frontends/oip/infer_request.h"
+#include "server/frontends/oip/model_metadata.h"
+#include "server/frontends/oip/model_statistics.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/serving/inference_server.h"
+#include "server/serving/model_controller.h"
+
+namespace mha::serve::oip {
+
+inline constexpr char kServerName[] = "mha-serve";
+
+struct OipFrontendOptions {
+  int64_t max_message_bytes = 64 << 20;  // a request above it is RESOURCE_EXHAUSTED
+  SchedulingDefaults scheduling;         // what ModelConfig shows
+  // ServerReady; empty = no model is LOADING and one is READY. The app passes its health state.
+  std::function<bool()> server_ready;
+  std::string server_version;  // ServerMetadata.version ("" = the build's version)
+  Metrics* metrics = nullptr;  // ModelStatistics reads it (not owned); null = UNIMPLEMENTED
+  // The repository extension's load / unload / index (not owned); null = FAILED_PRECONDITION.
+  ModelController* controller = nullptr;
+  std::string admin_token;  // "" = the repository calls need no token (admin_auth.h)
+  int stream_window = 4;    // ModelStreamInfer: requests of one stream in flight at once
+};
+
+// ModelInfer is registered raw (bytes in, bytes out), as mha.v1 Forward, so that a request that
+// does not parse is answered INVALID_ARGUMENT with a message rather than gRPC's bare error.
+using InferenceServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+    inference::GRPCInferenceService::CallbackService>;
+
+class GrpcInferenceServiceImpl final : public InferenceServiceBase {
+ public:
+  // `core` is not owned and must outlive the service.
+  GrpcInferenceServiceImpl(InferenceServer* core, OipFrontendOptions options);
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
+                                       const inference::ServerLiveRequest* request,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest* request,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest* request,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
+
+ private:
+  using ControlAction = void (ModelController::*)(const std::string&, ModelController::Callback);
+  // A repository load / unload: the admin token, then `parameters` (their check), then `action`
+  // on the controller, answered when it calls back.
+  grpc::ServerUnaryReactor* ControlModel(grpc::CallbackServerContext* context, const char* rpc,
+                                         const std::string& model, Status parameters,
+                                         ControlAction action);
+
+  InferenceServer* const core_;
+  const OipFrontendOptions options_;
+};
+
+// Decodes `request` (borrowing its bytes), checks the requested model version and adds what the
+// call knows: deadline, cancellation, request id, start.
+StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
+                               const OipFrontendOptions& options, const InferenceServer& core,
+                               grpc::CallbackServerContext* context, const RequestLog& log);
+
+// The READY entry of `name` ("" = the default model) at `version` ("" = the newest READY one):
+// ModelRepository::Resolve's NOT_FOUND / UNAVAILABLE / FAILED_PRECONDITION.
+StatusOr<std::shared_ptr<const ModelEntry>> ResolveVersion(const ModelRepository& repository,
+                                                           const std::string& name,
+                                                           const std::string& version);
+
+}  // namespace mha::serve::oip

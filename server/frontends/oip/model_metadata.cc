@@ -1,0 +1,169 @@
+#include "server/frontends/oip/model_metadata.h"
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "server/frontends/oip/infer_request.h"
+#include "server/serving/server_core.h"
+#include "proto/wire/tensor_header.h"
+
+namespace mha::serve::oip {
+namespace {
+
+struct TensorSpec {
+  const char* name;
+  int dtype;  // a v1::DataType value
+  std::vector<int64_t> shape;
+  bool optional;
+};
+
+std::vector<TensorSpec> InputSpecs(const MhaOptions& o) {
+  const int dtype = codec::ToProtoDType(o.dtype);
+  return {
+      {kQuery, dtype, {-1, -1, o.embed_dim}, false},  {kKey, dtype, {-1, -1, o.key_dim()}, true},
+      {kValue, dtype, {-1, -1, o.value_dim()}, true}, {kKeyPaddingMask, v1::BOOL, {-1, -1}, true},
+      {kAttnMask, v1::BOOL, {-1, -1}, true},          {kHeadMask, dtype, {-1}, true}};
+}
+
+std::vector<TensorSpec> OutputSpecs(const MhaOptions& o) {
+  const int dtype = codec::ToProtoDType(o.dtype);
+  return {{kOutput, dtype, {-1, -1, o.embed_dim}, false},
+          {kAttnWeights, dtype, {-1, -1, -1}, false},
+          {kTopkValues, dtype, {-1, -1, -1}, false},
+          {kTopkIndices, v1::INT32, {-1, -1, -1}, false},
+          {kHeadEntropy, v1::FLOAT32, {-1, o.num_heads, -1}, false},
+          {kHeadMaxWeight, v1::FLOAT32, {-1, o.num_heads, -1}, false}};
+}
+
+inference::DataType ConfigDataType(int dtype) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return inference::TYPE_FP32;
+    case v1::FLOAT16:
+      return inference::TYPE_FP16;
+    case v1::BFLOAT16:
+      return inference::TYPE_BF16;
+    case v1::BOOL:
+      return inference::TYPE_BOOL;
+    case v1::INT32:
+      return inference::TYPE_INT32;
+    default:
+      return inference::TYPE_INVALID;
+  }
+}
+
+void FillTensorMetadata(const TensorSpec& spec,
+                        inference::ModelMetadataResponse::TensorMetadata* out) {
+  out->set_name(spec.name);
+  out->set_datatype(DatatypeName(spec.dtype));
+  for (int64_t d : spec.shape) out->add_shape(d);
+}
+
+// Instances and, with batching, the dynamic_batching section (delay and queue size).
+void FillScheduling(const ModelEntry& entry, const SchedulingDefaults& scheduling,
+                    inference::ModelConfig* out) {
+  auto* group = out->add_instance_group();
+  group->set_name(entry.name);
+  const std::string& device = entry.model->device();
+  const bool gpu = device.rfind("cuda", 0) == 0;
+  group->set_kind(gpu ? inference::ModelInstanceGroup::KIND_GPU
+                      : inference::ModelInstanceGroup::KIND_CPU);
+  if (gpu) group->add_gpus(device.size() > 5 ? std::atoi(device.c_str() + 5) : 0);
+  if (!scheduling.batching) {
+    group->set_count(scheduling.direct.workers);
+    return;
+  }
+  const BatcherOptions batcher = BatcherOptionsFor(entry.config, scheduling.batcher);
+  group->set_count(batcher.instances);
+  auto* dynamic = out->mutable_dynamic_batching();
+  dynamic->set_max_queue_delay_microseconds(static_cast<uint64_t>(batcher.max_queue_delay_us));
+  dynamic->mutable_default_queue_policy()->set_max_queue_size(
+      static_cast<uint32_t>(batcher.max_queue_size));
+}
+
+// The attention model's own settings, as Triton's string parameters.
+void FillParameters(const ModelEntry& entry, inference::ModelConfig* out) {
+  const MhaOptions& o = entry.model->options();
+  auto& p = *out->mutable_parameters();
+  const auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  p["embed_dim"].set_string_value(std::to_string(o.embed_dim));
+  p["num_heads"].set_string_value(std::to_string(o.num_heads));
+  p["head_dim"].set_string_value(std::to_string(o.head_dim()));
+  p["kdim"].set_string_value(std::to_string(o.key_dim()));
+  p["vdim"].set_string_value(std::to_string(o.value_dim()));
+  p["bias"].set_string_value(flag(o.bias));
+  p["add_bias_kv"].set_string_value(flag(o.add_bias_kv));
+  p["add_zero_attn"].set_string_value(flag(o.add_zero_attn));
+  p["dtype"].set_string_value(codec::DataTypeName(codec::ToProtoDType(o.dtype)));
+  p["compute_dtype"].set_string_value(
+      codec::DataTypeName(codec::ToProtoDType(entry.model->compute_dtype())));
+  p["device"].set_string_value(entry.model->device());
+  p["format"].set_string_value(entry.format);
+  p["layout"].set_string_value(entry.layout);
+  p["parameter_count"].set_string_value(std::to_string(entry.model->parameter_count()));
+}
+
+}  // namespace
+
+void FillModelMetadata(const ModelEntry& entry, inference::ModelMetadataResponse* out) {
+  out->set_name(entry.name);
+  out->add_versions(entry.version);
+  out->set_platform(kPlatform);
+  if (!entry.model) return;
+  const MhaOptions& o = entry.model->options();
+  for (const TensorSpec& spec : InputSpecs(o)) FillTensorMetadata(spec, out->add_inputs());
+  for (const TensorSpec& spec : OutputSpecs(o)) FillTensorMetadata(spec, out->add_outputs());
+}
+
+void FillModelConfig(const ModelEntry& entry, const SchedulingDefaults& scheduling,
+                     inference::ModelConfig* out) {
+  out->set_name(entry.name);
+  out->set_platform(kPlatform);
+  out->set_backend(kBackend);
+  out->set_max_batch_size(0);  // B travels in each tensor's shape (see the header)
+  out->mutable_model_transaction_policy()->set_decoupled(false);
+  if (!entry.model) return;
+  const MhaOptions& o = entry.model->options();
+  for (const TensorSpec& spec : InputSpecs(o)) {
+    auto* input = out->add_input();
+    input->set_name(spec.name);
+    input->set_data_type(ConfigDataType(spec.dtype));
+    for (int64_t d : spec.shape) input->add_dims(d);
+    input->set_optional(spec.optional);
+  }
+  for (const TensorSpec& spec : OutputSpecs(o)) {
+    auto* output = out->add_output();
+    output->set_name(spec.name);
+    output->set_data_type(ConfigDataType(spec.dtype));
+    for (int64_t d : spec.shape) output->add_dims(d);
+  }
+  FillScheduling(entry, scheduling, out);
+  FillParameters(entry, out);
+}
+
+void FillModelIndex(const IndexEntry& entry, inference::RepositoryIndexResponse::ModelIndex* out) {
+  out->set_name(entry.name);
+  out->set_version(entry.version);
+  out->set_reason(entry.reason);
+  if (!entry.state) {  // a model folder that is not loaded
+    out->set_state("UNAVAILABLE");
+    return;
+  }
+  switch (*entry.state) {
+    case ModelState::kReady:
+      out->set_state("READY");
+      break;
+    case ModelState::kLoading:
+      out->set_state("LOADING");
+      break;
+    case ModelState::kUnloading:
+      out->set_state("UNLOADING");
+      break;
+    case ModelState::kFailed:
+      out->set_state("UNAVAILABLE");
+      break;
+  }
+}
+
+}  // namespace mha::serve::oip

@@ -1,0 +1,23 @@
+// Triton's ModelStatistics for one model, from its metrics (server/serving/observability/metrics.h):
+//   inference_stats.success / fail  requests answered OK / with an error: count and whole-call
+//                                   time (handler start -> answer), as mha_requests_total counts
+//   inference_stats.queue           queue time of requests that reached a scheduler
+//   inference_stats.compute_infer   forward-pass time of computed requests (a merged pass's time
+//                                   counts once per request in it)
+//   inference_count                 batch rows computed (sum of B), as Triton counts batch items
+//   execution_count                 forward passes (a merged batch is one)
+//   last_inference                  when the last request was answered, ms since the epoch
+// compute_input, compute_output, cache_hit and cache_miss stay 0 (no separate phases, no cache);
+// batch_stats, memory_usage and response_stats are left empty.
+#pragma once
+
+#include "inference/grpc_service.pb.h"
+#include "server/serving/observability/metrics.h"
+#include "server/serving/repository/model_repository.h"
+
+namespace mha::serve::oip {
+
+void FillModelStatistics(const ModelEntry& entry, const ModelMetrics& metrics,
+                         inference::ModelStatistics* out);
+
+}  // namespace mha::serve::oip

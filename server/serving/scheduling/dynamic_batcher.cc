@@ -1,0 +1,321 @@
+#include "server/serving/scheduling/dynamic_batcher.h"
+
+#include <c10/core/InferenceMode.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cassert>
+#include <exception>
+#include <utility>
+
+#include "server/serving/budget.h"
+#include "server/serving/observability/metrics.h"
+
+namespace mha::serve {
+namespace {
+
+Status ForwardSafely(const BatchForwardFn& forward, const ForwardInputs& in, ForwardOutputs* out) {
+  try {
+    return forward(in, out);
+  } catch (const std::exception& e) {
+    return Internal(std::string("forward pass failed: ") + e.what());
+  } catch (...) {
+    return Internal("forward pass failed with a non-std exception");
+  }
+}
+
+}  // namespace
+
+DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, BatchForwardFn forward,
+                               BatcherOptions options, ModelMetrics* metrics)
+    : model_name_(std::move(model_name)),
+      info_(info),
+      forward_(std::move(forward)),
+      options_(options),
+      metrics_(metrics) {
+  const int n = std::max(1, options_.instances);
+  workers_.reserve(n);
+  for (int i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+std::unique_ptr<DynamicBatcher> DynamicBatcher::ForModel(std::shared_ptr<const MhaModel> model,
+                                                         std::string model_name,
+                                                         BatcherOptions options,
+                                                         ModelMetrics* metrics,
+                                                         int64_t debug_forward_delay_ms) {
+  const BatchModelInfo info = MakeBatchModelInfo(*model);
+  // Tasks were validated by ServerCore and merged batches are valid by construction.
+  auto forward = [model, debug_forward_delay_ms](const ForwardInputs& in, ForwardOutputs* out) {
+    if (debug_forward_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(debug_forward_delay_ms));
+    }
+    return model->ForwardValidated(in, out);
+  };
+  auto batcher = std::make_unique<DynamicBatcher>(std::move(model_name), info, std::move(forward),
+                                                  options, metrics);
+  batcher->debug_delay_ms_ = debug_forward_delay_ms;
+  return batcher;
+}
+
+DynamicBatcher::~DynamicBatcher() { Shutdown(); }
+
+void DynamicBatcher::Submit(InferenceTask task, DoneCallback done) {
+  // The task was validated by ServerCore (rank-3 query, key/value pair, masks): no check here.
+  assert(task.inputs.query.defined() && task.inputs.query.dim() == 3);
+  const GroupKey key =
+      task.step ? MakeStepGroupKey(task.inputs.query, task.step->cross) : MakeGroupKey(task.inputs);
+  const RequestShape shape = ShapeOf(task.inputs);
+  Entry entry{std::move(task), std::move(done), key, shape, Clock::now()};
+  Status refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      refused = Unavailable("server is shutting down");
+    } else if (queue_.size() >= options_.max_queue_size) {
+      refused = QueueFull(queue_.size(), model_name_, options_.max_queue_size);
+    } else {
+      queue_.push_back(std::move(entry));
+      PublishDepthLocked();
+    }
+  }
+  if (!refused.ok()) {
+    Refuse(entry.task, entry.done, std::move(refused));
+    return;
+  }
+  cv_.notify_all();  // a worker waiting for company re-plans; an idle one wakes up
+}
+
+void DynamicBatcher::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& worker : workers_) {
+    if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
+  }
+}
+
+size_t DynamicBatcher::queue_depth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+void DynamicBatcher::PublishDepthLocked() const {
+  if (metrics_) metrics_->SetQueueDepth(static_cast<int64_t>(queue_.size()));
+}
+
+void DynamicBatcher::SweepLocked(Clock::time_point now, std::vector<Dropped>* dropped) {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Status status = DropBeforeCompute(it->task, now);
+    if (status.ok()) {
+      ++it;
+      continue;
+    }
+    dropped->push_back(Dropped{std::move(*it), std::move(status)});
+    it = queue_.erase(it);
+  }
+}
+
+std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
+    bool* full, Clock::time_point* dispatch_at) {
+  std::vector<Queue::iterator> plan;
+  const auto oldest = queue_.begin();
+  const GroupKey& key = oldest->key;
+  *full = false;
+  const Clock::time_point waited_enough =
+      oldest->arrival + std::chrono::microseconds(options_.max_queue_delay_us);
+  bool urgent = false;  // a deadline would pass while waiting for company: go now
+  int64_t rows = 0, t_max = 0, s_max = 0;
+  for (auto it = oldest; it != queue_.end(); ++it) {
+    if (it->key != key) continue;
+    const RequestShape& s = it->shape;
+    const int64_t next_rows = rows + s.rows;
+    const int64_t next_t = std::max(t_max, s.t), next_s = std::max(s_max, s.s);
+    const int64_t padded = next_rows * (next_t + (key.cross ? next_s : 0));
+    const int64_t work = key.session != 0
+                             ? 0
+                             : PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
+                                             at::elementSize(info_.mask_dtype), next_rows, next_t,
+                                             key.cross ? next_s : next_t, key.need_weights);
+    if (!plan.empty() &&
+        (next_rows > options_.max_batch_rows || padded > options_.max_batch_tokens ||
+         work > options_.max_batch_work_bytes)) {
+      *full = true;  // keep looking: a smaller task may still fit
+      continue;
+    }
+    plan.push_back(it);
+    rows = next_rows, t_max = next_t, s_max = next_s;
+    urgent = urgent || it->task.deadline <= waited_enough;
+    if (key.solo) {  // head options are per request: run it alone, now
+      *full = true;
+      break;
+    }
+  }
+  if (rows >= options_.max_batch_rows) *full = true;
+  *dispatch_at = urgent ? Clock::time_point::min() : waited_enough;
+  return plan;
+}
+
+void DynamicBatcher::WorkerLoop() {
+  for (;;) {
+    std::vector<Dropped> dropped;
+    std::vector<Entry> batch;
+    bool exit = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (;;) {
+        SweepLocked(Clock::now(), &dropped);
+        if (!dropped.empty()) {
+          PublishDepthLocked();
+          break;  // answer them first (outside the lock), then plan again
+        }
+        if (queue_.empty()) {
+          if (stopping_) {
+            exit = true;
+            break;
+          }
+          cv_.wait(lock);
+          continue;
+        }
+        bool full = false;
+        Clock::time_point dispatch_at;
+        std::vector<Queue::iterator> plan = PlanLocked(&full, &dispatch_at);
+        if (full || stopping_ || Clock::now() >= dispatch_at) {
+          batch.reserve(plan.size());
+          for (auto it : plan) {
+            batch.push_back(std::move(*it));
+            queue_.erase(it);
+          }
+          PublishDepthLocked();
+          break;
+        }
+        cv_.wait_until(lock, dispatch_at);
+      }
+    }
+    for (Dropped& d : dropped) {
+      InferenceResult result;
+      result.status = std::move(d.status);
+      result.queue_us = MicrosBetween(d.entry.task.enqueue_time, Clock::now());
+      Answer(d.entry, std::move(result));
+    }
+    if (!batch.empty()) RunBatch(batch);
+    if (exit) return;
+  }
+}
+
+InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
+  InferenceResult result;
+  const auto start = Clock::now();
+  result.queue_us = MicrosBetween(entry.task.enqueue_time, start);
+  if (entry.task.step) {
+    if (debug_delay_ms_ > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(debug_delay_ms_));
+    result.status = RunSessionStep(entry.task, &result.outputs);
+  } else {
+    result.status = ForwardSafely(forward_, entry.task.inputs, &result.outputs);
+  }
+  result.compute_us = MicrosBetween(start, Clock::now());
+  if (!result.status.ok()) {
+    result.outputs = ForwardOutputs();
+  } else if (metrics_) {
+    const TokenCount tokens = CountTokens({entry.shape}, entry.key.cross);
+    metrics_->RecordBatch(1, entry.shape.rows, tokens.real, tokens.padded);
+  }
+  return result;
+}
+
+void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
+  if (batch.size() == 1) {
+    Answer(batch.front(), RunAlone(batch.front()));
+    return;
+  }
+  if (batch.front().task.step) {
+    RunStepBatch(batch);
+    return;
+  }
+  const auto start = Clock::now();
+  std::vector<const ForwardInputs*> inputs;
+  std::vector<RequestShape> shapes;
+  for (const Entry& e : batch) {
+    inputs.push_back(&e.task.inputs);
+    shapes.push_back(e.shape);
+  }
+  Status status;
+  std::vector<ForwardOutputs> outputs;
+  try {
+    c10::InferenceMode inference;  // no autograd bookkeeping for the merge and the slices
+    MergedBatch merged = MergeInputs(inputs, info_);
+    ForwardOutputs out;
+    status = ForwardSafely(forward_, merged.inputs, &out);
+    if (status.ok()) outputs = SplitOutputs(merged, out, info_);
+  } catch (const std::exception& e) {
+    status = Internal(std::string("merging the batch failed: ") + e.what());
+  }
+  const int64_t compute_us = MicrosBetween(start, Clock::now());
+  if (!status.ok() || outputs.size() != batch.size()) {
+    // One request's problem must not fail the others: each runs alone and answers for itself.
+    spdlog::warn("model {}: batched forward pass of {} requests failed ({}); retrying each alone",
+                 model_name_, batch.size(), status.ToString());
+    for (Entry& e : batch) Answer(e, RunAlone(e));
+    return;
+  }
+  if (metrics_) {
+    int64_t rows = 0;
+    for (const RequestShape& s : shapes) rows += s.rows;
+    const TokenCount tokens = CountTokens(shapes, batch.front().key.cross);
+    metrics_->RecordBatch(static_cast<int64_t>(batch.size()), rows, tokens.real, tokens.padded);
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    InferenceResult result;
+    result.status = Status::Ok();
+    result.outputs = std::move(outputs[i]);
+    result.queue_us = MicrosBetween(batch[i].task.enqueue_time, start);
+    result.compute_us = compute_us;
+    Answer(batch[i], std::move(result));
+  }
+}
+
+void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
+  const auto start = Clock::now();
+  if (debug_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(debug_delay_ms_));
+  std::vector<ForwardOutputs> outputs(batch.size());
+  std::vector<StepItem> items;
+  int64_t rows = 0, tokens = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SessionStep& s = *batch[i].task.step;
+    items.push_back(StepItem{s.cache, s.cross, &s.inputs, &outputs[i]});
+    rows += batch[i].shape.rows;
+    tokens += batch[i].shape.rows * batch[i].shape.t;
+  }
+  // On failure every cache is back at its length (DecodeSteps): each step can run alone.
+  const Status status = DecodeSteps(*batch.front().task.model, items);
+  const int64_t compute_us = MicrosBetween(start, Clock::now());
+  if (!status.ok()) {
+    spdlog::warn("model {}: merged pass of {} session steps failed ({}); retrying each alone",
+                 model_name_, batch.size(), status.ToString());
+    for (Entry& e : batch) Answer(e, RunAlone(e));
+    return;
+  }
+  if (metrics_) metrics_->RecordBatch(static_cast<int64_t>(batch.size()), rows, tokens, tokens);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    InferenceResult result;
+    result.outputs = std::move(outputs[i]);
+    result.queue_us = MicrosBetween(batch[i].task.enqueue_time, start);
+    result.compute_us = compute_us;
+    Answer(batch[i], std::move(result));
+  }
+}
+
+void DynamicBatcher::Answer(Entry& entry, InferenceResult result) const {
+  entry.task = InferenceTask();  // free the inputs before answering
+  try {
+    entry.done(std::move(result));
+  } catch (const std::exception& e) {
+    spdlog::error("batcher: completion callback threw: {}", e.what());
+  } catch (...) {
+    spdlog::error("batcher: completion callback threw a non-std exception");
+  }
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,109 @@
+// DynamicBatcher: a ModelRunner that merges concurrent requests of one model into one forward
+// pass (GitHub issue #4). The handler does not know whether batching is on: Submit/Shutdown/
+// queue_depth behave as DirectRunner's.
+//
+// Scheduling: tasks wait in one arrival-ordered queue. A free worker ("instance") takes the
+// oldest task, then the later tasks with the same GroupKey (batch_assembly.h: self/cross, causal,
+// weights flags, dtypes, length bucket) while the batch stays within max_batch_rows (sum of B) and
+// max_batch_tokens (padded). It runs the batch at once when it is full, else when the oldest task
+// has waited max_queue_delay_us (at once if a task's deadline comes sooner). The oldest task's
+// group always goes first, so no group starves. Expired (DEADLINE_EXCEEDED) and cancelled
+// (CANCELLED) tasks are dropped before compute; a full queue is RESOURCE_EXHAUSTED inline in
+// Submit. Session steps (InferenceTask::step) merge with steps of other sessions into one
+// DecodeSteps pass; decode steps (T = 1) and prefill chunks (T > 1) form separate groups, so a
+// long prefill never holds decode steps in its pass (docs/sessions.md). Tasks come validated
+// (ServerCore::Infer): the batcher trusts them. If a merged pass fails, each of its tasks is
+// retried alone so one bad request cannot fail others.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/serving/scheduling/batch_assembly.h"
+#include "server/serving/scheduling/runner.h"
+
+namespace mha::serve {
+
+class ModelMetrics;
+
+struct BatcherOptions {
+  int64_t max_batch_rows = 64;      // sum of the requests' B in one pass
+  int64_t max_batch_tokens = 2048;  // padded tokens of one pass (CountTokens); one task may exceed
+  int64_t max_queue_delay_us = 1000;  // how long the oldest task may wait for company
+  size_t max_queue_size = 64;         // tasks waiting (not counting those being computed)
+  int instances = 2;                  // worker threads (concurrent passes) for the model
+  // Estimated working memory of one merged pass (server/serving/budget.h); one task alone may exceed it
+  // only if it was admitted on its own (ServerCore checks each request against the same limit).
+  int64_t max_batch_work_bytes = int64_t{4} << 30;
+};
+
+// The forward pass a batcher runs: MhaModel::ForwardValidated for a real model, anything in tests.
+using BatchForwardFn = std::function<Status(const ForwardInputs&, ForwardOutputs*)>;
+
+class DynamicBatcher final : public ModelRunner {
+ public:
+  // `metrics` may be null; `model_name` labels the metrics and logs.
+  DynamicBatcher(std::string model_name, BatchModelInfo info, BatchForwardFn forward,
+                 BatcherOptions options, ModelMetrics* metrics = nullptr);
+  // The batcher of a real model: its ForwardValidated and BatchModelInfo.
+  static std::unique_ptr<DynamicBatcher> ForModel(std::shared_ptr<const MhaModel> model,
+                                                  std::string model_name, BatcherOptions options,
+                                                  ModelMetrics* metrics = nullptr,
+                                                  int64_t debug_forward_delay_ms = 0);
+  ~DynamicBatcher() override;
+
+  void Submit(InferenceTask task, DoneCallback done) override;
+  void Shutdown() override;
+  size_t queue_depth() const override;
+
+  const BatcherOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    InferenceTask task;
+    DoneCallback done;
+    GroupKey key;
+    RequestShape shape;
+    Clock::time_point arrival;  // Submit time: the batching delay counts from here
+  };
+  using Queue = std::list<Entry>;
+  struct Dropped {
+    Entry entry;
+    Status status;
+  };
+
+  void WorkerLoop();
+  // With mu_ held: moves expired and cancelled tasks to `dropped`.
+  void SweepLocked(Clock::time_point now, std::vector<Dropped>* dropped);
+  // With mu_ held: the tasks of the oldest task's group that fit in one pass, oldest first.
+  // `full` when nothing more could join; `dispatch_at` when the batch should go anyway.
+  std::vector<Queue::iterator> PlanLocked(bool* full, Clock::time_point* dispatch_at);
+  void RunBatch(std::vector<Entry>& batch);
+  // Session steps of several sessions: one DecodeSteps pass (retried alone on failure).
+  void RunStepBatch(std::vector<Entry>& batch);
+  InferenceResult RunAlone(Entry& entry) const;
+  void Answer(Entry& entry, InferenceResult result) const;
+  void PublishDepthLocked() const;
+
+  const std::string model_name_;
+  const BatchModelInfo info_;
+  const BatchForwardFn forward_;
+  const BatcherOptions options_;
+  ModelMetrics* const metrics_;
+  int64_t debug_delay_ms_ = 0;  // test-only (ForModel): session passes sleep first, as forward_
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Queue queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace mha::serve

@@ -1,0 +1,108 @@
+// The scheduler interface: one ModelRunner per model handle (server/serving/server_core.h). ServerCore
+// builds an InferenceTask from a validated request and calls Submit; it never knows what is behind
+// it (DirectRunner: one pass per request, DynamicBatcher: merged passes).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "mha/decode.h"
+#include "mha/model.h"
+#include "mha/status.h"
+#include "server/serving/clock.h"
+
+namespace mha::serve {
+
+// One decoding-session step (server/serving/sessions): the session's cache, which the step extends, and
+// the step's inputs. `owner` keeps the cache alive until the step is answered, also when the
+// session is closed or evicted meanwhile. The session layer admits one step per session at a
+// time, so no two tasks in flight share a cache.
+struct SessionStep {
+  std::shared_ptr<void> owner;
+  KvCache* cache = nullptr;
+  bool cross = false;
+  StepInputs inputs;  // inputs.query is also the task's inputs.query (shapes, metrics)
+};
+
+struct InferenceTask {
+  std::shared_ptr<const MhaModel> model;
+  std::string model_name;  // for logs
+  // Validated once, by ServerCore::Infer; runners and the model trust them. The tensors may borrow
+  // the request's bytes: a runner drops the task before it calls `done` (after which the call,
+  // and the request with it, may be gone) and never writes to the inputs.
+  ForwardInputs inputs;
+  Clock::time_point deadline = Clock::time_point::max();
+  std::function<bool()> is_cancelled;  // empty = never cancelled; must be cheap and thread-safe
+  Clock::time_point enqueue_time = Clock::now();
+  std::string request_id;
+  std::shared_ptr<SessionStep> step;  // set for a session's step: DecodeSteps, not Forward
+};
+
+struct InferenceResult {
+  Status status;
+  ForwardOutputs outputs;       // set when status is OK
+  int64_t queue_us = 0;         // enqueue -> compute start (or -> drop)
+  int64_t compute_us = 0;       // Forward itself
+  int64_t session_tokens = -1;  // a session step: tokens in the session after it (else -1)
+};
+
+using DoneCallback = std::function<void(InferenceResult)>;
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  // Calls `done` exactly once, on some thread: inline on the caller's thread when the task is
+  // refused at once (RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE after Shutdown),
+  // otherwise on a worker once the forward pass ran or the task was dropped (DEADLINE_EXCEEDED,
+  // CANCELLED). `done` must not block for long and must not throw.
+  virtual void Submit(InferenceTask task, DoneCallback done) = 0;
+
+  // Stops accepting, completes every accepted task, joins the workers. Idempotent.
+  virtual void Shutdown() = 0;
+
+  // Tasks waiting for a worker right now.
+  virtual size_t queue_depth() const = 0;
+};
+
+// Answers a task that a runner refuses at once (queue full, shutting down): drops the task first
+// (its inputs may borrow the request), then calls `done` with `status`.
+inline void Refuse(InferenceTask& task, DoneCallback& done, Status status) {
+  task = InferenceTask();
+  InferenceResult result;
+  result.status = std::move(status);
+  done(std::move(result));
+}
+
+// The words of a full queue, the same for every runner.
+inline Status QueueFull(size_t waiting, const std::string& model, size_t limit) {
+  return ResourceExhausted("queue full: " + std::to_string(waiting) +
+                           " requests waiting for model '" + model + "' (--max-queue-size " +
+                           std::to_string(limit) +
+                           "; the model's config.json max_queue_size overrides it)");
+}
+
+// Why a queued task must be dropped before compute at `now`: DEADLINE_EXCEEDED when its deadline
+// has passed, CANCELLED when its call was cancelled; OK when it should run.
+// The pass of a session step alone (DecodeStep), for either runner.
+inline Status RunSessionStep(const InferenceTask& task, ForwardOutputs* out) {
+  const SessionStep& s = *task.step;
+  return DecodeStep(*task.model, s.cache, s.cross, s.inputs, out);
+}
+
+inline Status DropBeforeCompute(const InferenceTask& task, Clock::time_point now) {
+  const std::string waited = std::to_string(MicrosBetween(task.enqueue_time, now));
+  if (now >= task.deadline) {
+    return DeadlineExceeded("deadline passed after " + waited +
+                            " us in the queue, before the forward pass");
+  }
+  if (task.is_cancelled && task.is_cancelled()) {
+    return Cancelled("request cancelled after " + waited +
+                     " us in the queue, before the forward pass");
+  }
+  return Status::Ok();
+}
+
+}  // namespace mha::serve

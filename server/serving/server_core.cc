@@ -1,0 +1,336 @@
+#include "server/serving/server_core.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "server/serving/budget.h"
+#include "server/serving/repository/default_model.h"
+#include "server/serving/server_core_internal.h"
+
+namespace mha::serve {
+namespace {
+
+constexpr char kUnknownModel[] = "unknown";  // the metrics label of names the server does not know
+
+Status CheckLimits(const ForwardInputs& in, const RequestLimits& limits) {
+  const int64_t b = in.query.size(0);
+  if (b > limits.max_batch_size) {
+    return ResourceExhausted("query: batch size " + std::to_string(b) +
+                             " exceeds --max-batch-size " + std::to_string(limits.max_batch_size));
+  }
+  auto check_length = [&](const char* field, int64_t length) {
+    if (length <= limits.max_sequence_length) return Status::Ok();
+    return ResourceExhausted(std::string(field) + ": sequence length " + std::to_string(length) +
+                             " exceeds --max-sequence-length " +
+                             std::to_string(limits.max_sequence_length));
+  };
+  MHA_RETURN_IF_ERROR(check_length("query", in.query.size(1)));
+  if (in.key.defined()) {
+    MHA_RETURN_IF_ERROR(check_length("key", in.key.size(1)));
+    MHA_RETURN_IF_ERROR(check_length("value", in.value.size(1)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void LogModel(const ModelEntry& e, bool is_default) {
+  if (e.state != ModelState::kReady) {
+    spdlog::error("model {} v{} {}: {} (source {})", e.name, e.version, ModelStateName(e.state),
+                  e.error, e.source);
+    return;
+  }
+  const MhaOptions& o = e.model->options();
+  spdlog::info(
+      "model {}{} v{} READY: embed_dim={} num_heads={} head_dim={} kdim={} vdim={} bias={} "
+      "add_bias_kv={} add_zero_attn={} dtype={} compute_dtype={} device={} format={} layout={} "
+      "parameters={} source={}",
+      e.name, is_default ? " (default)" : "", e.version, o.embed_dim, o.num_heads, o.head_dim(),
+      o.key_dim(), o.value_dim(), o.bias, o.add_bias_kv, o.add_zero_attn, DTypeName(o.dtype),
+      DTypeName(e.model->compute_dtype()), e.model->device(), e.format, e.layout,
+      e.model->parameter_count(), e.source);
+  if (!e.unused_keys.empty()) {
+    spdlog::warn("model {}: {} unused keys in {} (first: {})", e.name, e.unused_keys.size(),
+                 e.source, e.unused_keys.front());
+  }
+  if (!e.config.unknown_keys.empty()) {
+    std::string keys;
+    for (const auto& k : e.config.unknown_keys) keys += (keys.empty() ? "" : ", ") + k;
+    spdlog::warn("model {}: {} has unknown keys (ignored): {}", e.name, e.config.path, keys);
+  }
+}
+
+using internal::Complete;
+using internal::RecordStats;
+
+ModelHandle::~ModelHandle() {
+  if (scheduler) scheduler->Shutdown();
+}
+
+BatcherOptions BatcherOptionsFor(const ModelConfig& c, const BatcherOptions& defaults) {
+  BatcherOptions o = defaults;
+  if (c.max_batch_size) o.max_batch_rows = *c.max_batch_size;
+  if (c.max_batch_tokens) o.max_batch_tokens = *c.max_batch_tokens;
+  if (c.max_queue_delay_us) o.max_queue_delay_us = *c.max_queue_delay_us;
+  if (c.max_queue_size) o.max_queue_size = static_cast<size_t>(*c.max_queue_size);
+  if (c.instances) o.instances = static_cast<int>(*c.instances);
+  return o;
+}
+
+ServerCore::ServerCore(const ServerCoreOptions& options)
+    : options_(options), metrics_(CurrentBuildInfo()) {}
+
+ServerCore::~ServerCore() { Stop(); }
+
+// Explicit mode with --load-model: only the named models (each must have a folder).
+static Status KeepStartupModels(const std::vector<std::string>& wanted,
+                                std::vector<ModelEntry>* entries) {
+  if (wanted.empty()) return Status::Ok();
+  std::vector<ModelEntry> kept;
+  for (const auto& name : wanted) {
+    bool found = false;
+    for (const auto& e : *entries) {
+      if (e.name == name) {
+        kept.push_back(e);
+        found = true;
+      }
+    }
+    if (!found) {
+      ModelRepository all(*entries, "");
+      return NotFound("--load-model '" + name +
+                      "' is not in the repository (models: " + all.NameList() + ")");
+    }
+  }
+  *entries = std::move(kept);
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(const ServerCoreOptions& options) {
+  std::vector<ModelEntry> entries;
+  std::string default_name;
+  if (options.model_repository.empty()) {
+    if (options.model_control != ModelControlMode::kNone) {
+      return InvalidArgument("--model-control-mode " +
+                             std::string(ModelControlModeName(options.model_control)) +
+                             " needs --model-repository");
+    }
+    ModelEntry builtin;
+    builtin.name = kDefaultModelName;
+    builtin.source = builtin.format = "builtin";
+    entries.push_back(std::move(builtin));
+    default_name = kDefaultModelName;
+  } else {
+    auto scanned = ScanRepository(options.model_repository);
+    if (!scanned.ok()) return scanned.status();
+    entries = std::move(scanned.value());
+    if (options.model_control == ModelControlMode::kExplicit) {
+      MHA_RETURN_IF_ERROR(KeepStartupModels(options.startup_models, &entries));
+    }
+    auto picked = PickDefaultModel(entries, options.default_model);
+    if (!picked.ok()) return picked.status();
+    default_name = *picked;
+  }
+  std::unique_ptr<ServerCore> core(new ServerCore(options));
+  auto state = std::make_shared<State>();
+  state->repository = std::make_shared<const ModelRepository>(entries, default_name);
+  core->Publish(std::move(state));
+  return core;
+}
+
+std::shared_ptr<const ServerCore::State> ServerCore::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+void ServerCore::Publish(std::shared_ptr<const State> state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_ = std::move(state);
+}
+
+std::shared_ptr<const ModelRepository> ServerCore::repository() const {
+  return Current()->repository;
+}
+
+StatusOr<std::vector<VersionStatistics>> ServerCore::Statistics(const std::string& name,
+                                                                const std::string& version) {
+  auto repository = Current()->repository;
+  std::vector<ModelRepository::EntryPtr> entries = repository->entries();
+  if (!name.empty()) {
+    entries = repository->Versions(name);
+    if (!version.empty()) {
+      entries.erase(std::remove_if(entries.begin(), entries.end(),
+                                   [&](const auto& e) { return e->version != version; }),
+                    entries.end());
+    }
+    if (entries.empty()) return repository->Resolve(name, version).status();
+  }
+  std::vector<VersionStatistics> out;
+  for (const auto& e : entries) {
+    if (!out.empty() && out.back().name == e->name && out.back().version == e->version) continue;
+    VersionStatistics v;
+    v.name = e->name;
+    v.version = e->version;
+    if (const VersionStats* s = metrics_.StatsFor(e->name, e->version)) {
+      v.inference_count = s->inference_count.load();
+      v.execution_count = s->execution_count.load();
+      v.success_count = s->success_count.load();
+      v.failure_count = s->failure_count.load();
+      v.queue_ns = s->queue_ns.load();
+      v.compute_ns = s->compute_ns.load();
+      v.last_inference_ms = s->last_inference_ms.load();
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+void ServerCore::StartLoading(std::function<void()> on_done) {
+  std::vector<ModelEntry> entries;
+  for (const auto& e : Current()->repository->entries()) entries.push_back(*e);
+  loader_ =
+      std::thread([this, entries = std::move(entries), on_done = std::move(on_done)]() mutable {
+        LoadAll(std::move(entries), std::move(on_done));
+        LifecycleLoop();
+      });
+}
+
+void ServerCore::LoadAll(std::vector<ModelEntry> entries, std::function<void()> on_done) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < entries.size() && !stopping_; i = next++) {
+      ModelEntry& entry = entries[i];
+      if (entry.state != ModelState::kLoading) continue;
+      if (entry.source == "builtin") {
+        entry = MakeDefaultModel(options_.overrides);
+      } else {
+        LoadAndWarm(&entry);
+      }
+    }
+  };
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::min<size_t>(
+      entries.size(), options_.load_threads > 0 ? options_.load_threads : std::min(cores, 4u));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& thread : pool) thread.join();
+
+  auto state = std::make_shared<State>();
+  const std::string default_name = Current()->repository->default_name();
+  std::map<std::string, bool> ready;
+  for (auto& entry : entries) {
+    LogModel(entry, entry.name == default_name);
+    if (entry.state != ModelState::kLoading) {
+      ready[entry.name] = ready[entry.name] || entry.state == ModelState::kReady;
+      metrics_.SetVersionReady(entry.name, entry.version, entry.state == ModelState::kReady);
+    }
+    if (entry.state == ModelState::kReady && !stopping_) {
+      state->handles[{entry.name, entry.version}] = MakeHandle(entry);
+    }
+  }
+  for (const auto& [name, any_ready] : ready) metrics_.SetModelLoaded(name, any_ready);
+  state->repository = std::make_shared<const ModelRepository>(std::move(entries), default_name);
+  Publish(std::move(state));
+  if (on_done) on_done();
+}
+
+std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
+  auto handle = std::make_shared<ModelHandle>();
+  handle->metrics = metrics_.ForVersion(entry.name, entry.version);
+  if (options_.batching) {
+    BatcherOptions o = BatcherOptionsFor(entry.config, options_.batcher);
+    o.max_batch_work_bytes = options_.limits.max_work_bytes;
+    spdlog::info("model {} batcher: rows={} tokens={} delay_us={} queue={} instances={}",
+                 entry.name, o.max_batch_rows, o.max_batch_tokens, o.max_queue_delay_us,
+                 o.max_queue_size, o.instances);
+    handle->scheduler = DynamicBatcher::ForModel(entry.model, entry.name, o, handle->metrics,
+                                                 options_.debug_forward_delay_ms);
+  } else {
+    DirectRunnerOptions o = options_.direct;
+    o.debug_forward_delay_ms = options_.debug_forward_delay_ms;
+    if (entry.config.max_queue_size) o.max_queue_size = *entry.config.max_queue_size;
+    handle->scheduler = std::make_unique<DirectRunner>(o, handle->metrics);
+  }
+  SessionOptions sessions = options_.sessions;
+  sessions.max_work_bytes = options_.limits.max_work_bytes;
+  sessions.max_response_bytes = options_.limits.max_response_bytes;
+  handle->sessions = std::make_unique<SessionStore>(
+      sessions, entry.model, SessionLocation{entry.name, entry.version}, session_directory_,
+      handle->scheduler.get(), handle->metrics);
+  handle->entry = std::make_shared<const ModelEntry>(std::move(entry));
+  return handle;
+}
+
+ModelMetrics* ServerCore::MetricsFor(const State* state, const std::string& requested) {
+  if (state) {
+    auto entry = state->repository->Find(requested);
+    if (entry) return metrics_.ForModel(entry->name);
+  }
+  return metrics_.ForModel(kUnknownModel);  // unknown names must not make new series
+}
+
+void ServerCore::RecordOutcome(const std::optional<std::string>& model, const Status& status,
+                               Clock::time_point start, Protocol protocol) {
+  auto state = Current();
+  MetricsFor(model ? state.get() : nullptr, model.value_or(""))
+      ->RecordRequest(status.code(), MicrosBetween(start, Clock::now()) * 1e-6, protocol);
+}
+
+Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& request) const {
+  const MhaModel& model = *handle.entry->model;
+  MHA_RETURN_IF_ERROR(model.ValidateInputs(request.inputs));
+  MHA_RETURN_IF_ERROR(CheckLimits(request.inputs, options_.limits));
+  const PassCost cost =
+      EstimatePassCost(model.options(), model.compute_dtype(),
+                       request.output_dtype.value_or(model.options().dtype), request.inputs);
+  return CheckPassCost(cost, request.inputs, options_.limits.max_response_bytes,
+                       options_.limits.max_work_bytes);
+}
+
+void ServerCore::Infer(InferenceRequest request, InferDone done) {
+  if (!request.session_id.empty()) return InferStep(std::move(request), std::move(done));
+  auto state = Current();
+  auto refuse = [&](ModelMetrics* metrics, Status status, const std::string& model) {
+    internal::Refuse(&request, done, metrics, std::move(status), model);
+  };
+  if (stopping_)
+    return refuse(MetricsFor(state.get(), request.model), Unavailable("server is shutting down"),
+                  "");
+  auto entry = state->repository->Resolve(request.model, request.model_version);
+  if (!entry.ok()) return refuse(MetricsFor(state.get(), request.model), entry.status(), "");
+  auto it = state->handles.find({(*entry)->name, (*entry)->version});
+  if (it == state->handles.end()) {
+    return refuse(MetricsFor(state.get(), request.model),
+                  Unavailable("model '" + (*entry)->name + "' version " + (*entry)->version +
+                              " is not being served"),
+                  "");
+  }
+  std::shared_ptr<ModelHandle> handle = it->second;
+  if (Status valid = Validate(*handle, request); !valid.ok()) {
+    RecordStats(&handle->metrics->stats, false, 0, 0, 0);
+    return refuse(handle->metrics, std::move(valid), handle->entry->name);
+  }
+  ModelRunner* scheduler = handle->scheduler.get();
+  internal::Dispatch d = internal::MakeDispatch(std::move(handle), &request, std::move(done));
+  scheduler->Submit(std::move(d.task), std::move(d.finish));
+}
+
+void ServerCore::Stop() {
+  std::deque<std::function<void()>> pending;
+  {
+    std::lock_guard<std::mutex> lock(ops_mu_);
+    stopping_ = true;
+    pending.swap(ops_);
+  }
+  ops_cv_.notify_all();
+  for (auto& op : pending) op();  // each answers UNAVAILABLE: stopping_ is set
+  if (loader_.joinable() && loader_.get_id() != std::this_thread::get_id()) loader_.join();
+  auto state = Current();
+  if (!state) return;
+  for (const auto& [key, handle] : state->handles) handle->scheduler->Shutdown();
+  for (const auto& handle : retired_) handle->scheduler->Shutdown();
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,42 @@
+// ServerCore::Analyze: seed 001's head analysis of a served version, computed once per loaded
+// version on the first AnalyzeModel call and kept with the version's handle (dropped with it).
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "server/serving/server_core.h"
+
+namespace mha::serve {
+
+StatusOr<ModelAnalysisResult> ServerCore::Analyze(const std::string& name,
+                                                  const std::string& version) {
+  if (stopping_) return Unavailable("server is shutting down");
+  auto state = Current();  // holds the handle while it is analysed
+  auto entry = state->repository->Resolve(name, version);
+  if (!entry.ok()) return entry.status();
+  auto it = state->handles.find({(*entry)->name, (*entry)->version});
+  if (it == state->handles.end()) {
+    return Unavailable("model '" + (*entry)->name + "' version " + (*entry)->version +
+                       " is not being served");
+  }
+  ModelHandle& handle = *it->second;
+  std::call_once(handle.analysis_once, [&handle] {
+    const auto start = std::chrono::steady_clock::now();
+    const MhaModel& model = *handle.entry->model;
+    auto analysis = AnalyzeHeads(model.options(), model.weights());
+    if (!analysis.ok()) {
+      handle.analysis_status = analysis.status();
+      return;
+    }
+    handle.analysis = std::make_shared<const HeadAnalysis>(std::move(analysis.value()));
+    spdlog::info("model {} v{}: head analysis computed in {} ms", handle.entry->name,
+                 handle.entry->version,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - start)
+                     .count());
+  });
+  if (!handle.analysis) return handle.analysis_status;
+  return ModelAnalysisResult{handle.entry->name, handle.entry->version, handle.analysis};
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,82 @@
+// ServerCore's pieces shared by its source files: per-version statistics and the answer path.
+#include "server/serving/server_core_internal.h"
+
+#include <chrono>
+
+namespace mha::serve::internal {
+
+void RecordStats(VersionStats* stats, bool ok, int64_t rows, int64_t queue_us, int64_t compute_us) {
+  (ok ? stats->success_count : stats->failure_count).fetch_add(1, std::memory_order_relaxed);
+  if (ok) stats->inference_count.fetch_add(rows, std::memory_order_relaxed);
+  stats->queue_ns.fetch_add(queue_us * 1000, std::memory_order_relaxed);
+  stats->compute_ns.fetch_add(compute_us * 1000, std::memory_order_relaxed);
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  stats->last_inference_ms.store(std::chrono::duration_cast<std::chrono::milliseconds>(now).count(),
+                                 std::memory_order_relaxed);
+}
+
+void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_point start,
+              std::optional<Protocol> count_as, int64_t rows, InferenceResult result,
+              const InferDone& done) {
+  ModelMetrics& m = *handle.metrics;
+  const bool computed = result.status.ok() || result.compute_us > 0;
+  const bool refused = result.status.code() == StatusCode::kResourceExhausted ||
+                       result.status.code() == StatusCode::kUnavailable;
+  if (!refused || computed) m.RecordQueue(result.queue_us * 1e-6);
+  if (computed) m.RecordCompute(result.compute_us * 1e-6);
+  m.AddInflight(-1);
+  if (count_as) {
+    m.RecordRequest(result.status.code(), MicrosBetween(start, Clock::now()) * 1e-6, *count_as);
+  }
+  RecordStats(&m.stats, result.status.ok(), rows, result.queue_us, result.compute_us);
+  InferenceResponse response;
+  response.status = std::move(result.status);
+  response.outputs = std::move(result.outputs);
+  response.model = handle.entry->name;
+  response.model_version = handle.entry->version;
+  response.output_dtype = dtypes.output;
+  response.weights_dtype = dtypes.weights;
+  response.queue_us = result.queue_us;
+  response.compute_us = result.compute_us;
+  response.session_tokens = result.session_tokens;
+  if (result.session_tokens >= 0) m.RecordStep(MicrosBetween(start, Clock::now()) * 1e-6);
+  done(std::move(response));
+}
+
+void Refuse(InferenceRequest* request, const InferDone& done, ModelMetrics* metrics, Status status,
+            const std::string& model) {
+  if (request->count_outcome) {
+    metrics->RecordRequest(status.code(), MicrosBetween(request->start, Clock::now()) * 1e-6,
+                           request->protocol);
+  }
+  request->inputs = ForwardInputs();
+  InferenceResponse response;
+  response.status = std::move(status);
+  response.model = model;
+  done(std::move(response));
+}
+
+Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* request,
+                      InferDone done) {
+  const int64_t rows = request->inputs.query.defined() ? request->inputs.query.size(0) : 0;
+  Dispatch d;
+  d.task.model = handle->entry->model;
+  d.task.model_name = handle->entry->name;
+  d.task.inputs = std::move(request->inputs);
+  d.task.deadline = request->deadline;
+  d.task.is_cancelled = std::move(request->is_cancelled);
+  d.task.request_id = request->request_id;
+  const ResponseDTypes dtypes{request->output_dtype.value_or(d.task.model->options().dtype),
+                              d.task.inputs.weights_dtype};
+  const Clock::time_point start = request->start;
+  const std::optional<Protocol> count_as =
+      request->count_outcome ? std::optional<Protocol>(request->protocol) : std::nullopt;
+  handle->metrics->AddInflight(1);
+  d.finish = [handle = std::move(handle), dtypes, start, count_as, rows,
+              done = std::move(done)](InferenceResult result) {
+    Complete(*handle, dtypes, start, count_as, rows, std::move(result), done);
+  };
+  return d;
+}
+
+}  // namespace mha::serve::internal

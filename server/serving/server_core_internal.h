@@ -1,0 +1,35 @@
+// ServerCore's pieces shared by its source files (server_core.cc, server_core_sessions.cc).
+#pragma once
+
+#include "server/serving/server_core.h"
+
+namespace mha::serve::internal {
+
+void RecordStats(VersionStats* stats, bool ok, int64_t rows, int64_t queue_us, int64_t compute_us);
+
+struct ResponseDTypes {
+  DType output;
+  std::optional<at::ScalarType> weights;
+};
+
+// A scheduler's answer: the request's metrics on its handle, then the front end's `done`.
+// `count_as`: the protocol to count the outcome under; nullopt = the front end counts it.
+void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_point start,
+              std::optional<Protocol> count_as, int64_t rows, InferenceResult result,
+              const InferDone& done);
+
+// Answers `request` with `status` before any scheduler saw it: counts the outcome on `metrics`
+// (when the core counts it), drops the inputs (they may borrow the wire message), then `done`.
+void Refuse(InferenceRequest* request, const InferDone& done, ModelMetrics* metrics, Status status,
+            const std::string& model);
+
+// A validated request as its scheduler's task, counted in flight on `handle`, with the callback
+// that completes it (Complete, then `done`).
+struct Dispatch {
+  InferenceTask task;
+  DoneCallback finish;
+};
+Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* request,
+                      InferDone done);
+
+}  // namespace mha::serve::internal

@@ -1,0 +1,333 @@
+#include "server/serving/sessions/session_store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "mha/decode.h"
+#include "mha/text.h"
+#include "server/serving/budget.h"
+#include "server/serving/observability/metrics.h"
+
+namespace mha::serve {
+
+StatusOr<KvFullPolicy> ParseKvFullPolicy(const std::string& name) {
+  if (name == "refuse") return KvFullPolicy::kRefuse;
+  if (name == "evict-lru") return KvFullPolicy::kEvictLru;
+  return InvalidArgument("--kv-cache-full-policy: '" + Abbreviate(name) +
+                         "' is not a policy (refuse, evict-lru)");
+}
+
+const char* KvFullPolicyName(KvFullPolicy policy) {
+  return policy == KvFullPolicy::kEvictLru ? "evict-lru" : "refuse";
+}
+
+SessionStore::SessionStore(SessionOptions options, std::shared_ptr<const MhaModel> model,
+                           SessionLocation location, std::shared_ptr<SessionDirectory> directory,
+                           ModelRunner* runner, ModelMetrics* metrics)
+    : options_(options),
+      model_(std::move(model)),
+      location_(std::move(location)),
+      directory_(std::move(directory)),
+      runner_(runner),
+      metrics_(metrics) {}
+
+SessionStore::~SessionStore() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string why = "ended: its model '" + location_.model + "' version " +
+                          location_.version + " was unloaded or replaced";
+  for (auto& [id, session] : sessions_) directory_->End(id, why);
+  sessions_.clear();
+  PublishLocked();
+}
+
+Status SessionStore::EnsurePoolLocked() {
+  if (pool_) return Status::Ok();
+  auto pool = KvBlockPool::Create(options_.pool, *model_);
+  if (!pool.ok()) return pool.status();
+  pool_ = *pool;
+  spdlog::info("model {} v{}: KV cache pool of {} blocks x {} tokens ({} bytes each) on {}",
+               location_.model, location_.version, pool_->total_blocks(), pool_->block_tokens(),
+               pool_->block_bytes(), model_->device());
+  return Status::Ok();
+}
+
+void SessionStore::EndLocked(const SessionPtr& session, const std::string& why) {
+  session->ended = true;
+  directory_->End(session->info.id, why);
+  sessions_.erase(session->info.id);
+  if (!session->busy) session->cache->Release();  // else when its step is answered
+}
+
+void SessionStore::SweepLocked(Clock::time_point now) {
+  if (options_.idle_timeout_s <= 0) return;
+  const auto timeout = std::chrono::seconds(options_.idle_timeout_s);
+  std::vector<SessionPtr> expired;
+  for (const auto& [id, session] : sessions_) {
+    if (!session->busy && now - session->last_used > timeout) expired.push_back(session);
+  }
+  for (const auto& session : expired) {
+    EndLocked(session, "expired: idle for more than --session-idle-timeout-s " +
+                           std::to_string(options_.idle_timeout_s) + " s");
+  }
+  if (!expired.empty()) PublishLocked();
+}
+
+void SessionStore::SweepExpired() {
+  std::lock_guard<std::mutex> lock(mu_);
+  SweepLocked(Clock::now());
+}
+
+// Frees `blocks` blocks under evict-lru by ending idle sessions (never `keep`), least recently
+// used first; under refuse, or when not enough are idle, RESOURCE_EXHAUSTED naming `what`.
+Status SessionStore::MakeRoomLocked(int64_t blocks, const Session* keep, const std::string& what) {
+  while (pool_->free_blocks() < blocks && options_.full_policy == KvFullPolicy::kEvictLru) {
+    SessionPtr victim;
+    for (const auto& [id, s] : sessions_) {
+      if (s.get() == keep || s->busy || s->cache->blocks_held() == 0) continue;
+      if (!victim || s->last_used < victim->last_used) victim = s;
+    }
+    if (!victim) break;
+    spdlog::info("model {} v{}: evicting session {} ({} blocks) for {}", location_.model,
+                 location_.version, victim->info.id, victim->cache->blocks_held(), what);
+    EndLocked(victim,
+              "was evicted (least recently used) to free KV cache blocks for another "
+              "session (--kv-cache-full-policy evict-lru, --kv-cache-bytes)");
+    if (metrics_) metrics_->RecordSessionEviction();
+  }
+  if (pool_->free_blocks() >= blocks) return Status::Ok();
+  return ResourceExhausted("KV cache full: " + what + " needs " + std::to_string(blocks) +
+                           " blocks, " + std::to_string(pool_->free_blocks()) + " of " +
+                           std::to_string(pool_->total_blocks()) + " free (" +
+                           std::to_string(pool_->block_tokens()) +
+                           " tokens per block; --kv-cache-bytes, --kv-cache-full-policy " +
+                           KvFullPolicyName(options_.full_policy) + ")");
+}
+
+// RESOURCE_EXHAUSTED when the step's estimated working memory or response (its weights over
+// every cached key) is over the limits.
+static Status CheckStepCost(const SessionOptions& limits, const MhaModel& model,
+                            const StepInputs& in, int64_t keys) {
+  const MhaOptions& o = model.options();
+  const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
+  const int64_t b = in.query.size(0), t = in.query.size(1);
+  const int64_t element = static_cast<int64_t>(model.weights().out_weight.element_size());
+  const int64_t work =
+      PassWorkBytes(o.embed_dim, o.num_heads, extra, element, b, t, keys, in.need_weights);
+  const int64_t heads = in.need_weights ? (in.average_attn_weights ? 1 : o.num_heads) : 0;
+  const double response =
+      4.0 * (static_cast<double>(b) * t * o.embed_dim +
+             static_cast<double>(b) * heads * t * static_cast<double>(keys + extra));
+  const std::string shape = "[" + std::to_string(b) + ", " + std::to_string(t) + " new tokens, " +
+                            std::to_string(keys) + " keys]";
+  if (work > limits.max_work_bytes) {
+    return ResourceExhausted("step " + shape + ": estimated working memory " +
+                             std::to_string(work) + " bytes exceeds --max-work-bytes " +
+                             std::to_string(limits.max_work_bytes) +
+                             " (send fewer new tokens per step, or no weights)");
+  }
+  if (response > static_cast<double>(limits.max_response_bytes)) {
+    return ResourceExhausted(
+        "step " + shape + ": response of about " + std::to_string(static_cast<int64_t>(response)) +
+        " bytes exceeds --max-response-bytes " + std::to_string(limits.max_response_bytes) +
+        " (averaged weights, no weights, or fewer new tokens per step)");
+  }
+  return Status::Ok();
+}
+
+StatusOr<SessionInfo> SessionStore::Open(const OpenSessionParams& params) {
+  auto session = std::make_shared<Session>();
+  session->info.cross = params.key.defined() || params.value.defined();
+  session->info.batch_size = params.batch_size;
+  session->info.max_tokens = params.max_tokens;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SweepLocked(Clock::now());
+    MHA_RETURN_IF_ERROR(EnsurePoolLocked());
+    session->info.block_tokens = pool_->block_tokens();
+    session->cache = std::make_unique<KvCache>(pool_, params.batch_size);
+    // A self-attention session takes a block per row for its first tokens now (so that an
+    // admitted session can step); a cross-attention one the blocks of its encoder keys.
+    const int64_t keys = session->info.cross ? params.key.size(1) : 1;
+    MHA_RETURN_IF_ERROR(
+        MakeRoomLocked(session->cache->BlocksNeeded(keys), nullptr, "a new session"));
+    if (!session->info.cross) MHA_RETURN_IF_ERROR(session->cache->Reserve(1));
+  }
+  if (session->info.cross) {  // projection outside the lock: other sessions keep stepping
+    MHA_RETURN_IF_ERROR(PrefillCross(*model_, session->cache.get(), params.key, params.value));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  session->info.id = NewSessionId();
+  session->info.blocks = session->cache->blocks_held();
+  session->last_used = Clock::now();
+  sessions_[session->info.id] = session;
+  directory_->Add(session->info.id, location_);
+  PublishLocked();
+  return session->info;
+}
+
+StatusOr<SessionInfo> SessionStore::Close(const std::string& id) {
+  std::deque<Pending> orphans;
+  SessionInfo info;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SweepLocked(Clock::now());
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return directory_->NotFoundFor(id);
+    SessionPtr session = it->second;
+    info = session->info;
+    info.blocks = session->cache->blocks_held();
+    orphans.swap(session->pending);
+    EndLocked(session, "was closed (CloseSession)");
+    PublishLocked();
+  }
+  for (Pending& p : orphans) {
+    p.task = InferenceTask();
+    InferenceResult result;
+    result.status = NotFound("session '" + Abbreviate(id) + "' was closed while this step waited");
+    p.done(std::move(result));
+  }
+  return info;
+}
+
+Status SessionStore::AdmitLocked(const SessionPtr& session, InferenceTask* task) {
+  Session& s = *session;
+  auto step = std::make_shared<SessionStep>();
+  const ForwardInputs& in = task->inputs;
+  step->inputs.query = in.query;
+  step->inputs.key_padding_mask = in.key_padding_mask;
+  step->inputs.attn_mask = in.attn_mask;
+  step->inputs.need_weights = in.need_weights;
+  step->inputs.average_attn_weights = in.average_attn_weights;
+  MHA_RETURN_IF_ERROR(CheckStepInputs(model_->options(), *s.cache, s.info.cross, step->inputs));
+  const int64_t t = in.query.size(1);
+  MHA_RETURN_IF_ERROR(CheckStepCost(options_, *model_, step->inputs,
+                                    s.info.cross ? s.cache->length() : s.cache->length() + t));
+  if (s.info.tokens + t > s.info.max_tokens) {
+    return OutOfRange("session '" + s.info.id + "': " + std::to_string(s.info.tokens) +
+                      " tokens decoded + " + std::to_string(t) + " new exceed its max_tokens " +
+                      std::to_string(s.info.max_tokens) + " (open a session with more)");
+  }
+  if (!s.info.cross) {
+    MHA_RETURN_IF_ERROR(
+        MakeRoomLocked(s.cache->BlocksNeeded(t), &s,
+                       "session '" + s.info.id + "' (" + std::to_string(t) + " more tokens)"));
+    MHA_RETURN_IF_ERROR(s.cache->Reserve(t));
+  }
+  step->owner = session;
+  step->cache = s.cache.get();
+  step->cross = s.info.cross;
+  task->step = std::move(step);
+  return Status::Ok();
+}
+
+void SessionStore::IdleLocked(Session* session) {
+  session->busy = false;
+  if (session->ended) session->cache->Release();
+}
+
+bool SessionStore::NextLocked(const SessionPtr& session, Action* action) {
+  if (session->pending.empty() || session->ended) {
+    IdleLocked(session.get());
+    return false;
+  }
+  session->busy = true;  // stays busy from step to step: a new arrival waits behind these
+  action->pending = std::move(session->pending.front());
+  session->pending.pop_front();
+  action->session = session;
+  action->status = AdmitLocked(session, &action->pending.task);
+  return true;
+}
+
+void SessionStore::Step(const std::string& id, InferenceTask task, DoneCallback done) {
+  Action action;
+  action.pending = Pending{std::move(task), std::move(done)};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SweepLocked(Clock::now());
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      action.status = directory_->NotFoundFor(id);
+    } else if (it->second->busy) {
+      Session& s = *it->second;
+      if (s.pending.size() < options_.max_pending_steps) {
+        s.pending.push_back(std::move(action.pending));
+        return;  // runs when the steps before it are answered
+      }
+      action.status = ResourceExhausted(
+          "session '" + s.info.id + "' has " + std::to_string(s.pending.size()) +
+          " steps waiting behind the one in flight (at most " +
+          std::to_string(options_.max_pending_steps) + "); send the next after an answer");
+    } else {
+      action.session = it->second;
+      action.session->busy = true;
+      action.status = AdmitLocked(action.session, &action.pending.task);
+    }
+    PublishLocked();
+  }
+  Run(std::move(action));
+}
+
+// Outside mu_: hands an admitted step to the scheduler, or answers a refused one (and moves on
+// to the session's next waiting step).
+void SessionStore::Run(Action action) {
+  for (;;) {
+    if (action.status.ok()) {
+      SessionPtr session = action.session;
+      const int64_t t = action.pending.task.inputs.query.size(1);
+      DoneCallback done = std::move(action.pending.done);
+      runner_->Submit(std::move(action.pending.task),
+                      [this, session, t, done = std::move(done)](InferenceResult result) {
+                        OnStepDone(session, t, std::move(result), done);
+                      });
+      return;
+    }
+    action.pending.task = InferenceTask();
+    InferenceResult result;
+    result.status = action.status;
+    action.pending.done(std::move(result));
+    if (!action.session) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    Action next;
+    if (!NextLocked(action.session, &next)) return;
+    action = std::move(next);
+  }
+}
+
+void SessionStore::OnStepDone(const SessionPtr& session, int64_t tokens, InferenceResult result,
+                              const DoneCallback& done) {
+  Action next;
+  bool has_next = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Session& s = *session;
+    if (result.status.ok()) s.info.tokens += tokens;
+    s.last_used = Clock::now();
+    result.session_tokens = s.info.tokens;
+    has_next = NextLocked(session, &next);
+    PublishLocked();
+  }
+  done(std::move(result));
+  if (has_next) Run(std::move(next));
+}
+
+SessionStore::Usage SessionStore::usage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Usage u;
+  u.sessions = static_cast<int64_t>(sessions_.size());
+  if (pool_) {
+    u.blocks_used = pool_->used_blocks();
+    u.blocks_total = pool_->total_blocks();
+    u.block_bytes = pool_->block_bytes();
+  }
+  return u;
+}
+
+void SessionStore::PublishLocked() const {
+  if (!metrics_ || !pool_) return;
+  metrics_->SetSessionUsage(static_cast<int64_t>(sessions_.size()), pool_->used_blocks(),
+                            pool_->total_blocks(), pool_->block_bytes());
+}
+
+}  // namespace mha::serve

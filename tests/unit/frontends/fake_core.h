@@ -1,0 +1,94 @@
+// A fake serving core for the front-end tests (tests/service/*_frontend_test.cc): the handlers
+// and stream reactors only translate, so a core that answers output = 2 * query (or an error for a
+// negative first element), or holds the calls until the test answers them, is enough. No model,
+// no CPU-speed dependence.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "server/serving/inference_server.h"
+
+namespace mha::serve {
+
+class FakeCore final : public InferenceServer {
+ public:
+  struct Call {
+    InferenceRequest request;
+    InferDone done;
+  };
+  // hold = false: answers at once (output = 2 * query, or `error` when set).
+  void Infer(InferenceRequest request, InferDone done) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++infer_calls_;
+    if (hold_) {
+      held_.push_back({std::move(request), std::move(done)});
+      cv_.notify_all();
+      return;
+    }
+    lock.unlock();
+    Answer({std::move(request), std::move(done)});
+  }
+  void RecordOutcome(const std::optional<std::string>&, const Status& status, Clock::time_point,
+                     Protocol) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    refused_.push_back(status);
+  }
+  std::shared_ptr<const ModelRepository> repository() const override { return repository_; }
+
+  void Answer(Call call) {
+    seen_.push_back(call.request.model);
+    InferenceResponse r;
+    r.model = "m";
+    r.model_version = "7";
+    r.queue_us = 11;
+    r.compute_us = 22;
+    r.output_dtype = call.request.output_dtype.value_or(DType::kFloat32);
+    const float marker = call.request.inputs.query.flatten()[0].item<float>();
+    if (marker < 0) {
+      r.status = OutOfRange("marker " + std::to_string(marker) + " is negative");
+    } else {
+      r.outputs.output = call.request.inputs.query * 2;
+      if (call.request.inputs.need_weights) r.outputs.attn_weights = at::ones({1, 2, 3});
+    }
+    // Tensors may borrow the call's message, valid only until `done`: keep copies.
+    last_ = std::move(call.request);
+    last_.inputs.query = last_.inputs.query.clone();
+    call.done(std::move(r));
+  }
+  // Waits until `n` calls are held, then answers them in reverse order.
+  bool AnswerHeldInReverse(size_t n) {
+    std::vector<Call> calls;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return held_.size() >= n; }))
+        return false;
+      for (size_t i = 0; i < n; ++i) {
+        calls.push_back(std::move(held_.front()));
+        held_.pop_front();
+      }
+    }
+    for (auto it = calls.rbegin(); it != calls.rend(); ++it) Answer(std::move(*it));
+    return true;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool hold_ = false;
+  int infer_calls_ = 0;
+  std::deque<Call> held_;
+  std::vector<Status> refused_;
+  std::vector<std::string> seen_;
+  InferenceRequest last_;
+  std::shared_ptr<const ModelRepository> repository_ =
+      std::make_shared<const ModelRepository>(std::vector<ModelEntry>(), "");
+};
+
+}  // namespace mha::serve

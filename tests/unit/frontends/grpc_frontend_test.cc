@@ -1,0 +1,128 @@
+// The mha.v1 gRPC front end in-process against a fake serving core: the handlers and the stream
+// reactor only translate (wire <-> InferenceRequest/InferenceResponse, mha::Status <-> gRPC
+// codes), never validate shapes or schedule. No model, no CPU-speed dependence: the fake answers
+// when the test tells it to.
+#include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <future>
+#include <mutex>
+
+#include "client/tensor_client.h"
+#include "fake_core.h"
+#include "server/frontends/grpc_v1/attention_service.h"
+#include "wire_tensors.h"
+
+namespace mha::serve {
+namespace {
+
+using namespace std::chrono_literals;
+using mha::testing::WireFloat;
+
+class GrpcFrontendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    service_ = std::make_unique<AttentionServiceImpl>(&core_, GrpcFrontendOptions{1 << 20, 4});
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    client_ = std::make_unique<client::TensorClient>(
+        client::ClientOptions{"127.0.0.1:" + std::to_string(port), 30s});
+  }
+  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now() + 5s); }
+
+  static v1::ForwardRequest Marked(float marker) {
+    v1::ForwardRequest r;
+    *r.mutable_query() = WireFloat({1, 2, 4}, marker);
+    return r;
+  }
+
+  FakeCore core_;
+  std::unique_ptr<AttentionServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<client::TensorClient> client_;
+};
+
+TEST_F(GrpcFrontendTest, ForwardTranslatesTheRequestAndTheAnswer) {
+  ForwardInputs in;
+  in.query = at::full({2, 3, 4}, 1.5f);
+  in.is_causal = true;
+  in.need_weights = true;
+  client::ForwardOptions options;
+  options.model = "wanted";
+  options.average_attn_weights = false;
+  options.output_dtype = v1::FLOAT16;
+  options.request_id = "abc";
+  auto result = client_->Forward(in, options);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  const InferenceRequest& seen = core_.last_;
+  EXPECT_EQ(seen.model, "wanted");
+  EXPECT_TRUE(seen.inputs.query.equal(in.query));
+  EXPECT_TRUE(seen.inputs.is_causal);
+  EXPECT_TRUE(seen.inputs.need_weights);
+  EXPECT_FALSE(seen.inputs.average_attn_weights);
+  EXPECT_EQ(seen.output_dtype, DType::kFloat16);
+  EXPECT_EQ(seen.request_id, "abc");
+  EXPECT_LT(seen.deadline, Clock::time_point::max());
+  EXPECT_EQ(result->output.scalar_type(), at::kHalf);
+  EXPECT_TRUE(result->output.to(at::kFloat).equal(at::full({2, 3, 4}, 3.0f)));
+  EXPECT_EQ(result->attn_weights.sizes(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(result->model, "m");
+  EXPECT_EQ(result->model_version, "7");
+  EXPECT_EQ(result->queue_us, 11);
+  EXPECT_EQ(result->compute_us, 22);
+  EXPECT_EQ(result->request_id, "abc");
+}
+
+TEST_F(GrpcFrontendTest, CoreStatusesBecomeTheSameGrpcCodes) {
+  auto response = client_->ForwardRaw(Marked(-1.0f));
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(response.status().message().find("is negative"), std::string::npos);
+}
+
+TEST_F(GrpcFrontendTest, UndecodableRequestsNeverReachTheCore) {
+  v1::ForwardRequest bad = Marked(1.0f);
+  bad.mutable_query()->mutable_data()->resize(5);  // shape says 32 bytes
+  auto response = client_->ForwardRaw(bad);
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.infer_calls_, 0);
+  ASSERT_EQ(core_.refused_.size(), 1u);
+  EXPECT_EQ(core_.refused_[0].code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(GrpcFrontendTest, StreamAnswersInRequestOrderWhateverOrderTheCoreAnswersIn) {
+  core_.hold_ = true;
+  std::vector<v1::ForwardRequest> requests;
+  for (int i = 0; i < 8; ++i) requests.push_back(Marked(static_cast<float>(i)));
+  std::vector<v1::ForwardResponse> responses;
+  auto stream = std::async(std::launch::async,
+                           [&] { return client_->ForwardStreamRaw(requests, &responses); });
+  ASSERT_TRUE(core_.AnswerHeldInReverse(4));  // the stream window: 4 in flight at most
+  ASSERT_TRUE(core_.AnswerHeldInReverse(4));
+  const Status status = stream.get();
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(responses.size(), 8u);
+  for (int i = 0; i < 8; ++i) {
+    auto output = codec::DecodeTensor(responses[i].output(), "output");
+    ASSERT_TRUE(output.ok());
+    EXPECT_FLOAT_EQ(output->flatten()[0].item<float>(), 2.0f * i) << "answer " << i;
+  }
+}
+
+TEST_F(GrpcFrontendTest, StreamEndsWithTheFirstFailingMessageAfterTheAnswersBeforeIt) {
+  std::vector<v1::ForwardRequest> requests{Marked(0), Marked(1), Marked(-1), Marked(3)};
+  std::vector<v1::ForwardResponse> responses;
+  const Status status = client_->ForwardStreamRaw(requests, &responses);
+  EXPECT_EQ(status.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(status.message().find("message 2: "), std::string::npos) << status.message();
+  EXPECT_EQ(responses.size(), 2u);
+}
+
+}  // namespace
+}  // namespace mha::serve

@@ -1,0 +1,338 @@
+// DynamicBatcher scheduling with a fake forward function: merging, max rows/tokens, bucketing,
+// oldest group first, deadlines, cancellation, full queue, shutdown, failure isolation. (With a
+// real model: batch_assembly_test.cc.)
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "batch_test_util.h"
+#include "server/serving/scheduling/dynamic_batcher.h"
+
+namespace mha::serve {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int64_t kEmbed = 4;
+
+// A forward pass that returns 2 * query, records each call's shape and can be held at a gate.
+class FakeModel {
+ public:
+  Status Forward(const ForwardInputs& in, ForwardOutputs* out) {
+    if (in.query.dim() != 3) return InvalidArgument("query: expected rank 3");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      calls_.push_back({in.query.size(0), in.query.size(1), in.query.max().item<float>()});
+    }
+    if (hold_) gate_.wait();
+    if (at::isnan(in.query).any().item<bool>()) return Internal("poisoned input");
+    out->output = in.query * 2;
+    if (in.need_weights) out->attn_weights = at::zeros({in.query.size(0), in.query.size(1), 1});
+    return Status::Ok();
+  }
+  BatchForwardFn Fn() {
+    return [this](const ForwardInputs& in, ForwardOutputs* out) { return Forward(in, out); };
+  }
+  void Hold() { hold_ = true; }
+  void Release() { promise_.set_value(); }
+  struct Call {
+    int64_t rows, t;
+    float max_id;  // largest request id in the pass (queries are filled with their id)
+  };
+  std::vector<Call> calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Call> calls_;
+  std::atomic<bool> hold_{false};
+  std::promise<void> promise_;
+  std::shared_future<void> gate_ = promise_.get_future().share();
+};
+
+// Collects results by task id; counts callbacks.
+class Results {
+ public:
+  DoneCallback For(int id) {
+    return [this, id](InferenceResult r) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++callbacks_[id];
+      results_[id] = std::move(r);
+      cv_.notify_all();
+    };
+  }
+  bool WaitFor(size_t n, std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return results_.size() >= n; });
+  }
+  InferenceResult Get(int id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return results_.at(id);
+  }
+  bool Has(int id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return results_.count(id) > 0;
+  }
+  int Callbacks(int id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return callbacks_[id];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int, InferenceResult> results_;
+  std::map<int, int> callbacks_;
+};
+
+// A task whose query [rows, t, E] is filled with `id`.
+InferenceTask Task(int id, int64_t t, int64_t rows = 1) {
+  InferenceTask task;
+  task.model_name = "fake";
+  task.inputs.query = at::full({rows, t, kEmbed}, static_cast<float>(id));
+  task.enqueue_time = Clock::now();
+  return task;
+}
+
+BatcherOptions Options(int64_t max_rows, int64_t delay_us, size_t queue = 64) {
+  BatcherOptions o;
+  o.max_batch_rows = max_rows;
+  o.max_batch_tokens = 1 << 20;
+  o.max_queue_delay_us = delay_us;
+  o.max_queue_size = queue;
+  o.instances = 1;  // one worker: the order of passes is deterministic
+  return o;
+}
+
+std::unique_ptr<DynamicBatcher> MakeBatcher(FakeModel& fake, const BatcherOptions& o) {
+  return std::make_unique<DynamicBatcher>("fake", BatchModelInfo{1, 0, at::kFloat}, fake.Fn(), o);
+}
+
+void ExpectAnswerFor(Results& results, int id, int64_t t, int64_t rows = 1) {
+  const InferenceResult r = results.Get(id);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_TRUE(r.outputs.output.equal(at::full({rows, t, kEmbed}, 2.0f * id))) << "task " << id;
+}
+
+TEST(DynamicBatcherTest, SingleRequestRunsAlone) {
+  FakeModel fake;
+  auto batcher = MakeBatcher(fake, Options(8, 0));
+  Results results;
+  batcher->Submit(Task(1, 5), results.For(1));
+  ASSERT_TRUE(results.WaitFor(1));
+  ExpectAnswerFor(results, 1, 5);
+  ASSERT_EQ(fake.calls().size(), 1u);
+}
+
+TEST(DynamicBatcherTest, MergesConcurrentRequestsAndRoutesAnswers) {
+  FakeModel fake;
+  auto batcher = MakeBatcher(fake, Options(64, 200000));
+  Results results;
+  for (int id = 1; id <= 4; ++id) batcher->Submit(Task(id, 3 + id, id), results.For(id));
+  ASSERT_TRUE(results.WaitFor(4));
+  ASSERT_EQ(fake.calls().size(), 1u);
+  EXPECT_EQ(fake.calls()[0].rows, 1 + 2 + 3 + 4);
+  EXPECT_EQ(fake.calls()[0].t, 7);  // padded to the longest
+  for (int id = 1; id <= 4; ++id) {
+    ExpectAnswerFor(results, id, 3 + id, id);
+    EXPECT_GT(results.Get(id).compute_us, 0);
+  }
+}
+
+TEST(DynamicBatcherTest, WaitsAtMostTheQueueDelay) {
+  FakeModel fake;
+  auto batcher = MakeBatcher(fake, Options(64, 30000));
+  Results results;
+  const auto start = Clock::now();
+  batcher->Submit(Task(1, 5), results.For(1));
+  ASSERT_TRUE(results.WaitFor(1));
+  const auto waited = Clock::now() - start;
+  EXPECT_GE(waited, 29ms);
+  EXPECT_LT(waited, 2s);
+  EXPECT_GE(results.Get(1).queue_us, 29000);
+}
+
+TEST(DynamicBatcherTest, FullBatchGoesWithoutWaiting) {
+  FakeModel fake;
+  auto batcher = MakeBatcher(fake, Options(3, 10000000));  // 10 s delay: only "full" dispatches
+  Results results;
+  for (int id = 1; id <= 6; ++id) batcher->Submit(Task(id, 4), results.For(id));
+  ASSERT_TRUE(results.WaitFor(6, 5s));
+  for (const auto& call : fake.calls()) EXPECT_EQ(call.rows, 3);
+}
+
+TEST(DynamicBatcherTest, RespectsMaxRowsAndTokens) {
+  FakeModel fake;
+  BatcherOptions o = Options(5, 50000);
+  o.max_batch_tokens = 40;  // two tasks of T=16 (32 tokens), not three
+  auto batcher = MakeBatcher(fake, o);
+  Results results;
+  fake.Hold();
+  batcher->Submit(Task(100, 16), results.For(100));  // occupies the worker
+  while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
+  for (int id = 1; id <= 5; ++id) batcher->Submit(Task(id, 16), results.For(id));
+  batcher->Submit(Task(6, 3, 4), results.For(6));  // 4 rows x T=3: fits alone (12 tokens)
+  fake.Release();
+  ASSERT_TRUE(results.WaitFor(7));
+  for (const auto& call : fake.calls()) {
+    EXPECT_LE(call.rows, 5);
+    EXPECT_LE(call.rows * call.t, 40) << "rows " << call.rows << " t " << call.t;
+  }
+  for (int id = 1; id <= 5; ++id) ExpectAnswerFor(results, id, 16);
+  ExpectAnswerFor(results, 6, 3, 4);
+}
+
+TEST(DynamicBatcherTest, BucketsByLengthAndServesTheOldestGroupFirst) {
+  FakeModel fake;
+  auto batcher = MakeBatcher(fake, Options(64, 0));
+  Results results;
+  fake.Hold();
+  batcher->Submit(Task(100, 2), results.For(100));
+  while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
+  batcher->Submit(Task(1, 40), results.For(1));  // oldest: bucket 40
+  for (int id = 2; id <= 6; ++id) batcher->Submit(Task(id, 8 + id), results.For(id));  // 16
+  batcher->Submit(Task(7, 35), results.For(7));  // bucket 40 again
+  fake.Release();
+  ASSERT_TRUE(results.WaitFor(8));
+  const auto calls = fake.calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[1].rows, 2);  // tasks 1 and 7: the oldest task's group, T padded to 40
+  EXPECT_EQ(calls[1].t, 40);
+  EXPECT_EQ(calls[2].rows, 5);  // tasks 2..6, T up to 14
+  EXPECT_EQ(calls[2].t, 14);
+  for (int id = 1; id <= 7; ++id)
+    ExpectAnswerFor(results, id, id == 1 ? 40 : id == 7 ? 35 : 8 + id);
+}
+
+TEST(DynamicBatcherTest, DropsExpiredAndCancelledTasksBeforeCompute) {
+  FakeModel fake;
+  auto batcher = MakeBatcher(fake, Options(64, 0));
+  Results results;
+  fake.Hold();
+  batcher->Submit(Task(100, 2), results.For(100));
+  while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
+  InferenceTask expiring = Task(1, 4);
+  expiring.deadline = Clock::now() + 20ms;
+  batcher->Submit(std::move(expiring), results.For(1));
+  std::atomic<bool> cancelled{false};
+  InferenceTask cancellable = Task(2, 4);
+  cancellable.is_cancelled = [&cancelled] { return cancelled.load(); };
+  batcher->Submit(std::move(cancellable), results.For(2));
+  batcher->Submit(Task(3, 4), results.For(3));
+  std::this_thread::sleep_for(40ms);
+  cancelled = true;
+  fake.Release();
+  ASSERT_TRUE(results.WaitFor(4));
+  EXPECT_EQ(results.Get(1).status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_GE(results.Get(1).queue_us, 20000);
+  EXPECT_EQ(results.Get(2).status.code(), StatusCode::kCancelled);
+  ExpectAnswerFor(results, 3, 4);
+  for (const auto& call : fake.calls()) EXPECT_NE(call.max_id, 1.0f);
+  ASSERT_EQ(fake.calls().size(), 2u);
+  EXPECT_EQ(fake.calls()[1].rows, 1);  // only task 3 computed
+}
+
+TEST(DynamicBatcherTest, FullQueueAnswersResourceExhaustedInline) {
+  FakeModel fake;
+  auto batcher = MakeBatcher(fake, Options(64, 0, /*queue=*/2));
+  Results results;
+  fake.Hold();
+  batcher->Submit(Task(100, 2), results.For(100));
+  while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
+  batcher->Submit(Task(1, 4), results.For(1));
+  batcher->Submit(Task(2, 4), results.For(2));
+  EXPECT_EQ(batcher->queue_depth(), 2u);
+  batcher->Submit(Task(3, 4), results.For(3));
+  ASSERT_TRUE(results.Has(3)) << "refusal must be answered inside Submit";
+  EXPECT_EQ(results.Get(3).status.code(), StatusCode::kResourceExhausted);
+  fake.Release();
+  ASSERT_TRUE(results.WaitFor(4));
+  ExpectAnswerFor(results, 1, 4);
+  ExpectAnswerFor(results, 2, 4);
+}
+
+TEST(DynamicBatcherTest, ShutdownCompletesAcceptedTasksAndRefusesNewOnes) {
+  FakeModel fake;
+  auto batcher = MakeBatcher(fake, Options(64, 10000000));  // would wait 10 s for company
+  Results results;
+  for (int id = 1; id <= 5; ++id) batcher->Submit(Task(id, id), results.For(id));
+  const auto start = Clock::now();
+  batcher->Shutdown();
+  EXPECT_LT(Clock::now() - start, 5s);
+  ASSERT_TRUE(results.WaitFor(5, 0ms));
+  for (int id = 1; id <= 5; ++id) ExpectAnswerFor(results, id, id);
+  batcher->Submit(Task(6, 3), results.For(6));
+  ASSERT_TRUE(results.Has(6));
+  EXPECT_EQ(results.Get(6).status.code(), StatusCode::kUnavailable);
+  batcher->Shutdown();  // idempotent
+}
+
+TEST(DynamicBatcherTest, FailedBatchIsRetriedOneByOne) {
+  FakeModel fake;
+  auto batcher = MakeBatcher(fake, Options(64, 100000));
+  Results results;
+  batcher->Submit(Task(1, 4), results.For(1));
+  InferenceTask poisoned = Task(2, 6);
+  poisoned.inputs.query[0][0][0] = std::nanf("");
+  batcher->Submit(std::move(poisoned), results.For(2));
+  batcher->Submit(Task(3, 5), results.For(3));
+  ASSERT_TRUE(results.WaitFor(3));
+  ExpectAnswerFor(results, 1, 4);
+  ExpectAnswerFor(results, 3, 5);
+  EXPECT_EQ(results.Get(2).status.code(), StatusCode::kInternal);
+  EXPECT_EQ(fake.calls().size(), 4u);  // the merged pass, then each alone
+  for (int id = 1; id <= 3; ++id) EXPECT_EQ(results.Callbacks(id), 1);
+}
+
+TEST(DynamicBatcherTest, ExactlyOneCallbackPerTaskUnderLoad) {
+  FakeModel fake;
+  BatcherOptions o = Options(8, 500, /*queue=*/16);
+  o.instances = 2;
+  auto batcher = MakeBatcher(fake, o);
+  Results results;
+  constexpr int kThreads = 4, kPerThread = 100;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      for (int i = 0; i < kPerThread; ++i) {
+        const int id = t * kPerThread + i + 1;
+        InferenceTask task = Task(id, 1 + rng() % 40, 1 + rng() % 3);
+        if (rng() % 5 == 0) task.deadline = Clock::now() + std::chrono::microseconds(rng() % 2000);
+        if (rng() % 7 == 0) task.is_cancelled = [] { return true; };
+        batcher->Submit(std::move(task), results.For(id));
+        if (rng() % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  batcher->Shutdown();
+  ASSERT_TRUE(results.WaitFor(kThreads * kPerThread, 0ms));
+  for (int id = 1; id <= kThreads * kPerThread; ++id) {
+    ASSERT_EQ(results.Callbacks(id), 1) << "task " << id;
+    const StatusCode code = results.Get(id).status.code();
+    EXPECT_TRUE(code == StatusCode::kOk || code == StatusCode::kDeadlineExceeded ||
+                code == StatusCode::kCancelled || code == StatusCode::kResourceExhausted)
+        << results.Get(id).status.ToString();
+  }
+}
+
+TEST(DynamicBatcherTest, ShortDeadlineDoesNotWaitForCompany) {
+  FakeModel fake;
+  auto batcher = MakeBatcher(fake, Options(64, 10000000));  // would wait 10 s for company
+  Results results;
+  InferenceTask task = Task(1, 4);
+  task.deadline = Clock::now() + 2s;  // sooner than the delay: dispatched at once, not dropped
+  batcher->Submit(std::move(task), results.For(1));
+  ASSERT_TRUE(results.WaitFor(1, 1s));
+  ExpectAnswerFor(results, 1, 4);
+}
+
+}  // namespace
+}  // namespace mha::serve

@@ -1,0 +1,108 @@
+// The lifecycle keys of config.json (version_policy, warmup), layered config files (a version
+// folder's over its model's) and the content fingerprint, without a server.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "mha/model_config.h"
+#include "server/serving/repository/fingerprint.h"
+#include "test_util.h"
+
+namespace mha::testing {
+namespace {
+
+std::string Write(const TempDir& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir.path() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(LifecycleConfig, VersionPolicies) {
+  TempDir dir;
+  auto none = ReadModelConfig(Write(dir, "a.json", R"({"num_heads": 4})"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->version_policy.kind, VersionPolicy::Kind::kLatest);
+  EXPECT_EQ(none->version_policy.num_versions, 1);
+  auto latest = ReadModelConfig(
+      Write(dir, "b.json", R"({"version_policy": {"latest": {"num_versions": 3}}})"));
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(latest->version_policy.num_versions, 3);
+  auto all = ReadModelConfig(Write(dir, "c.json", R"({"version_policy": {"all": {}}})"));
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->version_policy.kind, VersionPolicy::Kind::kAll);
+  auto specific = ReadModelConfig(
+      Write(dir, "d.json", R"({"version_policy": {"specific": {"versions": [4, 1, 4]}}})"));
+  ASSERT_TRUE(specific.ok());
+  EXPECT_EQ(specific->version_policy.kind, VersionPolicy::Kind::kSpecific);
+  EXPECT_EQ(specific->version_policy.versions, (std::vector<int64_t>{1, 4}));
+}
+
+TEST(LifecycleConfig, BadPoliciesAndWarmupsNameTheFileAndKey) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"version_policy": "latest"})", "'version_policy' must be an object with one key"},
+      {R"({"version_policy": {"latest": {}, "all": {}}})", "must be an object with one key"},
+      {R"({"version_policy": {"newest": {}}})", "must be latest, all or specific, got 'newest'"},
+      {R"({"version_policy": {"latest": {"num_versions": 0}}})", "'num_versions' must be"},
+      {R"({"version_policy": {"specific": {"versions": []}}})", "non-empty array"},
+      {R"({"version_policy": {"specific": {"versions": [0]}}})", "integers >= 1, got 0"},
+      {R"({"warmup": {"batch": 1}})", "'warmup' must be an array"},
+      {R"({"warmup": [3]})", "warmup[0] must be an object"},
+      {R"({"warmup": [{"batch": 1}, {"seq": 0}]})", "warmup[1]: 'seq' must be an integer"},
+      {R"({"warmup": [{"need_weights": 1}]})", "warmup[0]: 'need_weights' must be a boolean"},
+      {R"({"warmup": [{"batch": 1, "sq": 4}]})", "warmup[0]: unknown key 'sq'"}};
+  for (const auto& [json, words] : cases) {
+    const std::string path = Write(dir, "config.json", json);
+    auto config = ReadModelConfig(path);
+    ASSERT_FALSE(config.ok()) << json;
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument) << json;
+    EXPECT_NE(config.status().message().find(path), std::string::npos) << config.status().message();
+    EXPECT_NE(config.status().message().find(words), std::string::npos)
+        << json << " -> " << config.status().message();
+  }
+}
+
+TEST(LifecycleConfig, WarmupShapes) {
+  TempDir dir;
+  auto config = ReadModelConfig(
+      Write(dir, "config.json", R"({"warmup": [{"batch": 2, "seq": 8}, {"need_weights": true}]})"));
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_EQ(config->warmup.size(), 2u);
+  EXPECT_EQ(config->warmup[0].batch, 2);
+  EXPECT_EQ(config->warmup[0].seq, 8);
+  EXPECT_FALSE(config->warmup[0].need_weights);
+  EXPECT_EQ(config->warmup[1].batch, 1);  // defaults
+  EXPECT_EQ(config->warmup[1].seq, 16);
+  EXPECT_TRUE(config->warmup[1].need_weights);
+}
+
+TEST(LifecycleConfig, AVersionFileOverridesTheModelsKeyByKey) {
+  TempDir dir;
+  const std::string model = Write(dir, "model.json", R"({"num_heads": 4, "max_queue_size": 9})");
+  const std::string version = Write(dir, "version.json", R"({"max_queue_size": 3})");
+  auto config = ReadLayeredModelConfig({model, version});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->num_heads, 4);
+  EXPECT_EQ(config->max_queue_size, 3);
+  const std::string bad = Write(dir, "bad.json", R"({"instances": 0})");
+  auto failed = ReadLayeredModelConfig({model, bad});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find(bad + ": 'instances'"), std::string::npos)
+      << failed.status().message();
+}
+
+TEST(LifecycleConfig, FingerprintFollowsTheBytesNotSizeOrTime) {
+  TempDir dir;
+  const std::string a = Write(dir, "a.bin", "0123456789");
+  auto first = serve::FingerprintFiles({a});
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->size(), 16u);
+  EXPECT_EQ(serve::FingerprintFiles({a}).value(), *first);
+  Write(dir, "a.bin", "0123456780");  // same size
+  EXPECT_NE(serve::FingerprintFiles({a}).value(), *first);
+  EXPECT_EQ(serve::FingerprintFiles({dir.path() + "/missing"}).status().code(),
+            StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace mha::testing

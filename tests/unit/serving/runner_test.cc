@@ -1,0 +1,185 @@
+// DirectRunner on its own (no gRPC): drops expired and cancelled tasks before compute, refuses
+// at once when the queue is full or after Shutdown, and calls `done` exactly once per task.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "batch_test_util.h"
+#include "server/serving/scheduling/direct_runner.h"
+
+namespace mha::serve {
+namespace {
+
+using testing::SmallModel;
+
+InferenceTask Task(const std::shared_ptr<const MhaModel>& model, int64_t t = 3) {
+  InferenceTask task;
+  task.model = model;
+  task.model_name = "small";
+  task.inputs.query = at::randn({2, t, 16});
+  return task;
+}
+
+// Collects results; Wait(n) blocks until n arrived.
+struct Results {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<InferenceResult> results;
+  DoneCallback Callback() {
+    return [this](InferenceResult r) {
+      std::lock_guard<std::mutex> lock(mu);
+      results.push_back(std::move(r));
+      cv.notify_all();
+    };
+  }
+  void Wait(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return results.size() >= n; }));
+  }
+};
+
+TEST(DirectRunner, RunsTheForwardPassAndReportsTimings) {
+  auto model = SmallModel();
+  DirectRunner runner({1, 4});
+  Results results;
+  InferenceTask task = Task(model);
+  const at::Tensor query = task.inputs.query;
+  runner.Submit(std::move(task), results.Callback());
+  results.Wait(1);
+  const InferenceResult& r = results.results[0];
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  ForwardInputs in;
+  in.query = query;
+  ForwardOutputs expected;
+  ASSERT_TRUE(model->Forward(in, &expected).ok());
+  EXPECT_TRUE(at::equal(r.outputs.output, expected.output));
+  EXPECT_GE(r.queue_us, 0);
+  EXPECT_GE(r.compute_us, 0);
+}
+
+TEST(DirectRunner, ExpiredAndCancelledTasksAreDroppedBeforeCompute) {
+  auto model = SmallModel();
+  DirectRunner runner({1, 4});
+  Results results;
+  InferenceTask expired = Task(model);
+  expired.deadline = Clock::now() - std::chrono::milliseconds(1);
+  runner.Submit(std::move(expired), results.Callback());
+  results.Wait(1);
+  EXPECT_EQ(results.results[0].status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(results.results[0].status.message().find("before the forward pass"), std::string::npos);
+  EXPECT_FALSE(results.results[0].outputs.output.defined());
+
+  InferenceTask cancelled = Task(model);
+  cancelled.is_cancelled = [] { return true; };
+  runner.Submit(std::move(cancelled), results.Callback());
+  results.Wait(2);
+  EXPECT_EQ(results.results[1].status.code(), StatusCode::kCancelled);
+  EXPECT_EQ(results.results[1].compute_us, 0);
+}
+
+TEST(DirectRunner, ModelErrorsComeBackAsStatus) {
+  auto model = SmallModel();
+  DirectRunner runner({1, 4});
+  Results results;
+  InferenceTask bad = Task(model);
+  // Runners trust their tasks (ServerCore validated them); if a pass still fails, LibTorch's
+  // error comes back as INTERNAL instead of escaping as an exception.
+  bad.inputs.query = at::randn({2, 3, 8});  // wrong E
+  runner.Submit(std::move(bad), results.Callback());
+  results.Wait(1);
+  EXPECT_EQ(results.results[0].status.code(), StatusCode::kInternal);
+  EXPECT_NE(results.results[0].status.message().find("forward pass failed"), std::string::npos);
+}
+
+TEST(DirectRunner, FullQueueIsRefusedInlineAndEveryTaskIsAnsweredOnce) {
+  auto model = SmallModel();
+  DirectRunner runner({1, 2});
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool open = false;
+  std::atomic<bool> started{false};
+  // The first task blocks the only worker (in its cancellation check) until the gate opens.
+  InferenceTask blocker = Task(model);
+  blocker.is_cancelled = [&] {
+    started = true;
+    std::unique_lock<std::mutex> lock(gate_mu);
+    gate_cv.wait(lock, [&] { return open; });
+    return false;
+  };
+  Results results;
+  runner.Submit(std::move(blocker), results.Callback());
+  while (!started) std::this_thread::yield();
+  runner.Submit(Task(model), results.Callback());  // queued (1/2)
+  runner.Submit(Task(model), results.Callback());  // queued (2/2)
+  runner.Submit(Task(model), results.Callback());  // refused, inline
+  {
+    std::lock_guard<std::mutex> lock(results.mu);
+    ASSERT_EQ(results.results.size(), 1u);
+    EXPECT_EQ(results.results[0].status.code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(results.results[0].status.message().find("--max-queue-size 2"), std::string::npos);
+  }
+  {
+    std::lock_guard<std::mutex> lock(gate_mu);
+    open = true;
+  }
+  gate_cv.notify_all();
+  results.Wait(4);
+  runner.Shutdown();
+  EXPECT_EQ(results.results.size(), 4u);
+  int ok = 0;
+  for (const auto& r : results.results) ok += r.status.ok();
+  EXPECT_EQ(ok, 3);
+}
+
+TEST(DirectRunner, ShutdownDrainsAcceptedTasksThenRefuses) {
+  auto model = SmallModel();
+  Results results;
+  auto runner = std::make_unique<DirectRunner>(DirectRunnerOptions{2, 64});
+  constexpr int kTasks = 40;
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < 4; ++t) {
+    submitters.emplace_back([&] {
+      for (int i = 0; i < kTasks / 4; ++i) runner->Submit(Task(model, 64), results.Callback());
+    });
+  }
+  for (auto& th : submitters) th.join();
+  runner->Shutdown();  // returns once every accepted task was answered
+  EXPECT_EQ(results.results.size(), static_cast<size_t>(kTasks));
+  for (const auto& r : results.results) EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+  runner->Submit(Task(model), results.Callback());
+  ASSERT_EQ(results.results.size(), static_cast<size_t>(kTasks + 1));
+  EXPECT_EQ(results.results.back().status.code(), StatusCode::kUnavailable);
+}
+
+TEST(DirectRunner, BigOutputsCompleteOnTheCompletionThread) {
+  auto model = SmallModel();
+  DirectRunnerOptions options{1, 8};
+  options.inline_completion_max_bytes = 0;  // every completion is handed off
+  DirectRunner runner(options);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread::id worker_thread, completion_thread;
+  bool done = false;
+  InferenceTask task = Task(model);
+  task.is_cancelled = [&] {
+    worker_thread = std::this_thread::get_id();
+    return false;
+  };
+  runner.Submit(std::move(task), [&](InferenceResult r) {
+    EXPECT_TRUE(r.status.ok());
+    std::lock_guard<std::mutex> lock(mu);
+    completion_thread = std::this_thread::get_id();
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+  EXPECT_NE(worker_thread, completion_thread);
+}
+
+}  // namespace
+}  // namespace mha::serve

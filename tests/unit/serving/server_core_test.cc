@@ -1,0 +1,214 @@
+// ServerCore in-process: one scheduler per model handle, validation once at the edge (invalid
+// requests never reach a scheduler), metrics recorded once per request, and the per-model
+// scheduler keys of config.json (the one config.json reader, mha::ReadModelConfig).
+#include "server/serving/server_core.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "batch_test_util.h"
+
+namespace mha::serve {
+namespace {
+
+using testing::MakeGenerator;
+using testing::MakeRequest;
+using testing::TempDir;
+
+BatcherOptions Defaults() {
+  BatcherOptions o;
+  o.max_batch_rows = 7;
+  o.max_batch_tokens = 700;
+  o.max_queue_delay_us = 70;
+  o.max_queue_size = 17;
+  o.instances = 1;
+  return o;
+}
+
+std::string WriteConfig(const TempDir& dir, const std::string& json) {
+  const std::string path = dir.path() + "/config.json";
+  std::ofstream(path) << json;
+  return path;
+}
+
+StatusOr<BatcherOptions> ReadBatcherConfig(const std::string& path, const BatcherOptions& d) {
+  if (path.empty()) return BatcherOptionsFor(ModelConfig(), d);
+  auto config = ReadModelConfig(path);
+  if (!config.ok()) return config.status();
+  return BatcherOptionsFor(*config, d);
+}
+
+TEST(ModelConfigTest, MissingKeysKeepTheFlags) {
+  auto none = ReadBatcherConfig("", Defaults());
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->max_batch_rows, 7);
+  EXPECT_EQ(ReadModelConfig("/nonexistent/config.json").status().code(), StatusCode::kNotFound);
+  TempDir dir;
+  auto other_keys = ReadBatcherConfig(WriteConfig(dir, R"({"num_heads": 4})"), Defaults());
+  ASSERT_TRUE(other_keys.ok());
+  EXPECT_EQ(other_keys->max_batch_tokens, 700);
+  EXPECT_EQ(other_keys->instances, 1);
+  EXPECT_EQ(other_keys->max_queue_size, 17u);
+}
+
+TEST(ModelConfigTest, KeysOverrideTheFlags) {
+  TempDir dir;
+  auto o = ReadBatcherConfig(WriteConfig(dir, R"({"num_heads": 4, "max_batch_size": 32,
+      "max_batch_tokens": 4096, "max_queue_delay_us": 0, "max_queue_size": 5, "instances": 3})"),
+                             Defaults());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->max_batch_rows, 32);
+  EXPECT_EQ(o->max_batch_tokens, 4096);
+  EXPECT_EQ(o->max_queue_delay_us, 0);
+  EXPECT_EQ(o->max_queue_size, 5u);
+  EXPECT_EQ(o->instances, 3);
+}
+
+TEST(ModelConfigTest, BadValuesNameTheFileAndKey) {
+  TempDir dir;
+  for (const char* json :
+       {R"({"max_batch_size": 0})", R"({"max_batch_tokens": "big"})",
+        R"({"max_queue_delay_us": -1})", R"({"instances": 1.5})", R"({"instances": 1000})",
+        R"({"max_queue_size": 0})", R"({"instances": 1099511627776})", R"({"num_heads": true})",
+        R"({"version": [1]})", R"([1, 2])"}) {
+    const std::string path = WriteConfig(dir, json);
+    auto o = ReadModelConfig(path);
+    ASSERT_FALSE(o.ok()) << json;
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument) << json;
+    EXPECT_NE(o.status().message().find(path), std::string::npos) << o.status().message();
+  }
+}
+
+TEST(ModelConfigTest, UnknownKeysAreListed) {
+  TempDir dir;
+  auto o = ReadModelConfig(WriteConfig(dir, R"({"num_heads": 4, "num_hedas": 2, "version": 3})"));
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->version, "3");
+  ASSERT_EQ(o->unknown_keys.size(), 1u);
+  EXPECT_EQ(o->unknown_keys[0], "num_hedas");
+}
+
+// A repository of fixture cases (symlinks) and a ServerCore over it, loaded.
+class CoreFixture {
+ public:
+  explicit CoreFixture(const std::vector<std::string>& cases, bool batching = true,
+                       RequestLimits limits = {}) {
+    for (const auto& name : cases) {
+      std::filesystem::create_directory_symlink(testing::FixturePath("cases/" + name),
+                                                std::filesystem::path(dir_.path()) / name);
+    }
+    ServerCoreOptions o;
+    o.model_repository = dir_.path();
+    o.batching = batching;
+    o.batcher = Defaults();
+    o.batcher.max_queue_delay_us = 20000;  // let concurrent requests meet
+    o.limits = limits;
+    auto core = ServerCore::Create(o);
+    EXPECT_TRUE(core.ok()) << core.status().ToString();
+    core_ = std::move(core.value());
+    std::promise<void> loaded;
+    core_->StartLoading([&loaded] { loaded.set_value(); });
+    EXPECT_EQ(loaded.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  }
+  ServerCore& core() { return *core_; }
+
+  // Infer, waiting for the answer.
+  InferenceResponse Run(const std::string& model, ForwardInputs inputs) {
+    InferenceRequest request;
+    request.model = model;
+    request.inputs = std::move(inputs);
+    std::promise<InferenceResponse> answer;
+    core_->Infer(std::move(request),
+                 [&answer](InferenceResponse r) { answer.set_value(std::move(r)); });
+    auto future = answer.get_future();
+    EXPECT_EQ(future.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+    return future.get();
+  }
+  double Sample(const std::string& series) {
+    const std::string text = core_->metrics()->Serialize();
+    const size_t at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  }
+
+ private:
+  TempDir dir_;
+  std::unique_ptr<ServerCore> core_;
+};
+
+TEST(ServerCoreTest, RoutesEachModelToItsOwnSchedulerAndMatchesAlone) {
+  for (bool batching : {true, false}) {
+    CoreFixture f({"self_basic", "kdim_vdim"}, batching);
+    auto repository = f.core().repository();
+    ASSERT_EQ(repository->ready_count(), 2u);
+    auto self = repository->Find("self_basic")->model;
+    auto cross = repository->Find("kdim_vdim")->model;
+    auto gen = MakeGenerator(9);
+    std::vector<std::promise<InferenceResponse>> answers(8);
+    std::vector<ForwardInputs> requests;
+    for (int i = 0; i < 8; ++i) {
+      const auto& model = i % 2 ? cross : self;
+      requests.push_back(MakeRequest(model->options(), {1, 3 + i, i % 2 ? 5 : 0}, gen));
+      InferenceRequest request;
+      request.model = i % 2 ? "kdim_vdim" : "self_basic";
+      request.inputs = requests.back();
+      f.core().Infer(std::move(request),
+                     [&answers, i](InferenceResponse r) { answers[i].set_value(std::move(r)); });
+    }
+    for (int i = 0; i < 8; ++i) {
+      auto future = answers[i].get_future();
+      ASSERT_EQ(future.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+      const InferenceResponse r = future.get();
+      ASSERT_TRUE(r.status.ok()) << i << ": " << r.status.ToString();
+      EXPECT_EQ(r.model, i % 2 ? "kdim_vdim" : "self_basic");
+      ForwardOutputs alone;
+      ASSERT_TRUE((i % 2 ? cross : self)->Forward(requests[i], &alone).ok());
+      EXPECT_TRUE(testing::TensorsNear(r.outputs.output, alone.output, 1e-5)) << i;
+    }
+    f.core().Stop();
+    EXPECT_EQ(f.Run("self_basic", requests[0]).status.code(), StatusCode::kUnavailable);
+  }
+}
+
+TEST(ServerCoreTest, ValidatesOnceAndInvalidRequestsNeverReachAScheduler) {
+  CoreFixture f({"self_basic"}, /*batching=*/true, RequestLimits{2, 8});
+  ForwardInputs bad;
+  bad.query = at::ones({1, 3, 8});  // E=8, the model has 16
+  InferenceResponse r = f.Run("self_basic", bad);
+  EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status.message().find("query"), std::string::npos) << r.status.message();
+  ForwardInputs big;
+  big.query = at::ones({3, 3, 16});
+  r = f.Run("self_basic", big);
+  EXPECT_EQ(r.status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status.message().find("--max-batch-size 2"), std::string::npos);
+  big.query = at::ones({1, 9, 16});
+  EXPECT_EQ(f.Run("self_basic", big).status.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(f.Run("nope", big).status.code(), StatusCode::kNotFound);
+  // None of them reached the batcher: no pass, no queue time; each was counted once.
+  EXPECT_EQ(f.Sample(R"(mha_batch_size_count{model="self_basic"})"), 0);
+  EXPECT_EQ(f.Sample(R"(mha_queue_duration_seconds_count{model="self_basic"})"), 0);
+  EXPECT_EQ(f.Sample(R"(mha_requests_total{code="INVALID_ARGUMENT",model="self_basic"})"), 1);
+  EXPECT_EQ(f.Sample(R"(mha_requests_total{code="RESOURCE_EXHAUSTED",model="self_basic"})"), 2);
+  EXPECT_EQ(f.Sample(R"(mha_requests_total{code="NOT_FOUND",model="unknown"})"), 1);
+}
+
+TEST(ServerCoreTest, RecordsEachAnsweredRequestOnce) {
+  CoreFixture f({"self_basic"});
+  ForwardInputs good;
+  good.query = at::ones({2, 5, 16});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(f.Run("", good).status.ok());  // "" = the only model
+  EXPECT_EQ(f.Sample(R"(mha_requests_total{code="OK",model="self_basic"})"), 3);
+  EXPECT_EQ(f.Sample(R"(mha_request_duration_seconds_count{model="self_basic"})"), 3);
+  EXPECT_EQ(f.Sample(R"(mha_queue_duration_seconds_count{model="self_basic"})"), 3);
+  EXPECT_EQ(f.Sample(R"(mha_compute_duration_seconds_count{model="self_basic"})"), 3);
+  EXPECT_EQ(f.Sample(R"(mha_inflight_requests{model="self_basic"})"), 0);
+  EXPECT_EQ(f.Sample(R"(mha_model_loaded{model="self_basic"})"), 1);
+}
+
+}  // namespace
+}  // namespace mha::serve

@@ -1,0 +1,197 @@
+// SessionStore in-process (server/serving/sessions): a runner that holds every submitted step until the
+// test runs it, so ordering, queuing behind a step in flight, close with waiting steps, LRU
+// eviction of idle sessions only, and the pool's accounting are checked without any timing.
+#include "server/serving/sessions/session_store.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <mutex>
+
+#include "mha/loader.h"
+#include "test_util.h"
+
+namespace mha::serve {
+namespace {
+
+using testing::Contains;
+using testing::TensorsNear;
+
+// Holds each submitted task; RunOldest computes it for real (DecodeStep) and answers it.
+class HeldRunner final : public ModelRunner {
+ public:
+  void Submit(InferenceTask task, DoneCallback done) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.push_back({std::move(task), std::move(done)});
+  }
+  void Shutdown() override {}
+  size_t queue_depth() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_.size();
+  }
+  void RunOldest() {
+    std::pair<InferenceTask, DoneCallback> next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ASSERT_FALSE(held_.empty());
+      next = std::move(held_.front());
+      held_.pop_front();
+    }
+    InferenceResult result;
+    result.status = RunSessionStep(next.first, &result.outputs);
+    next.first = InferenceTask();
+    next.second(std::move(result));
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::deque<std::pair<InferenceTask, DoneCallback>> held_;
+};
+
+struct Fixture {
+  testing::FixtureCase c;
+  std::shared_ptr<const MhaModel> model;
+};
+
+Fixture Load() {
+  Fixture f;
+  auto c = testing::LoadFixtureCase("decode_causal");  // E=32 H=4 B=2 T=12, 256 B per token
+  EXPECT_TRUE(c.ok());
+  f.c = *c;
+  LoadOptions load;
+  load.path = f.c.weights_path;
+  load.device = "cpu";
+  auto loaded = LoadWeights(load);
+  EXPECT_TRUE(loaded.ok());
+  auto model = MhaModel::Create(loaded->options, std::move(loaded->weights));
+  EXPECT_TRUE(model.ok());
+  f.model = std::shared_ptr<const MhaModel>(std::move(model).value());
+  return f;
+}
+
+InferenceTask StepTask(const Fixture& f, int64_t p) {
+  InferenceTask task;
+  task.model = f.model;
+  task.inputs.query = f.c.inputs.query.narrow(1, p, 1);
+  return task;
+}
+
+struct Answers {
+  std::mutex mu;
+  std::vector<InferenceResult> results;
+  DoneCallback Callback() {
+    return [this](InferenceResult r) {
+      std::lock_guard<std::mutex> lock(mu);
+      results.push_back(std::move(r));
+    };
+  }
+};
+
+SessionOptions Options(int64_t blocks, KvFullPolicy policy = KvFullPolicy::kRefuse) {
+  SessionOptions o;
+  o.pool = KvPoolOptions{blocks * 4 * 256, 4};
+  o.full_policy = policy;
+  o.max_pending_steps = 2;
+  return o;
+}
+
+TEST(SessionStore, StepsOfOneSessionWaitBehindTheOneInFlightAndApplyInOrder) {
+  const Fixture f = Load();
+  HeldRunner runner;
+  auto directory = std::make_shared<SessionDirectory>();
+  SessionStore store(Options(8), f.model, {"m", "1"}, directory, &runner, nullptr);
+  auto info = store.Open(OpenSessionParams{2, 12, {}, {}});
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  Answers answers;
+  for (int64_t p = 0; p < 3; ++p) store.Step(info->id, StepTask(f, p), answers.Callback());
+  EXPECT_EQ(runner.queue_depth(), 1u) << "one step of a session in the scheduler at a time";
+  Answers refused;
+  store.Step(info->id, StepTask(f, 3), refused.Callback());  // 2 already wait: over the limit
+  ASSERT_EQ(refused.results.size(), 1u);
+  EXPECT_EQ(refused.results[0].status.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(refused.results[0].status.message(), "2 steps waiting"));
+  for (int64_t p = 0; p < 3; ++p) {
+    runner.RunOldest();
+    ASSERT_EQ(answers.results.size(), static_cast<size_t>(p + 1));
+    const InferenceResult& r = answers.results[p];
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    EXPECT_EQ(r.session_tokens, p + 1);
+    EXPECT_TRUE(TensorsNear(r.outputs.output, f.c.expected_output.narrow(1, p, 1), 1e-5));
+  }
+  EXPECT_EQ(runner.queue_depth(), 0u);
+}
+
+TEST(SessionStore, CloseAnswersWaitingStepsAndGivesBlocksBackAfterTheStepInFlight) {
+  const Fixture f = Load();
+  HeldRunner runner;
+  SessionStore store(Options(8), f.model, {"m", "1"}, std::make_shared<SessionDirectory>(), &runner,
+                     nullptr);
+  auto info = store.Open(OpenSessionParams{2, 12, {}, {}});
+  ASSERT_TRUE(info.ok());
+  Answers answers;
+  store.Step(info->id, StepTask(f, 0), answers.Callback());
+  store.Step(info->id, StepTask(f, 1), answers.Callback());
+  EXPECT_EQ(store.usage().blocks_used, 2);
+  auto closed = store.Close(info->id);
+  ASSERT_TRUE(closed.ok());
+  ASSERT_EQ(answers.results.size(), 1u) << "the waiting step is answered at once";
+  EXPECT_EQ(answers.results[0].status.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(answers.results[0].status.message(), "was closed while this step waited"));
+  EXPECT_EQ(store.usage().blocks_used, 2) << "the step in flight still writes its blocks";
+  runner.RunOldest();
+  EXPECT_TRUE(answers.results[1].status.ok());
+  EXPECT_EQ(store.usage().blocks_used, 0);
+  EXPECT_EQ(store.usage().sessions, 0);
+}
+
+TEST(SessionStore, EvictLruSkipsSessionsWithAStepInFlight) {
+  const Fixture f = Load();
+  HeldRunner runner;
+  auto directory = std::make_shared<SessionDirectory>();
+  SessionStore store(Options(4, KvFullPolicy::kEvictLru), f.model, {"m", "1"}, directory, &runner,
+                     nullptr);
+  auto a = store.Open(OpenSessionParams{2, 12, {}, {}});  // each takes a block per row
+  auto b = store.Open(OpenSessionParams{2, 12, {}, {}});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(store.usage().blocks_used, 4);
+  Answers answers;
+  store.Step(a->id, StepTask(f, 0), answers.Callback());
+  runner.RunOldest();                                     // a: idle, least recently used
+  store.Step(b->id, StepTask(f, 0), answers.Callback());  // b: in flight
+  auto c = store.Open(OpenSessionParams{2, 12, {}, {}});  // needs 2 blocks: a must go
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(Contains(directory->NotFoundFor(a->id).message(), "was evicted"));
+  store.Step(c->id, StepTask(f, 0), answers.Callback());  // c: in flight too
+  auto d = store.Open(OpenSessionParams{2, 12, {}, {}});  // every holder is busy
+  EXPECT_EQ(d.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(d.status().message(), "a new session needs 2 blocks, 0 of 4 free"));
+  runner.RunOldest();
+  runner.RunOldest();
+  ASSERT_EQ(answers.results.size(), 3u);
+  for (size_t i = 1; i < 3; ++i) {
+    ASSERT_TRUE(answers.results[i].status.ok());
+    EXPECT_TRUE(
+        TensorsNear(answers.results[i].outputs.output, f.c.expected_output.narrow(1, 0, 1), 1e-5));
+  }
+}
+
+TEST(SessionStore, DestroyingTheStoreEndsItsSessionsWithTheReason) {
+  const Fixture f = Load();
+  HeldRunner runner;
+  auto directory = std::make_shared<SessionDirectory>();
+  std::string id;
+  {
+    SessionStore store(Options(8), f.model, {"m", "3"}, directory, &runner, nullptr);
+    auto info = store.Open(OpenSessionParams{1, 4, {}, {}});
+    ASSERT_TRUE(info.ok());
+    id = info->id;
+    EXPECT_TRUE(directory->Find(id).ok());
+  }
+  const Status gone = directory->Find(id).status();
+  EXPECT_EQ(gone.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(gone.message(), "its model 'm' version 3 was unloaded or replaced"));
+  EXPECT_TRUE(Contains(directory->NotFoundFor("s-x").message(), "is unknown"));
+}
+
+}  // namespace
+}  // namespace mha::serve
