@@ -18,6 +18,14 @@ CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelW
   -DMHA_FUZZ=ON -DMHA_BUILD_TESTS=OFF -DMHA_BUILD_BENCHMARKS=OFF -DMHA_BUILD_SERVICE=ON
 cmake --build "$build_dir" -j"${MHA_FUZZ_BUILD_JOBS:-2}" $(for t in $targets; do echo --target "fuzz_$t"; done)
 
+# JSON targets get a dictionary whose tokens reach deep nesting within max_len (the parsers refuse
+# more than 64 levels before building a tree: core/src/json_text.h).
+dict_for() {
+  case $1 in
+    config_json | safetensors) echo "-dict=tests/fuzz/dicts/json.dict" ;;
+  esac
+}
+
 max_len() {
   case $1 in
     config_json) echo 4096 ;;
@@ -44,7 +52,7 @@ for t in $targets; do
   set +e
   "$build_dir/fuzz/fuzz_$t" "$corpus" "${seeds[@]}" "$regressions" "${jobs[@]}" \
     -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=4096 \
-    -artifact_prefix="$regressions/" -print_final_stats=1 "$@" >"$log" 2>&1
+    -artifact_prefix="$regressions/" -print_final_stats=1 $(dict_for "$t") "$@" >"$log" 2>&1
   rc=$?
   set -e
   grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^#[0-9]+: cov|ERROR|SUMMARY|^stat::|INFO: exiting' "$log" | tail -n 20 >&2

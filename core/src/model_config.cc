@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -212,8 +213,22 @@ StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
   return ParseModelConfig(in, path);
 }
 
+namespace {
+
+// The file's text as JSON, its nesting bounded before nlohmann builds a tree (json_text.h).
+StatusOr<Json> ParseConfigText(std::istream& in, const std::string& path) {
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string too_deep = internal::JsonDepthError(text, path, "config");
+  if (!too_deep.empty()) return InvalidArgument(too_deep);
+  return Json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+}  // namespace
+
 StatusOr<ModelConfig> ParseModelConfig(std::istream& in, const std::string& path) {
-  const Json json = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+  auto parsed = ParseConfigText(in, path);
+  if (!parsed.ok()) return parsed.status();
+  const Json& json = parsed.value();
   if (json.is_discarded() || !json.is_object()) {
     return InvalidArgument(path + ": config is not a JSON object");
   }
@@ -230,7 +245,9 @@ StatusOr<ModelConfig> ReadLayeredModelConfig(const std::vector<std::string>& pat
     MHA_RETURN_IF_ERROR(ReadModelConfig(path).status());  // errors name this file
     std::ifstream in(path);
     // Named: items() of a temporary would outlive it inside the loop.
-    const Json json = Json::parse(in, nullptr, /*allow_exceptions=*/false);  // checked above
+    auto parsed = ParseConfigText(in, path);  // checked above
+    if (!parsed.ok()) return parsed.status();
+    const Json& json = parsed.value();
     for (const auto& item : json.items()) merged[item.key()] = item.value();
   }
   ModelConfig config;

@@ -146,6 +146,8 @@ StatusOr<TensorMap> ReadSafetensorsStream(std::istream& in, const std::string& p
     if (!in.read(header.data(), static_cast<std::streamsize>(header_len))) {
       return InvalidArgument(path + ": cannot read the safetensors header");
     }
+    const std::string too_deep = internal::JsonDepthError(header, path, "safetensors header");
+    if (!too_deep.empty()) return InvalidArgument(too_deep);
     nlohmann::json json = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
     if (json.is_discarded())
       return InvalidArgument(path + ": safetensors header is not valid JSON");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include "test_util.h"
 
@@ -323,6 +324,41 @@ TEST(LoaderConfig, CallerBeatsConfigBeatsFile) {
   loaded = LoadWeights(options);
   ASSERT_FALSE(loaded.ok());
   EXPECT_TRUE(Contains(loaded.status().message(), "'embed_dim' is 16 but the weights have 8"));
+}
+
+// JSON nesting is bounded before a tree is built (config.json and the safetensors header): 64
+// levels pass the depth check, 65 are refused with the file and the limit named.
+TEST(LoaderConfig, NestingDeeperThan64LevelsIsRefusedBeforeParsing) {
+  auto nested = [](int depth) {
+    std::string text;
+    for (int i = 0; i < depth; ++i) text += "{\"a\":";
+    return text + "1" + std::string(static_cast<size_t>(depth), '}');
+  };
+  std::istringstream ok_depth(nested(64));
+  auto config = ParseModelConfig(ok_depth, "m/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();  // "a" is an unknown key, listed
+  EXPECT_EQ(config->unknown_keys, std::vector<std::string>{"a"});
+  std::istringstream too_deep(nested(65));
+  config = ParseModelConfig(too_deep, "m/config.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.status().message(),
+            "m/config.json: config nests objects/arrays deeper than 64 levels (refused before "
+            "parsing)");
+  std::istringstream brackets_in_strings("{\"num_heads\": 4, \"note\": \"" +
+                                         std::string(1000, '[') + "\"}");
+  EXPECT_TRUE(ParseModelConfig(brackets_in_strings, "m/config.json").ok());
+
+  TempDir dir;
+  const std::string header = "{\"w\":" + nested(70) + "}";
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  std::ofstream(dir.File("deep.safetensors"), std::ios::binary) << file << header;
+  auto loaded = Load(dir.File("deep.safetensors"));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_TRUE(Contains(loaded.status().message(),
+                       "safetensors header nests objects/arrays deeper than 64 levels"))
+      << loaded.status().message();
 }
 
 }  // namespace

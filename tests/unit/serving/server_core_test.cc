@@ -92,6 +92,41 @@ TEST(ModelConfigTest, UnknownKeysAreListed) {
   EXPECT_EQ(o->unknown_keys[0], "num_hedas");
 }
 
+// A model folder whose config.json nests 100k objects deep ({"a": x 100000, 1, } x 100000: 600
+// KB) is FAILED with the file and the depth named; the repository's other model loads. It once
+// killed the server with SIGSEGV while loading the repository.
+TEST(ModelConfigTest, HostileNestingFailsThatModelOnly) {
+  TempDir dir;
+  std::filesystem::create_directory_symlink(testing::FixturePath("cases/self_basic"),
+                                            std::filesystem::path(dir.path()) / "good");
+  const std::filesystem::path deep = std::filesystem::path(dir.path()) / "deep";
+  std::filesystem::create_directory(deep);
+  std::filesystem::copy_file(testing::FixturePath("cases/self_basic/model.safetensors"),
+                             deep / "model.safetensors");
+  std::string text;
+  for (int i = 0; i < 100000; ++i) text += "{\"a\":";
+  text += "1" + std::string(100000, '}');
+  std::ofstream((deep / "config.json").string()) << text;
+
+  ServerCoreOptions o;
+  o.model_repository = dir.path();
+  o.batcher = Defaults();
+  auto core = ServerCore::Create(o);
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  std::promise<void> loaded;
+  (*core)->StartLoading([&loaded] { loaded.set_value(); });
+  ASSERT_EQ(loaded.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  auto repository = (*core)->repository();
+  EXPECT_EQ(repository->ready_count(), 1u);
+  ASSERT_NE(repository->Find("good"), nullptr);
+  EXPECT_EQ(repository->Find("good")->state, ModelState::kReady);
+  auto failed = repository->Find("deep");
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->state, ModelState::kFailed);
+  EXPECT_NE(failed->error.find("config.json"), std::string::npos) << failed->error;
+  EXPECT_NE(failed->error.find("deeper than 64 levels"), std::string::npos) << failed->error;
+}
+
 // A repository of fixture cases (symlinks) and a ServerCore over it, loaded.
 class CoreFixture {
  public:
