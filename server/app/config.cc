@@ -3,8 +3,11 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <thread>
+
+#include "mha/options.h"
 
 namespace mha::serve {
 namespace {
@@ -23,6 +26,25 @@ CLI::Option* Add(CLI::App& app, const std::string& flag, T* value, const std::st
   return app.add_option(flag, *value, help)->envname(EnvName(flag))->capture_default_str();
 }
 
+// A flag whose text the serving core parses (an enum name): validated by that one parser, stored
+// as the enum, its default shown from the enum's current value.
+template <typename Enum>
+CLI::Option* AddEnum(CLI::App& app, const std::string& flag, Enum* value, const std::string& help,
+                     StatusOr<Enum> (*parse)(const std::string&), const char* (*name)(Enum)) {
+  auto* option = app.add_option_function<std::string>(
+      flag, [value, parse](const std::string& text) { *value = parse(text).value(); }, help);
+  option
+      ->check(
+          [parse](const std::string& text) {
+            auto parsed = parse(text);
+            return parsed.ok() ? std::string() : parsed.status().message();
+          },
+          "", "")
+      ->envname(EnvName(flag))
+      ->default_str(name(*value));
+  return option;
+}
+
 void AddServingFlags(CLI::App& app, ServerConfig* c);
 void AddLimitFlags(CLI::App& app, ServerConfig* c);
 void AddBatchingFlags(CLI::App& app, ServerConfig* c);
@@ -33,9 +55,25 @@ void AddSessionFlags(CLI::App& app, ServerConfig* c);
 }  // namespace
 
 int ServerConfig::ResolvedWorkers() const {
-  if (workers > 0) return workers;
+  if (core.direct.workers > 0) return core.direct.workers;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / std::max(1, intra_op_threads));
+}
+
+StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
+  ServerCoreOptions o = c.core;
+  if (!c.dtype.empty()) {
+    auto dtype = ParseDType(c.dtype);
+    if (!dtype.ok()) return InvalidArgument("--dtype: " + dtype.status().message());
+    o.overrides.dtype = *dtype;
+  }
+  if (!c.device.empty()) o.overrides.device = c.device;
+  o.direct.workers = c.ResolvedWorkers();
+  o.direct.max_queue_size = o.batcher.max_queue_size;  // --max-queue-size: one per model
+  if (!o.startup_models.empty() && o.model_control != ModelControlMode::kExplicit) {
+    return InvalidArgument("--load-model needs --model-control-mode explicit");
+  }
+  return o;
 }
 
 std::optional<int> ParseServerConfig(int argc, char** argv, ServerConfig* c) {
@@ -66,11 +104,11 @@ namespace {
 void AddServingFlags(CLI::App& app, ServerConfig* c) {
   Add(app, "--grpc-address", &c->grpc_address,
       "Listen address host:port; port 0 picks a free port (logged, and written to --port-file)");
-  Add(app, "--model-repository", &c->model_repository,
+  Add(app, "--model-repository", &c->core.model_repository,
       "Folder of models, one sub-folder per model: <name>/{config.json, <version>/model.*} or "
       "<name>/{config.json, model.*} (= version 1). Empty = serve the built-in deterministic "
       "model 'default' (E=512, H=8)");
-  Add(app, "--default-model", &c->default_model,
+  Add(app, "--default-model", &c->core.default_model,
       "Model used when a request names none (default: the only model, if there is one)");
   Add(app, "--device", &c->device, "cpu, cuda, cuda:N or auto; empty = each model's config.json");
   Add(app, "--dtype", &c->dtype,
@@ -80,7 +118,7 @@ void AddServingFlags(CLI::App& app, ServerConfig* c) {
       ->check(CLI::Range(1, 256));
   Add(app, "--inter-op-threads", &c->inter_op_threads, "ATen inter-op threads")
       ->check(CLI::Range(1, 256));
-  Add(app, "--workers", &c->workers,
+  Add(app, "--workers", &c->core.direct.workers,
       "Batching off: forward-pass worker threads per model; 0 = cores / intra-op threads. Keep "
       "1 when BLAS threads each GEMM itself (OpenBLAS): more workers oversubscribe the cores")
       ->check(CLI::Range(0, 1024));
@@ -93,25 +131,25 @@ void AddServingFlags(CLI::App& app, ServerConfig* c) {
 }
 
 void AddLimitFlags(CLI::App& app, ServerConfig* c) {
-  Add(app, "--max-queue-size", &c->max_queue_size,
+  Add(app, "--max-queue-size", &c->core.batcher.max_queue_size,
       "Requests waiting for a worker (per model when batching; config.json: max_queue_size); "
       "more are refused with RESOURCE_EXHAUSTED")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  Add(app, "--max-batch-size", &c->max_batch_size,
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30));
+  Add(app, "--max-batch-size", &c->core.limits.max_batch_size,
       "Largest batch B per request (RESOURCE_EXHAUSTED above)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  Add(app, "--max-sequence-length", &c->max_sequence_length,
+  Add(app, "--max-sequence-length", &c->core.limits.max_sequence_length,
       "Largest T and S per request (RESOURCE_EXHAUSTED above)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   Add(app, "--max-message-bytes", &c->max_message_bytes,
       "Largest request message (RESOURCE_EXHAUSTED above); gRPC's own receive limit is set a "
       "little higher so that the answer can say why")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
-  Add(app, "--max-response-bytes", &c->max_response_bytes,
+  Add(app, "--max-response-bytes", &c->core.limits.max_response_bytes,
       "Largest response (output + attention weights), estimated from the shapes before any "
       "compute (RESOURCE_EXHAUSTED above); at most 2 GiB - 1 MiB (protobuf's limit)")
       ->check(CLI::Range(int64_t{1024}, (int64_t{2} << 30) - (int64_t{1} << 20)));
-  Add(app, "--max-work-bytes", &c->max_work_bytes,
+  Add(app, "--max-work-bytes", &c->core.limits.max_work_bytes,
       "Largest estimated working memory of one forward pass (projections, scores, masks, "
       "weights, the encoded response); RESOURCE_EXHAUSTED above; a merged batch stays under it")
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50));
@@ -121,19 +159,19 @@ void AddLimitFlags(CLI::App& app, ServerConfig* c) {
 }
 
 void AddBatchingFlags(CLI::App& app, ServerConfig* c) {
-  Add(app, "--batching", &c->batching,
+  Add(app, "--batching", &c->core.batching,
       "Dynamic batching: merge concurrent requests of a model into one forward pass (on/off)");
-  Add(app, "--max-batch-rows", &c->max_batch_rows,
+  Add(app, "--max-batch-rows", &c->core.batcher.max_batch_rows,
       "Batching: rows (sum of the requests' B) per forward pass (config.json: max_batch_size)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  Add(app, "--max-batch-tokens", &c->max_batch_tokens,
+  Add(app, "--max-batch-tokens", &c->core.batcher.max_batch_tokens,
       "Batching: padded tokens per forward pass (config.json: max_batch_tokens)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  Add(app, "--max-queue-delay-us", &c->max_queue_delay_us,
+  Add(app, "--max-queue-delay-us", &c->core.batcher.max_queue_delay_us,
       "Batching: how long the oldest request may wait for others (config.json: "
       "max_queue_delay_us)")
       ->check(CLI::Range(int64_t{0}, int64_t{60000000}));
-  Add(app, "--instances", &c->instances,
+  Add(app, "--instances", &c->core.batcher.instances,
       "Batching: concurrent forward passes per model (config.json: instances)")
       ->check(CLI::Range(1, 256));
 }
@@ -159,39 +197,47 @@ void AddOperationFlags(CLI::App& app, ServerConfig* c) {
       ->check(CLI::Range(int64_t{0}, int64_t{600000}))
       ->group("");
   // Test-only: a pass that takes this long whatever the CPU (shutdown tests hold a pass).
-  Add(app, "--debug-forward-delay-ms", &c->debug_forward_delay_ms,
+  Add(app, "--debug-forward-delay-ms", &c->core.debug_forward_delay_ms,
       "(test only) sleep before each forward pass")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}))
       ->group("");
 }
 
 void AddSessionFlags(CLI::App& app, ServerConfig* c) {
-  Add(app, "--kv-cache-bytes", &c->kv_cache_bytes,
+  Add(app, "--kv-cache-bytes", &c->core.sessions.pool.capacity_bytes,
       "Decoding sessions: bytes of each model version's KV cache pool (keys + values of every "
       "block; allocated at the version's first OpenSession)")
       ->check(CLI::Range(int64_t{1} << 10, int64_t{1} << 50));
-  Add(app, "--kv-block-tokens", &c->kv_block_tokens,
+  Add(app, "--kv-block-tokens", &c->core.sessions.pool.block_tokens,
       "Decoding sessions: tokens per KV cache block (a session grows block by block)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  Add(app, "--session-idle-timeout-s", &c->session_idle_timeout_s,
+  Add(app, "--session-idle-timeout-s", &c->core.sessions.idle_timeout_s,
       "Decoding sessions: a session idle this long ends (NOT_FOUND 'expired'); 0 = never")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
-  Add(app, "--kv-cache-full-policy", &c->kv_cache_full_policy,
-      "Decoding sessions, when the KV cache pool is full: refuse (RESOURCE_EXHAUSTED for the "
-      "new session or the step) or evict-lru (end idle sessions, least recently used first)")
-      ->check(CLI::IsMember({"refuse", "evict-lru"}));
+  AddEnum(app, "--kv-cache-full-policy", &c->core.sessions.full_policy,
+          "Decoding sessions, when the KV cache pool is full: refuse (RESOURCE_EXHAUSTED for "
+          "the new session or the step) or evict-lru (end idle sessions, least recently used "
+          "first)",
+          &ParseKvFullPolicy, &KvFullPolicyName);
 }
 
 void AddLifecycleFlags(CLI::App& app, ServerConfig* c) {
-  Add(app, "--model-control-mode", &c->model_control_mode,
-      "none: models load at start only; poll: the repository is rescanned every "
-      "--repository-poll-secs and new, changed and removed versions are loaded/unloaded; "
-      "explicit: LoadModel/UnloadModel RPCs (mha.v1.ModelControlService)")
-      ->check(CLI::IsMember({"none", "poll", "explicit"}));
-  Add(app, "--repository-poll-secs", &c->repository_poll_secs,
-      "Poll mode: seconds between repository scans (each reads every file to hash it)")
-      ->check(CLI::Range(0.05, 86400.0));
-  Add(app, "--load-model", &c->load_model,
+  AddEnum(app, "--model-control-mode", &c->core.model_control,
+          "none: models load at start only; poll: the repository is rescanned every "
+          "--repository-poll-secs and new, changed and removed versions are loaded/unloaded; "
+          "explicit: LoadModel/UnloadModel RPCs (mha.v1.ModelControlService)",
+          &ParseModelControlMode, &ModelControlModeName);
+  std::chrono::milliseconds* poll = &c->core.poll_interval;
+  app.add_option_function<double>(
+         "--repository-poll-secs",
+         [poll](double secs) {
+           *poll = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
+         },
+         "Poll mode: seconds between repository scans (each reads every file to hash it)")
+      ->check(CLI::Range(0.05, 86400.0))
+      ->envname(EnvName("--repository-poll-secs"))
+      ->default_str(CLI::detail::to_string(static_cast<double>(poll->count()) / 1000));
+  Add(app, "--load-model", &c->core.startup_models,
       "Explicit mode: model loaded at start (repeat the flag; none = every model)")
       ->delimiter(',');
   Add(app, "--admin-token-file", &c->admin_token_file,

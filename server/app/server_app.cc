@@ -15,12 +15,12 @@
 #include <memory>
 #include <thread>
 
+#include "mha/runtime.h"
 #include "server/app/tls.h"
 #include "server/frontends/grpc_v1/admin_auth.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "server/frontends/grpc_v1/model_control_service.h"
 #include "server/frontends/oip/inference_service.h"
-#include "mha/runtime.h"
 #include "server/serving/observability/metrics_http.h"
 #include "server/serving/server_core.h"
 
@@ -39,43 +39,6 @@ bool WritePortFile(const std::string& path, int port) {
     if (!out.flush()) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
-
-StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
-  ServerCoreOptions o;
-  o.model_repository = c.model_repository;
-  o.default_model = c.default_model;
-  if (!c.dtype.empty()) {
-    auto dtype = ParseDType(c.dtype);
-    if (!dtype.ok()) return InvalidArgument("--dtype: " + dtype.status().message());
-    o.overrides.dtype = *dtype;
-  }
-  if (!c.device.empty()) o.overrides.device = c.device;
-  o.limits = {c.max_batch_size, c.max_sequence_length, c.max_response_bytes, c.max_work_bytes};
-  o.batching = c.batching;
-  o.batcher.max_batch_rows = c.max_batch_rows;
-  o.batcher.max_batch_tokens = c.max_batch_tokens;
-  o.batcher.max_queue_delay_us = c.max_queue_delay_us;
-  o.batcher.max_queue_size = static_cast<size_t>(c.max_queue_size);
-  o.batcher.instances = c.instances;
-  o.direct.workers = c.ResolvedWorkers();
-  o.direct.max_queue_size = static_cast<size_t>(c.max_queue_size);
-  o.debug_forward_delay_ms = c.debug_forward_delay_ms;
-  auto mode = ParseModelControlMode(c.model_control_mode);
-  if (!mode.ok()) return mode.status();
-  o.model_control = *mode;
-  if (!c.load_model.empty() && o.model_control != ModelControlMode::kExplicit) {
-    return InvalidArgument("--load-model needs --model-control-mode explicit");
-  }
-  o.startup_models = c.load_model;
-  o.sessions.pool.capacity_bytes = c.kv_cache_bytes;
-  o.sessions.pool.block_tokens = c.kv_block_tokens;
-  o.sessions.idle_timeout_s = c.session_idle_timeout_s;
-  auto policy = ParseKvFullPolicy(c.kv_cache_full_policy);
-  if (!policy.ok()) return policy.status();
-  o.sessions.full_policy = *policy;
-  o.poll_interval = std::chrono::milliseconds(static_cast<int64_t>(c.repository_poll_secs * 1000));
-  return o;
 }
 
 // Everything one server run holds, in the order it is built (and the reverse of its stop).
@@ -98,7 +61,7 @@ class ServerApp {
   std::unique_ptr<oip::GrpcInferenceServiceImpl> MakeOipService();
 
   const ServerConfig& c_;
-  std::shared_ptr<grpc::ServerCredentials> credentials_;  // server/app/tls.h: plaintext, TLS or mTLS
+  std::shared_ptr<grpc::ServerCredentials> credentials_;  // tls.h: plaintext, TLS or mTLS
   const std::string admin_token_;                         // "" = model control needs none
   std::unique_ptr<ServerCore> core_;
   std::unique_ptr<MetricsHttpServer> http_;
@@ -115,11 +78,12 @@ Status ServerApp::Start(const ServerCoreOptions& options) {
   auto core = ServerCore::Create(options);
   if (!core.ok()) return core.status();
   core_ = std::move(core.value());
-  if (c_.batching) {
+  if (options.batching) {
+    const BatcherOptions& b = options.batcher;
     spdlog::info(
         "dynamic batching on: max_batch_rows={} max_batch_tokens={} "
         "max_queue_delay_us={} instances={} (config.json keys override per model)",
-        c_.max_batch_rows, c_.max_batch_tokens, c_.max_queue_delay_us, c_.instances);
+        b.max_batch_rows, b.max_batch_tokens, b.max_queue_delay_us, b.instances);
   } else {
     spdlog::info("dynamic batching off: one forward pass per request");
   }
@@ -166,8 +130,8 @@ Status ServerApp::StartGrpc() {
       "workers={} intra_op_threads={} inter_op_threads={} max_queue_size={} "
       "max_batch_size={} max_sequence_length={} max_message_bytes={}",
       c_.grpc_address, port_, TransportSecurityName(c_), c_.ResolvedWorkers(),
-      at::get_num_threads(), at::get_num_interop_threads(), c_.max_queue_size, c_.max_batch_size,
-      c_.max_sequence_length, c_.max_message_bytes);
+      at::get_num_threads(), at::get_num_interop_threads(), c_.core.batcher.max_queue_size,
+      c_.core.limits.max_batch_size, c_.core.limits.max_sequence_length, c_.max_message_bytes);
   spdlog::info("runtime: {}", RuntimeSummary());
   return Status::Ok();
 }

@@ -18,6 +18,8 @@ namespace mha::serve {
 class ModelMetrics;
 
 struct DirectRunnerOptions {
+  // 1: OpenBLAS already threads each GEMM over every core; measured on 2 cores, B=8 T=128:
+  // 2 workers = 26 req/s, 1 worker = 37 req/s (mha-server --workers 0 = cores / intra-op threads).
   int workers = 1;
   size_t max_queue_size = 64;  // tasks waiting (not counting those being computed)
   int completion_threads = 1;

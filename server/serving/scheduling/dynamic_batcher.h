@@ -34,13 +34,24 @@ namespace mha::serve {
 class ModelMetrics;
 
 struct BatcherOptions {
-  int64_t max_batch_rows = 64;      // sum of the requests' B in one pass
-  int64_t max_batch_tokens = 2048;  // padded tokens of one pass (CountTokens); one task may exceed
-  int64_t max_queue_delay_us = 1000;  // how long the oldest task may wait for company
-  size_t max_queue_size = 64;         // tasks waiting (not counting those being computed)
-  int instances = 2;                  // worker threads (concurrent passes) for the model
-  // Estimated working memory of one merged pass (server/serving/budget.h); one task alone may exceed it
-  // only if it was admitted on its own (ServerCore checks each request against the same limit).
+  int64_t max_batch_rows = 64;  // sum of the requests' B in one pass
+  // Padded tokens of one pass (CountTokens); one task may exceed it. Bigger CPU passes fall off a
+  // cliff (docs/benchmarks.md); raise it on a GPU.
+  int64_t max_batch_tokens = 2048;
+  // How long the oldest task may wait for company. 0, as Triton's default: a request is never held
+  // back while an instance is free; under load batches form anyway from what queued during the
+  // previous pass. A delay > 0 trades latency at low load for fuller batches (1000 us added ~1.5
+  // ms to p50 at one call in flight).
+  int64_t max_queue_delay_us = 0;
+  size_t max_queue_size = 64;  // tasks waiting (not counting those being computed)
+  // Worker threads (concurrent passes) for the model. 1: OpenBLAS threads every GEMM itself.
+  // Measured on 2 cores: 2 instances raised 64-client small-request throughput ~12% (839 vs 750
+  // req/s) but cut B=8,T=128 served throughput to 0.64x in-process (0.89x with 1). Raise it per
+  // model (config.json "instances") where passes are small.
+  int instances = 1;
+  // Estimated working memory of one merged pass (server/serving/budget.h); one task alone may
+  // exceed it only if it was admitted on its own (ServerCore checks each request against the same
+  // limit).
   int64_t max_batch_work_bytes = int64_t{4} << 30;
 };
 
