@@ -103,7 +103,7 @@ class ClosedLoop {
     // The previous call's callback has run (we are in it, or it never existed): safe to replace.
     lane->context = std::make_unique<grpc::ClientContext>();
     lane->start = Clock::now();
-    auto done = [this, lane](grpc::Status s) { OnDone(lane, s); };
+    auto done = [this, lane](const grpc::Status& s) { OnDone(lane, s); };
     if (options_.ping) {
       client_.GetModelAsync(lane->context.get(), &ping_request_, &lane->info, options_.timeout,
                             std::move(done));
@@ -171,7 +171,7 @@ class OpenLoop {
         ++outstanding_;
       }
       generic_.UnaryCall(&call->context, method_, grpc::StubOptions(), &requests_[pick],
-                         &call->response, [this, call](grpc::Status s) { OnDone(call, s); });
+                         &call->response, [this, call](const grpc::Status& s) { OnDone(call, s); });
       offset_s += options_.poisson ? gap_s(rng) : 1.0 / options_.rate;
     }
     const double send_seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -57,7 +57,7 @@ class Stepper {
   Status Finish() {
     if (!stream_) return Status::Ok();
     stream_->WritesDone();
-    const Status s = codec::FromGrpcStatus(stream_->Finish());
+    Status s = codec::FromGrpcStatus(stream_->Finish());
     stream_.reset();
     return s;
   }
@@ -172,6 +172,7 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   Tally tally;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(o.sessions));
   for (int i = 0; i < o.sessions; ++i) {
     threads.emplace_back([&, i] {
       (o.stateless ? RunStateless : RunSession)(client, o, report.embed_dim, i, &tally);

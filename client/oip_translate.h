@@ -1,9 +1,10 @@
 // mha.v1 messages <-> Open Inference Protocol messages on the client side, so that `mha-client
 // forward|bench --protocol oip` send the same request through inference.GRPCInferenceService.
-// The mapping is the server's (server/frontends/oip/README.md): inputs query/key/value/key_padding_mask/
-// attn_mask in raw_input_contents, parameters is_causal/need_weights/average_attn_weights,
-// outputs output (+ attn_weights) in raw_output_contents, queue_us/compute_us as response
-// parameters. Torch-free, like the rest of mha_client.
+// The mapping is the server's (server/frontends/oip/README.md): inputs
+// query/key/value/key_padding_mask/ attn_mask in raw_input_contents, parameters
+// is_causal/need_weights/average_attn_weights, outputs output (+ attn_weights) in
+// raw_output_contents, queue_us/compute_us as response parameters. Torch-free, like the rest of
+// mha_client.
 #pragma once
 
 #include "inference/grpc_service.pb.h"

@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "server/app/config.h"
 #include "mha/status.h"
+#include "server/app/config.h"
 
 namespace mha::serve {
 

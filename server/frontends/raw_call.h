@@ -10,9 +10,9 @@
 
 #include <string>
 
-#include "server/frontends/grpc_v1/request_log.h"
 #include "mha/status.h"
 #include "proto/wire/status_convert.h"
+#include "server/frontends/grpc_v1/request_log.h"
 
 namespace mha::serve {
 

@@ -4,10 +4,10 @@
 // model, and for an accepted request the forward pass and EncodeForwardResponse. Limits are small
 // so that every accepted pass is cheap (fuzz_server_core.h); nothing may crash, leak or trip a
 // sanitizer.
-#include "server/frontends/grpc_v1/forward_request.h"
 #include "fuzz_common.h"
 #include "fuzz_server_core.h"
 #include "mha/v1/attention.pb.h"
+#include "server/frontends/grpc_v1/forward_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzServerCore();  // before parsing: it silences protobuf's log

@@ -4,10 +4,10 @@
 // outputs), ServerCore::Infer on the built-in default model (E=512, H=8), and for an accepted
 // request the forward pass and EncodeModelInferResponse. Limits are small so that every accepted
 // pass is cheap (fuzz_server_core.h); nothing may crash, leak or trip a sanitizer.
-#include "server/frontends/oip/infer_request.h"
 #include "fuzz_common.h"
 #include "fuzz_server_core.h"
 #include "inference/grpc_service.pb.h"
+#include "server/frontends/oip/infer_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzServerCore();  // before parsing: it silences protobuf's log

@@ -1,8 +1,8 @@
 // Head options through a real mha-server (docs/heads.md): every request of tests/fixtures/heads
 // (weights_heads, weights_query_begin/end, weights_top_k, weights_dtype, head_stats, head_mask and
-// their combinations) against the PyTorch references of scripts/fixtures/head_reference.py, by Forward and
-// in one ForwardStream; bad values; the response budget counting only what is selected; batching
-// leaves such requests alone.
+// their combinations) against the PyTorch references of scripts/fixtures/head_reference.py, by
+// Forward and in one ForwardStream; bad values; the response budget counting only what is selected;
+// batching leaves such requests alone.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 

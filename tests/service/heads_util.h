@@ -1,5 +1,5 @@
-// The head-option fixtures (tests/fixtures/heads, written by scripts/fixtures/head_reference.py): each
-// request's options and expected tensors, turned into mha.v1 requests on the fixture case's
+// The head-option fixtures (tests/fixtures/heads, written by scripts/fixtures/head_reference.py):
+// each request's options and expected tensors, turned into mha.v1 requests on the fixture case's
 // inputs, and the checks of an answer against them.
 #pragma once
 

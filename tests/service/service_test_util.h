@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "client/tensor_client.h"
+#include "proto/wire/tensor_codec.h"
 #include "server_process.h"
 #include "test_util.h"
 #include "wire_tensors.h"
-#include "proto/wire/tensor_codec.h"
 
 namespace mha::testing {
 

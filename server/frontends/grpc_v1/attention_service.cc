@@ -3,11 +3,11 @@
 #include <memory>
 #include <utility>
 
+#include "mha/text.h"
+#include "proto/wire/status_convert.h"
 #include "server/frontends/grpc_v1/forward_stream.h"
 #include "server/frontends/grpc_v1/head_options.h"
 #include "server/frontends/raw_call.h"
-#include "mha/text.h"
-#include "proto/wire/status_convert.h"
 
 namespace mha::serve {
 namespace {

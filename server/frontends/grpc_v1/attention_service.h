@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
+#include "mha/v1/attention.grpc.pb.h"
 #include "server/frontends/grpc_v1/forward_request.h"
 #include "server/frontends/grpc_v1/request_log.h"
-#include "mha/v1/attention.grpc.pb.h"
 #include "server/serving/inference_server.h"
 
 namespace mha::serve {

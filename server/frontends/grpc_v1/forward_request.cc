@@ -5,8 +5,8 @@
 #include <string_view>
 #include <utility>
 
-#include "server/frontends/grpc_v1/head_options.h"
 #include "proto/wire/tensor_codec.h"
+#include "server/frontends/grpc_v1/head_options.h"
 
 namespace mha::serve {
 namespace {

@@ -13,9 +13,9 @@
 #include <mutex>
 #include <optional>
 
+#include "mha/v1/attention.grpc.pb.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "server/frontends/grpc_v1/request_log.h"
-#include "mha/v1/attention.grpc.pb.h"
 
 namespace mha::serve {
 

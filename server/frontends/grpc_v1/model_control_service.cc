@@ -2,11 +2,11 @@
 
 #include <utility>
 
+#include "proto/wire/status_convert.h"
 #include "server/frontends/grpc_v1/admin_auth.h"
 #include "server/frontends/grpc_v1/forward_request.h"
 #include "server/frontends/grpc_v1/request_log.h"
 #include "server/frontends/raw_call.h"
-#include "proto/wire/status_convert.h"
 
 namespace mha::serve {
 ModelControlServiceImpl::ModelControlServiceImpl(ModelController* controller,

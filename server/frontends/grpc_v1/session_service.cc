@@ -1,8 +1,8 @@
 // mha.v1 OpenSession / CloseSession (docs/sessions.md): translate to ServerCore and back. A
 // step is an ordinary Forward with ForwardRequest.session_id (attention_service.cc).
+#include "mha/text.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "server/frontends/raw_call.h"
-#include "mha/text.h"
 
 namespace mha::serve {
 

@@ -7,8 +7,8 @@
 #include <charconv>
 #include <utility>
 
-#include "server/frontends/oip/infer_request.h"
 #include "mha/text.h"
+#include "server/frontends/oip/infer_request.h"
 
 namespace mha::serve::oip {
 namespace {

@@ -1,9 +1,9 @@
 // Open Inference Protocol v2 ModelInferRequest <-> the protocol-neutral InferenceRequest and
 // InferenceResponse, the counterpart of server/frontends/grpc_v1/forward_request. Decoding does the
 // wire's own checks only (message size, tensor names and datatypes, where the bytes are, the
-// header check of proto/wire/tensor_header: dims > 0, overflow-checked byte counts), then builds the
-// tensors with proto/wire/tensor_codec; shapes, the model and the limits are ServerCore's to validate,
-// once, with the same codes and messages as for mha.v1.
+// header check of proto/wire/tensor_header: dims > 0, overflow-checked byte counts), then builds
+// the tensors with proto/wire/tensor_codec; shapes, the model and the limits are ServerCore's to
+// validate, once, with the same codes and messages as for mha.v1.
 //
 // Tensor mapping (names are the model's input and output names in ModelMetadata/ModelConfig):
 //   inputs   query [B,T,E]; key [B,S,kdim] and value [B,S,vdim] (both or neither);

@@ -15,9 +15,9 @@
 #include <mutex>
 #include <optional>
 
+#include "inference/grpc_service.grpc.pb.h"
 #include "server/frontends/grpc_v1/request_log.h"
 #include "server/frontends/oip/inference_service.h"
-#include "inference/grpc_service.grpc.pb.h"
 
 namespace mha::serve::oip {
 

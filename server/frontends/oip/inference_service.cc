@@ -5,11 +5,11 @@
 #include <utility>
 #include <vector>
 
+#include "mha/text.h"
+#include "proto/wire/status_convert.h"
 #include "server/frontends/oip/infer_stream.h"
 #include "server/frontends/raw_call.h"
-#include "mha/text.h"
 #include "server/serving/observability/metrics.h"
-#include "proto/wire/status_convert.h"
 
 namespace mha::serve::oip {
 namespace {

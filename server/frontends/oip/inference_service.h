@@ -16,11 +16,11 @@
 #include <functional>
 #include <string>
 
+#include "inference/grpc_service.grpc.pb.h"
 #include "server/frontends/grpc_v1/request_log.h"
 #include "server/frontends/oip/infer_request.h"
 #include "server/frontends/oip/model_metadata.h"
 #include "server/frontends/oip/model_statistics.h"
-#include "inference/grpc_service.grpc.pb.h"
 #include "server/serving/inference_server.h"
 #include "server/serving/model_controller.h"
 

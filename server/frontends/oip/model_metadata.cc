@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "proto/wire/tensor_header.h"
 #include "server/frontends/oip/infer_request.h"
 #include "server/serving/server_core.h"
-#include "proto/wire/tensor_header.h"
 
 namespace mha::serve::oip {
 namespace {

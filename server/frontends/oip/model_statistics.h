@@ -1,4 +1,5 @@
-// Triton's ModelStatistics for one model, from its metrics (server/serving/observability/metrics.h):
+// Triton's ModelStatistics for one model, from its metrics
+// (server/serving/observability/metrics.h):
 //   inference_stats.success / fail  requests answered OK / with an error: count and whole-call
 //                                   time (handler start -> answer), as mha_requests_total counts
 //   inference_stats.queue           queue time of requests that reached a scheduler

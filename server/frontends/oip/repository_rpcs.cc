@@ -1,6 +1,7 @@
 // The model repository extension of the Open Inference Protocol (Triton's RepositoryIndex,
-// RepositoryModelLoad, RepositoryModelUnload) on the model lifecycle (server/serving/model_controller.h):
-// the same calls, modes and admin token as mha.v1.ModelControlService.
+// RepositoryModelLoad, RepositoryModelUnload) on the model lifecycle
+// (server/serving/model_controller.h): the same calls, modes and admin token as
+// mha.v1.ModelControlService.
 //   - RepositoryIndex: every model folder and every version the server knows (the lifecycle's
 //     index); in --model-control-mode none, where the lifecycle has no index, the versions loaded
 //     at start-up, as Triton still answers it. `ready` keeps the READY rows; repository_name is
@@ -12,10 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "mha/text.h"
 #include "server/frontends/grpc_v1/admin_auth.h"
 #include "server/frontends/oip/inference_service.h"
 #include "server/frontends/raw_call.h"
-#include "mha/text.h"
 
 namespace mha::serve::oip {
 namespace {

@@ -3,7 +3,8 @@
 // are a contract (dashboards and alerts are written against them):
 //   mha_requests_total{model,code}              counter, code = gRPC status name (OK, ...)
 //   mha_protocol_requests_total{protocol,code}  counter, the same requests by front end:
-//                                               protocol = mha.v1 or oip (server/serving/protocol.h)
+//                                               protocol = mha.v1 or oip
+//                                               (server/serving/protocol.h)
 //   mha_request_duration_seconds{model}         histogram, whole call (handler start -> finish)
 //   mha_queue_duration_seconds{model}           histogram, enqueue -> forward pass start
 //   mha_compute_duration_seconds{model}         histogram, the (batched) forward pass

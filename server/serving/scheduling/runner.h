@@ -1,6 +1,6 @@
-// The scheduler interface: one ModelRunner per model handle (server/serving/server_core.h). ServerCore
-// builds an InferenceTask from a validated request and calls Submit; it never knows what is behind
-// it (DirectRunner: one pass per request, DynamicBatcher: merged passes).
+// The scheduler interface: one ModelRunner per model handle (server/serving/server_core.h).
+// ServerCore builds an InferenceTask from a validated request and calls Submit; it never knows what
+// is behind it (DirectRunner: one pass per request, DynamicBatcher: merged passes).
 #pragma once
 
 #include <cstdint>
@@ -15,8 +15,8 @@
 
 namespace mha::serve {
 
-// One decoding-session step (server/serving/sessions): the session's cache, which the step extends, and
-// the step's inputs. `owner` keeps the cache alive until the step is answered, also when the
+// One decoding-session step (server/serving/sessions): the session's cache, which the step extends,
+// and the step's inputs. `owner` keeps the cache alive until the step is answered, also when the
 // session is closed or evicted meanwhile. The session layer admits one step per session at a
 // time, so no two tasks in flight share a cache.
 struct SessionStep {

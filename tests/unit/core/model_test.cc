@@ -1,5 +1,5 @@
-// Forward pass against PyTorch: every fixture case from scripts/fixtures/gen_fixtures.py, through the loader
-// and MhaModel, on CPU (and CUDA where this build has it).
+// Forward pass against PyTorch: every fixture case from scripts/fixtures/gen_fixtures.py, through
+// the loader and MhaModel, on CPU (and CUDA where this build has it).
 #include "mha/model.h"
 
 #include <ATen/ATen.h>

@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "wire_tensors.h"
 #include "proto/wire/tensor_codec.h"
+#include "wire_tensors.h"
 
 namespace mha::testing {
 namespace {

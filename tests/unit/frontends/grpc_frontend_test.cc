@@ -11,6 +11,7 @@
 
 #include "client/tensor_client.h"
 #include "fake_core.h"
+#include "proto/wire/tensor_codec.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "wire_tensors.h"
 

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "server/frontends/oip/infer_request.h"
 #include "inference/grpc_service.pb.h"
+#include "server/frontends/oip/infer_request.h"
 
 namespace mha::testing {
 namespace {

@@ -1,5 +1,5 @@
-// SessionStore in-process (server/serving/sessions): a runner that holds every submitted step until the
-// test runs it, so ordering, queuing behind a step in flight, close with waiting steps, LRU
+// SessionStore in-process (server/serving/sessions): a runner that holds every submitted step until
+// the test runs it, so ordering, queuing behind a step in flight, close with waiting steps, LRU
 // eviction of idle sessions only, and the pool's accounting are checked without any timing.
 #include "server/serving/sessions/session_store.h"
 
