@@ -12,7 +12,8 @@ build_pkgs=(
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libpng-dev
 )
-test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps python3-yaml)
+test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps python3-yaml
+           python3-jsonschema nginx)
 # kubectl (kustomize) for tests/deploy, unless one is installed already: dpkg refuses a second
 # owner of /usr/bin/kubectl.
 command -v kubectl >/dev/null || test_pkgs+=(kubernetes-client)
