@@ -23,6 +23,8 @@ except ImportError:
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas")
 METADATA_KEYS = {"name", "namespace", "labels", "annotations", "generateName"}
 REJECT = {"not": {}, "x-mha-pruned": True}
+ROOT_FIELDS = {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+               "metadata": {"type": "object"}}
 
 
 def strict(node):
@@ -66,7 +68,13 @@ class Schemas:
             if "openAPIV3Schema" not in doc:
                 continue
             doc["file"] = os.path.basename(path)
-            doc["strict"] = strict(doc["openAPIV3Schema"])
+            # The API server accepts these at the top of every object, listed or not (Istio's
+            # CRDs list only spec and status).
+            root = copy.deepcopy(doc["openAPIV3Schema"])
+            root.setdefault("properties", {})
+            for key, schema in ROOT_FIELDS.items():
+                root["properties"].setdefault(key, schema)
+            doc["strict"] = strict(root)
             self.by_type[(doc["apiVersion"], doc["kind"])] = doc
 
     def get(self, api_version, kind):

@@ -73,9 +73,13 @@ def prune(schema, instances, keep_under):
 
 def crd(args):
     with open(args.crd) as f:
-        doc = yaml.safe_load(f)
-    if doc.get("kind") != "CustomResourceDefinition":
-        sys.exit(f"{args.crd}: not a CustomResourceDefinition")
+        crds = [d for d in yaml.safe_load_all(f)
+                if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition" and
+                (not args.kind or d["spec"]["names"]["kind"] == args.kind)]
+    if len(crds) != 1:
+        sys.exit(f"{args.crd}: {len(crds)} CustomResourceDefinitions (of kind {args.kind}); "
+                 "want one (--kind picks it from a multi-document file)")
+    doc = crds[0]
     group, kind = doc["spec"]["group"], doc["spec"]["names"]["kind"]
     version = next((v for v in doc["spec"]["versions"] if v["name"] == args.version), None)
     if version is None:
@@ -145,6 +149,7 @@ def main():
         if name == "crd":
             p.add_argument("--crd", required=True)
             p.add_argument("--version", required=True)
+            p.add_argument("--kind", help="the resource kind, for a file of several CRDs")
             p.add_argument("--manifests", nargs="+", required=True)
             p.add_argument("--keep-under", type=int, default=1500)
         else:
