@@ -18,6 +18,7 @@ checked without a cluster.
   check_kserve.py --repo . [--kubectl kubectl] [--server build/server/mha-server]
 """
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -314,7 +315,7 @@ def main():
         help_flags = set(re.findall(r"^\s+(--[a-z0-9-]+)", text, re.MULTILINE))
     app = open(os.path.join(args.repo, "server/app/server_app.cc")).read()
     health_names = {""} | set(re.findall(r'"((?:mha|inference)\.[A-Za-z0-9_.]+)"', app))
-    trigger = crd_schema.strict(__import__("json").load(
+    trigger = crd_schema.strict(json.load(
         open(os.path.join(crd_schema.SCHEMA_DIR, "keda-prometheus-trigger.json")))["schema"])
     if all(len(by_kind.get(k, [])) == 1
            for k in ("ClusterServingRuntime", "InferenceService", "ScaledObject")):
