@@ -5,8 +5,8 @@ Starts the built mha-server on loopback (gRPC and metrics on port 0, ports read 
 --port-file / --metrics-port-file) with a one-model repository, sends a few requests with the built
 mha-client (successful ones and one for an unknown model, so that counters and histograms have
 series), checks /healthz and /readyz (the image's HEALTHCHECK), scrapes /metrics and compares:
-every name found in the Grafana dashboard, the alerting rules, the prometheus-adapter rules and the
-HPA (tests/deploy/promql_names.py) must be a series the server exposes. Exceptions, named: `up`
+every name found in the Grafana dashboard, the alerting rules, the prometheus-adapter rules, the
+HPA and the KEDA ScaledObject's triggers (tests/deploy/promql_names.py) must be a series the server exposes. Exceptions, named: `up`
 (made by Prometheus itself) and, on a CPU-only server, the CUDA-only mha_gpu_* gauges of the
 metrics contract. Stops the server by PID.
 
@@ -114,7 +114,7 @@ def main():
         print(f"FAIL: only {len(used)} metric names found in the deploy/ artefacts: "
               "the extraction is broken")
         return 1
-    print(f"{len(used)} metric names referenced by the dashboard, rules, adapter rules and HPA")
+    print(f"{len(used)} metric names referenced by the dashboard, rules, adapter rules, HPA and KEDA triggers")
 
     # A one-model repository: model "example" (the image's example model).
     work = os.path.abspath(args.work_dir)

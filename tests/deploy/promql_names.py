@@ -1,5 +1,6 @@
-"""Metric names used by the deploy/ artefacts: PromQL in the Grafana dashboard, the alerting rules
-and the prometheus-adapter rules, and the HPA's custom metric.
+"""Metric names used by the deploy/ artefacts: PromQL in the Grafana dashboard, the alerting rules,
+the prometheus-adapter rules and the KEDA ScaledObject's Prometheus triggers (deploy/kserve), and
+the HPA's custom metric.
 
 PromQL is not parsed in full: strings, label matchers {..}, ranges [..], grouping clauses
 by/without/on/ignoring/group_left/group_right (..), offsets and numbers are removed; what is left
@@ -127,6 +128,20 @@ def hpa_custom_metrics(path):
     return names
 
 
+def keda_queries(path):
+    """[(where, query)] of the Prometheus triggers of the KEDA ScaledObject(s) in a YAML file."""
+    out = []
+    with open(path) as f:
+        for doc in yaml.safe_load_all(f):
+            if not doc or doc.get("kind") != "ScaledObject":
+                continue
+            for t in doc.get("spec", {}).get("triggers", []):
+                if t.get("type") == "prometheus":
+                    out.append((f"{os.path.basename(path)} trigger {t.get('name')}",
+                                t.get("metadata", {}).get("query", "")))
+    return out
+
+
 def collect(repo):
     """{metric name: [where used]} over every deploy/ artefact, plus recording rule names."""
     used, recorded = {}, set()
@@ -149,6 +164,11 @@ def collect(repo):
         add("adapter " + where, names_in_expr(expr))
     hpa = os.path.join(repo, "deploy/k8s/base/hpa.yaml")
     add("k8s base/hpa.yaml", hpa_custom_metrics(hpa))
+    kserve = os.path.join(repo, "deploy/kserve")
+    for fn in sorted(os.listdir(kserve)) if os.path.isdir(kserve) else []:
+        if fn.endswith((".yaml", ".yml")):
+            for where, expr in keda_queries(os.path.join(kserve, fn)):
+                add("kserve " + where, names_in_expr(expr))
     return used, recorded
 
 
