@@ -177,10 +177,8 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
   if (!request->name().empty()) {
     auto entry = ResolveVersion(*repository, request->name(), request->version());
     if (entry.ok()) {
-      FillModelStatistics(
-          *entry.value(),
-          *options_.metrics->ForVersion(entry.value()->name, entry.value()->version),
-          response->add_model_stats());
+      FillModelStatistics(*entry.value(), VersionSnapshot(*options_.metrics, *entry.value()),
+                          response->add_model_stats());
     }
     FinishCall(reactor, log, entry.status());
     return reactor;
@@ -188,7 +186,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
   for (const auto& entry : repository->entries()) {  // "" = every READY model
     if (entry->state != ModelState::kReady) continue;
     if (!request->version().empty() && entry->version != request->version()) continue;
-    FillModelStatistics(*entry, *options_.metrics->ForVersion(entry->name, entry->version),
+    FillModelStatistics(*entry, VersionSnapshot(*options_.metrics, *entry),
                         response->add_model_stats());
   }
   FinishCall(reactor, log, Status::Ok());

@@ -25,7 +25,7 @@ const char* KvFullPolicyName(KvFullPolicy policy) {
 
 SessionStore::SessionStore(SessionOptions options, std::shared_ptr<const MhaModel> model,
                            SessionLocation location, std::shared_ptr<SessionDirectory> directory,
-                           ModelRunner* runner, ModelMetrics* metrics)
+                           ModelRunner* runner, StatsAggregator* metrics)
     : options_(options),
       model_(std::move(model)),
       location_(std::move(location)),

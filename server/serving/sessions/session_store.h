@@ -29,7 +29,7 @@
 
 namespace mha::serve {
 
-class ModelMetrics;
+class StatsAggregator;
 
 enum class KvFullPolicy {
   kRefuse,    // new sessions and steps that need blocks get RESOURCE_EXHAUSTED
@@ -71,7 +71,7 @@ class SessionStore {
   // `runner` (the version's scheduler) and `metrics` (may be null) outlive the store.
   SessionStore(SessionOptions options, std::shared_ptr<const MhaModel> model,
                SessionLocation location, std::shared_ptr<SessionDirectory> directory,
-               ModelRunner* runner, ModelMetrics* metrics);
+               ModelRunner* runner, StatsAggregator* metrics);
   ~SessionStore();  // ends every session: "its model version was unloaded"
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
@@ -133,7 +133,7 @@ class SessionStore {
   const SessionLocation location_;
   const std::shared_ptr<SessionDirectory> directory_;
   ModelRunner* const runner_;
-  ModelMetrics* const metrics_;
+  StatsAggregator* const metrics_;
 
   mutable std::mutex mu_;
   std::shared_ptr<KvBlockPool> pool_;  // made on the first Open
