@@ -42,6 +42,7 @@ const char* KvFullPolicyName(KvFullPolicy policy);
 struct SessionOptions {
   KvPoolOptions pool;            // per model version: --kv-cache-bytes, --kv-block-tokens
   int64_t idle_timeout_s = 600;  // --session-idle-timeout-s: idle longer ends it; 0 = never
+  const ClockSource* clock = &RealClock();           // idle time is read here (tests: a FakeClock)
   KvFullPolicy full_policy = KvFullPolicy::kRefuse;  // --kv-cache-full-policy
   size_t max_pending_steps = 16;  // steps of one session waiting behind the one in flight
   // A step's estimated working memory and response (server/serving/budget.h), as for any request:
