@@ -44,6 +44,15 @@ bool ParseRawMessage(const grpc::ByteBuffer& bytes, Message* message) {
   return message->ParseFromZeroCopyStream(&reader);
 }
 
+// ParseRawMessage for a request: INVALID_ARGUMENT "request is not a valid <message's full name>
+// (N bytes)" when the bytes do not parse.
+template <typename Message>
+Status ParseRawRequest(const grpc::ByteBuffer& bytes, Message* message) {
+  if (ParseRawMessage(bytes, message)) return Status::Ok();
+  return InvalidArgument("request is not a valid " + Message::descriptor()->full_name() + " (" +
+                         std::to_string(bytes.Length()) + " bytes)");
+}
+
 template <typename Message>
 Status SerializeRawMessage(const Message& message, grpc::ByteBuffer* out) {
   bool own_buffer = false;

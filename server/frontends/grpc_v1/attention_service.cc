@@ -44,11 +44,9 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerCont
     // The messages live until the call is answered: the decoded tensors borrow the request's
     // bytes.
     auto call = std::make_shared<UnaryCall>();
-    if (!ParseRawMessage(*request_bytes, &call->request)) {
-      const Status status = InvalidArgument("request is not a valid mha.v1.ForwardRequest (" +
-                                            std::to_string(request_bytes->Length()) + " bytes)");
-      core_->RecordOutcome(std::nullopt, status, log.start, Protocol::kNative);
-      return finish(status);
+    if (Status parsed = ParseRawRequest(*request_bytes, &call->request); !parsed.ok()) {
+      core_->RecordOutcome(std::nullopt, parsed, log.start, Protocol::kNative);
+      return finish(parsed);
     }
     auto decoded = DecodeCall(call->request, options_, /*borrow=*/true, context, log);
     if (!decoded.ok()) {

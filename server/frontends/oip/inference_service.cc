@@ -114,11 +114,9 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
   return Unary(context, "ModelInfer", [&](const UnaryFinish& finish) {
     const RequestLog& log = finish.log();
     auto call = std::make_shared<UnaryCall>();
-    if (!ParseRawMessage(*request_bytes, &call->request)) {
-      const Status status = InvalidArgument("request is not a valid inference.ModelInferRequest (" +
-                                            std::to_string(request_bytes->Length()) + " bytes)");
-      core_->RecordOutcome(std::nullopt, status, log.start, Protocol::kOip);
-      return finish(status);
+    if (Status parsed = ParseRawRequest(*request_bytes, &call->request); !parsed.ok()) {
+      core_->RecordOutcome(std::nullopt, parsed, log.start, Protocol::kOip);
+      return finish(parsed);
     }
     auto decoded = DecodeCall(call->request, options_, *core_, context, log);
     if (!decoded.ok()) {
