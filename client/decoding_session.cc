@@ -188,7 +188,15 @@ Status DecodingSession::Replay() {
 
 StatusOr<v1::CloseSessionResponse> DecodingSession::Close() {
   (void)FinishStream();
-  return client_->CloseSession(id());
+  auto closed = client_->CloseSession(id());
+  if (closed.ok() || !options_.resume || closed.status().code() != StatusCode::kNotFound) {
+    return closed;
+  }
+  // The replica that owns the id's hash now does not hold it (a replica joined and the hash moved,
+  // or the replica was lost): nothing is open there to close. A copy left on another replica ends
+  // by its idle timeout. Counted; the answer has no tokens or blocks to report.
+  ++stats_.closes_elsewhere;
+  return v1::CloseSessionResponse();
 }
 
 }  // namespace mha::client

@@ -32,6 +32,7 @@ struct DecodingSessionStats {
   int64_t resumes = 0;            // re-opens with replay
   int64_t retries = 0;            // steps sent again (after UNAVAILABLE or a resume)
   std::vector<double> replay_ms;  // each resume: re-open + replay, wall time
+  int64_t closes_elsewhere = 0;   // Close found no session where the id hashes now (see Close)
 };
 
 class DecodingSession {
@@ -45,7 +46,9 @@ class DecodingSession {
   // One step: `step.query` holds only the new tokens [B, T_new, E] (masks, need_weights and the
   // other ForwardRequest fields as for any step); session_id is filled in here.
   StatusOr<v1::ForwardResponse> Step(v1::ForwardRequest step);
-  // Ends the session on the server (CloseSession; a stream is finished first).
+  // Ends the session on the server (CloseSession; a stream is finished first). With resume on, a
+  // NOT_FOUND answer (the id's hash moved to a replica that never held it) counts as closed: an
+  // empty response, counted in stats().closes_elsewhere.
   StatusOr<v1::CloseSessionResponse> Close();
 
   const std::string& id() const { return open_.session_id(); }
