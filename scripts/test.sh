@@ -3,13 +3,15 @@
 # build (-Werror on our code), clang-tidy (scripts/lint.sh: the torch-free units), run ctest.
 #   scripts/test.sh [CTEST_ARGS...]             the suite (what .ci/run calls)
 #   scripts/test.sh --sanitize [CTEST_ARGS...]  ASan + UBSan build of our code in build-asan/
-#   scripts/test.sh --tsan [CTEST_ARGS...]      ThreadSanitizer build in build-tsan/ (default: the
-#                                               serving and front-end unit tests, -L unit -R ...)
+#   scripts/test.sh --tsan [CTEST_ARGS...]      ThreadSanitizer build in build-tsan/ (default: every
+#                                               suite of the serving and front-end unit binaries
+#                                               and the core's decode suites; docs/testing.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
 scripts/lint.sh format
 variant=()
+tsan_default=
 case "${1:-}" in
   --sanitize)  # LibTorch is not instrumented.
     shift
@@ -24,9 +26,22 @@ case "${1:-}" in
     export MHA_BUILD_DIR=${MHA_BUILD_DIR:-build-tsan}
     variant=(-DMHA_TSAN=ON -DMHA_BUILD_BENCHMARKS=OFF)
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitize/tsan.supp}
-    [[ $# -gt 0 ]] || set -- -R '^(BatcherTest|DirectRunner|Runner|ServerCore|SessionStore|Metrics|GrpcFrontend|OipFrontend)'
+    if [[ $# -eq 0 ]]; then  # only the binaries the default run needs
+      tsan_default=1
+      export MHA_TARGETS=${MHA_TARGETS:-mha_serving_tests mha_frontend_tests mha_core_tests}
+    fi
     ;;
 esac
 scripts/build.sh "${variant[@]}"
+if [[ -n $tsan_default ]]; then
+  # Every suite of the serving and front-end binaries, listed from the binaries as ctest registers
+  # them (tests/cmake/gtest_suites_list.cmake), so a new or renamed suite cannot fall out of the
+  # run; and the core's decode and KV-pool suites. --no-tests=error: an empty match fails.
+  suites=$(for t in mha_serving_tests mha_frontend_tests; do
+    "$MHA_BUILD_DIR/tests/unit/$t" --gtest_list_tests
+  done | sed -nE 's#^([A-Za-z_][A-Za-z0-9_/]*)\.( .*)?$#\1#p' | paste -sd'|')
+  set -- -R "^($suites|Fixtures/(Self|Cross)DecodeTest|DecodeBatch|DecodeValidation|KvPool)\$" \
+    --no-tests=error
+fi
 [[ ${#variant[@]} -gt 0 ]] || scripts/lint.sh tidy
 ctest --test-dir "${MHA_BUILD_DIR:-build}" --output-on-failure --timeout 600 "$@"

@@ -44,7 +44,6 @@ class FakeCore final : public InferenceServer {
   std::shared_ptr<const ModelRepository> repository() const override { return repository_; }
 
   void Answer(Call call) {
-    seen_.push_back(call.request.model);
     InferenceResponse r;
     r.model = "m";
     r.model_version = "7";
@@ -58,10 +57,34 @@ class FakeCore final : public InferenceServer {
       r.outputs.output = call.request.inputs.query * 2;
       if (call.request.inputs.need_weights) r.outputs.attn_weights = at::ones({1, 2, 3});
     }
-    // Tensors may borrow the call's message, valid only until `done`: keep copies.
-    last_ = std::move(call.request);
-    last_.inputs.query = last_.inputs.query.clone();
+    {
+      // Under mu_: Answer runs on gRPC's threads (and the test's, for held calls), and the test
+      // reads what was seen on its own thread (Last()); gRPC's synchronisation between the two
+      // is invisible to ThreadSanitizer, a lock is not. Tensors may borrow the call's message,
+      // valid only until `done`: keep copies.
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.push_back(call.request.model);
+      last_ = std::move(call.request);
+      last_.inputs.query = last_.inputs.query.clone();
+    }
     call.done(std::move(r));
+  }
+  // What the test reads and sets, under mu_ (see Answer).
+  InferenceRequest Last() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_;
+  }
+  std::vector<Status> Refused() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refused_;
+  }
+  int InferCalls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return infer_calls_;
+  }
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = true;
   }
   // Waits until `n` calls are held, then answers them in reverse order.
   bool AnswerHeldInReverse(size_t n) {
@@ -79,7 +102,7 @@ class FakeCore final : public InferenceServer {
     return true;
   }
 
-  std::mutex mu_;
+  std::mutex mu_;  // guards everything below but repository_
   std::condition_variable cv_;
   bool hold_ = false;
   int infer_calls_ = 0;

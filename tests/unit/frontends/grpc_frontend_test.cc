@@ -60,7 +60,7 @@ TEST_F(GrpcFrontendTest, ForwardTranslatesTheRequestAndTheAnswer) {
   options.request_id = "abc";
   auto result = client_->Forward(in, options);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
-  const InferenceRequest& seen = core_.last_;
+  const InferenceRequest seen = core_.Last();
   EXPECT_EQ(seen.model, "wanted");
   EXPECT_TRUE(seen.inputs.query.equal(in.query));
   EXPECT_TRUE(seen.inputs.is_causal);
@@ -92,13 +92,13 @@ TEST_F(GrpcFrontendTest, UndecodableRequestsNeverReachTheCore) {
   auto response = client_->ForwardRaw(bad);
   ASSERT_FALSE(response.ok());
   EXPECT_EQ(response.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(core_.infer_calls_, 0);
-  ASSERT_EQ(core_.refused_.size(), 1u);
-  EXPECT_EQ(core_.refused_[0].code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.InferCalls(), 0);
+  ASSERT_EQ(core_.Refused().size(), 1u);
+  EXPECT_EQ(core_.Refused()[0].code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(GrpcFrontendTest, StreamAnswersInRequestOrderWhateverOrderTheCoreAnswersIn) {
-  core_.hold_ = true;
+  core_.Hold();
   std::vector<v1::ForwardRequest> requests;
   for (int i = 0; i < 8; ++i) requests.push_back(Marked(static_cast<float>(i)));
   std::vector<v1::ForwardResponse> responses;

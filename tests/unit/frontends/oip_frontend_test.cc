@@ -75,16 +75,16 @@ TEST_F(OipFrontendTest, ModelInferCarriesTheProtocolAndTheRequestedVersion) {
   inference::ModelInferResponse response;
   const grpc::Status s = stub_->ModelInfer(&context, request, &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(core_.last_.protocol, Protocol::kOip);
-  EXPECT_EQ(core_.last_.model, "m");
-  EXPECT_EQ(core_.last_.model_version, "3");
+  EXPECT_EQ(core_.Last().protocol, Protocol::kOip);
+  EXPECT_EQ(core_.Last().model, "m");
+  EXPECT_EQ(core_.Last().model_version, "3");
   EXPECT_EQ(response.id(), "x");
   EXPECT_EQ(response.model_version(), "7");  // what the core says answered
   EXPECT_FLOAT_EQ(FirstOutput(response), 3.0f);
 }
 
 TEST_F(OipFrontendTest, StreamRunsSeveralRequestsAtOnceAndAnswersInRequestOrder) {
-  core_.hold_ = true;
+  core_.Hold();
   grpc::ClientContext context;
   auto stream = stub_->ModelStreamInfer(&context);
   const float markers[] = {1, -1, 3};  // the second fails in the core
@@ -132,7 +132,7 @@ TEST_F(OipFrontendTest, StreamAnswersAnUndecodableRequestInItsPlace) {
   EXPECT_EQ(errors[1].rfind("INVALID_ARGUMENT: query: datatype 'INT8'", 0), 0u) << errors[1];
   EXPECT_EQ(errors[2], "");
   EXPECT_TRUE(stream->Finish().ok());
-  ASSERT_EQ(core_.refused_.size(), 1u);  // counted once, by the front end
+  ASSERT_EQ(core_.Refused().size(), 1u);  // counted once, by the front end
 }
 
 TEST_F(OipFrontendTest, TheClientsOipProtocolRoundTripsAForwardRequest) {
@@ -146,9 +146,9 @@ TEST_F(OipFrontendTest, TheClientsOipProtocolRoundTripsAForwardRequest) {
   *request.mutable_query() = mha::testing::WireFloat({1, 2, 4}, 0.25f);
   auto response = client.ForwardRaw(request);
   ASSERT_TRUE(response.ok()) << response.status().ToString();
-  EXPECT_EQ(core_.last_.protocol, Protocol::kOip);
-  EXPECT_EQ(core_.last_.model_version, "5");
-  EXPECT_TRUE(core_.last_.inputs.is_causal);
+  EXPECT_EQ(core_.Last().protocol, Protocol::kOip);
+  EXPECT_EQ(core_.Last().model_version, "5");
+  EXPECT_TRUE(core_.Last().inputs.is_causal);
   EXPECT_EQ(response->model(), "m");
   EXPECT_EQ(response->model_version(), "7");
   EXPECT_EQ(response->queue_us(), 11);
@@ -176,7 +176,7 @@ TEST_F(OipFrontendTest, TheClientsOipProtocolRoundTripsAForwardRequest) {
   EXPECT_EQ(session.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(session.status().message().find("session_id: decoding sessions are an mha.v1"),
             std::string::npos);
-  EXPECT_EQ(core_.last_.inputs.weights_selection.top_k, 0);  // neither reached the server
+  EXPECT_EQ(core_.Last().inputs.weights_selection.top_k, 0);  // neither reached the server
 }
 
 }  // namespace
