@@ -212,11 +212,7 @@ void ServerCore::LoadAll(std::vector<ModelEntry> entries, std::function<void()> 
     for (size_t i = next++; i < entries.size() && !stopping_; i = next++) {
       ModelEntry& entry = entries[i];
       if (entry.state != ModelState::kLoading) continue;
-      if (entry.source == "builtin") {
-        entry = MakeDefaultModel(options_.overrides);
-      } else {
-        LoadAndWarm(&entry);
-      }
+      LoadAndWarm(&entry);  // the built-in model too: it is warm before health says SERVING
     }
   };
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
