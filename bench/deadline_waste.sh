@@ -2,12 +2,13 @@
 # Computed but undelivered (issue 26 item 4): answers the server computed (mha_requests_total
 # {code="OK"}) that no client read in time (the client's ok count), under 64 clients with a short
 # deadline each. Starts its own mha-server (built-in model, shipped defaults + "$@").
-#   DEADLINE_MS=20 B=4 T=64 C=64 DUR=10 MHA_BUILD_DIR=build bench/deadline_waste.sh [server flags]
+#   DEADLINE_MS=20 B=4 T=64 C=64 DUR=10 MHA_BUILD_DIR=build [MHA_SERVER=path/to/mha-server] \
+#   bench/deadline_waste.sh [server flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${MHA_BUILD_DIR:-build}
 work=$(mktemp -d)
-"$build/server/mha-server" --grpc-address 127.0.0.1:0 --port-file "$work/port" \
+"${MHA_SERVER:-$build/server/mha-server}" --grpc-address 127.0.0.1:0 --port-file "$work/port" \
   --metrics-address 127.0.0.1:0 --metrics-port-file "$work/mport" --log-level warn "$@" \
   >"$work/server.log" 2>&1 &
 pid=$!
