@@ -6,9 +6,8 @@
 #include <vector>
 
 #include "mha/text.h"
-#include "proto/wire/status_convert.h"
+#include "server/frontends/common/grpc_call.h"
 #include "server/frontends/oip/infer_stream.h"
-#include "server/frontends/raw_call.h"
 #include "server/serving/observability/metrics.h"
 
 namespace mha::serve::oip {
@@ -59,140 +58,124 @@ GrpcInferenceServiceImpl::GrpcInferenceServiceImpl(InferenceServer* core,
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerLive(
     grpc::CallbackServerContext* context, const inference::ServerLiveRequest* request,
     inference::ServerLiveResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ServerLive");
-  response->set_live(true);  // answering at all is being live
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+  return Unary(context, "ServerLive", [&] {
+    response->set_live(true);  // answering at all is being live
+    return Status::Ok();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerReady(
     grpc::CallbackServerContext* context, const inference::ServerReadyRequest* request,
     inference::ServerReadyResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ServerReady");
-  response->set_ready(options_.server_ready ? options_.server_ready()
-                                            : RepositoryReady(*core_->repository()));
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+  return Unary(context, "ServerReady", [&] {
+    response->set_ready(options_.server_ready ? options_.server_ready()
+                                              : RepositoryReady(*core_->repository()));
+    return Status::Ok();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelReady(
     grpc::CallbackServerContext* context, const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ModelReady");
-  // Not ready (rather than an error) for unknown names, as Triton answers readiness probes.
-  auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
-  response->set_ready(entry.ok());
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+  return Unary(context, "ModelReady", [&] {
+    // Not ready (rather than an error) for unknown names, as Triton answers readiness probes.
+    auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
+    response->set_ready(entry.ok());
+    return Status::Ok();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerMetadata(
     grpc::CallbackServerContext* context, const inference::ServerMetadataRequest* request,
     inference::ServerMetadataResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ServerMetadata");
-  response->set_name(kServerName);
-  response->set_version(options_.server_version.empty() ? CurrentBuildInfo().version
-                                                        : options_.server_version);
-  response->add_extensions("model_configuration");
-  if (options_.metrics != nullptr) response->add_extensions("statistics");
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+  return Unary(context, "ServerMetadata", [&] {
+    response->set_name(kServerName);
+    response->set_version(options_.server_version.empty() ? CurrentBuildInfo().version
+                                                          : options_.server_version);
+    response->add_extensions("model_configuration");
+    if (options_.metrics != nullptr) response->add_extensions("statistics");
+    return Status::Ok();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelMetadata(
     grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ModelMetadata");
-  auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
-  if (entry.ok()) FillModelMetadata(*entry.value(), response);
-  FinishCall(reactor, log, entry.status());
-  return reactor;
+  return Unary(context, "ModelMetadata", [&] {
+    auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
+    if (entry.ok()) FillModelMetadata(*entry.value(), response);
+    return entry.status();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ModelInfer");
-  auto call = std::make_shared<UnaryCall>();
-  if (!ParseRawMessage(*request_bytes, &call->request)) {
-    const Status status = InvalidArgument("request is not a valid inference.ModelInferRequest (" +
-                                          std::to_string(request_bytes->Length()) + " bytes)");
-    core_->RecordOutcome(std::nullopt, status, log.start, Protocol::kOip);
-    FinishCall(reactor, log, status);
-    return reactor;
-  }
-  auto decoded = DecodeCall(call->request, options_, *core_, context, log);
-  if (!decoded.ok()) {
-    core_->RecordOutcome(call->request.model_name(), decoded.status(), log.start, Protocol::kOip);
-    FinishCall(reactor, log, decoded.status());
-    return reactor;
-  }
-  InferCall& infer = decoded.value();
-  // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
-  core_->Infer(std::move(infer.request),
-               [reactor, response_bytes, call, outputs = std::move(infer.outputs),
-                id = std::move(infer.id), log = std::move(log)](InferenceResponse result) {
-                 Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
-                 if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
-                 FinishCall(reactor, log, status,
-                            "model=" + result.model +
-                                " queue_us=" + std::to_string(result.queue_us) +
-                                " compute_us=" + std::to_string(result.compute_us));
-               });
-  return reactor;
+  return Unary(context, "ModelInfer", [&](const UnaryFinish& finish) {
+    const RequestLog& log = finish.log();
+    auto call = std::make_shared<UnaryCall>();
+    if (Status parsed = ParseRawRequest(*request_bytes, &call->request); !parsed.ok()) {
+      core_->RecordOutcome(std::nullopt, parsed, log.start, Protocol::kOip);
+      return finish(parsed);
+    }
+    auto decoded = DecodeCall(call->request, options_, *core_, context, log);
+    if (!decoded.ok()) {
+      core_->RecordOutcome(call->request.model_name(), decoded.status(), log.start, Protocol::kOip);
+      return finish(decoded.status());
+    }
+    InferCall& infer = decoded.value();
+    // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
+    core_->Infer(std::move(infer.request),
+                 [finish, response_bytes, call, outputs = std::move(infer.outputs),
+                  id = std::move(infer.id)](InferenceResponse result) {
+                   Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
+                   if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
+                   finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
+                 });
+  });
 }
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 GrpcInferenceServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return new InferStreamReactor(core_, options_, context);
+  return new InferStreamReactor(InferStreamPolicy{core_, options_}, context);
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelConfig(
     grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ModelConfig");
-  auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
-  if (entry.ok()) FillModelConfig(*entry.value(), options_.scheduling, response->mutable_config());
-  FinishCall(reactor, log, entry.status());
-  return reactor;
+  return Unary(context, "ModelConfig", [&] {
+    auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
+    if (entry.ok()) {
+      FillModelConfig(*entry.value(), options_.scheduling, response->mutable_config());
+    }
+    return entry.status();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
     grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ModelStatistics");
-  if (options_.metrics == nullptr) {
-    FinishCall(reactor, log, Unimplemented("ModelStatistics: this server keeps no metrics"));
-    return reactor;
-  }
-  auto repository = core_->repository();
-  if (!request->name().empty()) {
-    auto entry = ResolveVersion(*repository, request->name(), request->version());
-    if (entry.ok()) {
-      FillModelStatistics(
-          *entry.value(),
-          *options_.metrics->ForVersion(entry.value()->name, entry.value()->version),
-          response->add_model_stats());
+  return Unary(context, "ModelStatistics", [&] {
+    if (options_.metrics == nullptr) {
+      return Unimplemented("ModelStatistics: this server keeps no metrics");
     }
-    FinishCall(reactor, log, entry.status());
-    return reactor;
-  }
-  for (const auto& entry : repository->entries()) {  // "" = every READY model
-    if (entry->state != ModelState::kReady) continue;
-    if (!request->version().empty() && entry->version != request->version()) continue;
-    FillModelStatistics(*entry, *options_.metrics->ForVersion(entry->name, entry->version),
-                        response->add_model_stats());
-  }
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+    auto repository = core_->repository();
+    if (!request->name().empty()) {
+      auto entry = ResolveVersion(*repository, request->name(), request->version());
+      if (entry.ok()) {
+        FillModelStatistics(*entry.value(), VersionSnapshot(*options_.metrics, *entry.value()),
+                            response->add_model_stats());
+      }
+      return entry.status();
+    }
+    for (const auto& entry : repository->entries()) {  // "" = every READY model
+      if (entry->state != ModelState::kReady) continue;
+      if (!request->version().empty() && entry->version != request->version()) continue;
+      FillModelStatistics(*entry, VersionSnapshot(*options_.metrics, *entry),
+                          response->add_model_stats());
+    }
+    return Status::Ok();
+  });
 }
 
 }  // namespace mha::serve::oip

@@ -1,10 +1,11 @@
-#include "server/frontends/grpc_v1/request_log.h"
+#include "server/frontends/common/request_log.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <utility>
 
 #include "mha/text.h"
 
@@ -20,33 +21,29 @@ std::string GenerateRequestId() {
 
 }  // namespace
 
-RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method) {
+RequestLog NewRequestLog(const char* method, std::string_view client_id, std::string peer) {
   RequestLog log;
   log.method = method;
   log.start = Clock::now();
-  log.peer = context->peer();
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find(kRequestIdKey);
-  if (it != metadata.end() && it->second.length() > 0) {
-    log.request_id.assign(it->second.data(), std::min<size_t>(it->second.length(), 128));
+  log.peer = std::move(peer);
+  if (!client_id.empty()) {
+    log.request_id.assign(client_id.data(), std::min<size_t>(client_id.length(), 128));
   } else {
     log.request_id = GenerateRequestId();
   }
-  context->AddInitialMetadata(kRequestIdKey, log.request_id);
   return log;
 }
 
-Status CheckSessionHeader(const grpc::CallbackServerContext* context, const std::string& body_id) {
-  const auto& metadata = context->client_metadata();
-  auto [first, last] = metadata.equal_range(kSessionIdKey);
-  for (auto it = first; it != last; ++it) {
-    const std::string header(it->second.data(), it->second.length());
-    if (header == body_id) continue;
-    return InvalidArgument("x-session-id: the header names session '" + Abbreviate(header) +
-                           "' but session_id is '" + Abbreviate(body_id) +
-                           "' (they must agree: a proxy routes by the header)");
-  }
-  return Status::Ok();
+std::string InferDetail(const std::string& model, int64_t queue_us, int64_t compute_us) {
+  return "model=" + model + " queue_us=" + std::to_string(queue_us) +
+         " compute_us=" + std::to_string(compute_us);
+}
+
+Status CheckSessionHeader(std::string_view header, const std::string& body_id) {
+  if (header == body_id) return Status::Ok();
+  return InvalidArgument("x-session-id: the header names session '" + Abbreviate(header) +
+                         "' but session_id is '" + Abbreviate(body_id) +
+                         "' (they must agree: a proxy routes by the header)");
 }
 
 void LogOutcome(const RequestLog& log, const Status& status, const std::string& detail) {
@@ -60,8 +57,7 @@ void LogOutcome(const RequestLog& log, const Status& status, const std::string& 
                StatusCodeName(status.code()), log.request_id, log.peer, us, status.message());
 }
 
-Clock::time_point SteadyDeadline(const grpc::CallbackServerContext* context) {
-  const auto deadline = context->deadline();
+Clock::time_point SteadyDeadline(std::chrono::system_clock::time_point deadline) {
   if (deadline == std::chrono::system_clock::time_point::max()) return Clock::time_point::max();
   const auto remaining = deadline - std::chrono::system_clock::now();
   if (remaining > std::chrono::hours(24 * 365)) return Clock::time_point::max();

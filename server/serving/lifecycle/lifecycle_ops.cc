@@ -1,16 +1,14 @@
-// ServerCore's model lifecycle: load / reload / unload on the lifecycle thread, repository
-// polling, warmup, the repository index. See "Lifecycle" in server_core.h.
+// ModelLifecycle's operations after the start-up load: load / unload on the lifecycle thread,
+// repository polling, retiring replaced handles, the repository index (model_lifecycle.h).
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <exception>
 #include <filesystem>
 #include <map>
 #include <set>
 
-#include "server/serving/repository/default_model.h"
-#include "server/serving/server_core.h"
+#include "server/serving/lifecycle/model_lifecycle.h"
 
 namespace fs = std::filesystem;
 
@@ -26,65 +24,6 @@ Status CheckModelName(const std::string& name) {
                            name.substr(0, 128) + "'");
   }
   return Status::Ok();
-}
-
-// The warmup of a version whose config.json has no "warmup" key (the built-in model's too): a
-// small pass and a pass with weights, so that the first request does not pay for BLAS's thread
-// start, ATen's first allocations and lazy initialisation (issue 26: 11.9 ms vs ~0.5 ms warm).
-const std::vector<WarmupShape>& DefaultWarmup() {
-  static const std::vector<WarmupShape> shapes = {{1, 16, false}, {2, 8, true}};
-  return shapes;
-}
-
-// Warmup passes on a freshly loaded version, before it is READY. config.json's "warmup" passes
-// are self-attention and a failed one makes the version FAILED. Without the key the default
-// passes run, with key and value of the model's kdim/vdim; one that fails is logged and the
-// version stays READY (it was loadable; the first request will say what is wrong).
-void Warmup(ModelEntry* entry) {
-  if (entry->state != ModelState::kReady) return;
-  const bool given = entry->config.warmup_given;
-  const std::vector<WarmupShape>& shapes = given ? entry->config.warmup : DefaultWarmup();
-  if (shapes.empty()) return;
-  const Clock::time_point start = Clock::now();
-  const MhaOptions& options = entry->model->options();
-  const int64_t embed = options.embed_dim;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    const WarmupShape& shape = shapes[i];
-    ForwardInputs in;
-    in.query = at::linspace(-1, 1, shape.batch * shape.seq * embed)
-                   .reshape({shape.batch, shape.seq, embed});
-    if (!given && (options.key_dim() != embed || options.value_dim() != embed)) {
-      in.key = at::linspace(-1, 1, shape.batch * shape.seq * options.key_dim())
-                   .reshape({shape.batch, shape.seq, options.key_dim()});
-      in.value = at::linspace(-1, 1, shape.batch * shape.seq * options.value_dim())
-                     .reshape({shape.batch, shape.seq, options.value_dim()});
-    }
-    in.need_weights = shape.need_weights;
-    ForwardOutputs out;
-    Status status;
-    try {
-      status = entry->model->Forward(in, &out);
-    } catch (const std::exception& e) {
-      status = Internal(std::string("threw: ") + e.what());
-    }
-    const std::string what = "warmup[" + std::to_string(i) + "] (batch " +
-                             std::to_string(shape.batch) + ", seq " + std::to_string(shape.seq) +
-                             ") failed: " + status.ToString();
-    if (!status.ok() && !given) {
-      spdlog::warn("model {} v{} default {}", entry->name, entry->version, what);
-      return;
-    }
-    if (!status.ok()) {
-      entry->state = ModelState::kFailed;
-      entry->error = what;
-      entry->model.reset();
-      return;
-    }
-    entry->warmup_passes = static_cast<int64_t>(i) + 1;
-  }
-  spdlog::info("model {} v{} warmup: {} passes in {:.1f} ms{}", entry->name, entry->version,
-               shapes.size(), MicrosBetween(start, Clock::now()) / 1000.0,
-               given ? "" : " (default)");
 }
 
 }  // namespace
@@ -108,19 +47,7 @@ StatusOr<ModelControlMode> ParseModelControlMode(const std::string& text) {
   return InvalidArgument("--model-control-mode must be none, poll or explicit, got '" + text + "'");
 }
 
-void ServerCore::LoadAndWarm(ModelEntry* entry) {
-  const Clock::time_point start = Clock::now();
-  if (entry->source == "builtin") {
-    *entry = MakeDefaultModel(options_.overrides);
-  } else {
-    LoadModelEntry(options_.overrides, entry);
-  }
-  Warmup(entry);
-  const double seconds = MicrosBetween(start, Clock::now()) * 1e-6;
-  metrics_.RecordModelLoad(entry->name, entry->state == ModelState::kReady, seconds);
-}
-
-Status ServerCore::ControlAllowed(bool loads) const {
+Status ModelLifecycle::ControlAllowed(bool loads) const {
   switch (options_.model_control) {
     case ModelControlMode::kNone:
       return FailedPrecondition(
@@ -138,7 +65,7 @@ Status ServerCore::ControlAllowed(bool loads) const {
   return Internal("unknown model control mode");
 }
 
-void ServerCore::Enqueue(std::function<void()> op, const Callback& refused) {
+void ModelLifecycle::Enqueue(std::function<void()> op, const Callback& refused) {
   {
     std::lock_guard<std::mutex> lock(ops_mu_);
     if (!stopping_) {
@@ -150,7 +77,7 @@ void ServerCore::Enqueue(std::function<void()> op, const Callback& refused) {
   refused(Unavailable("server is shutting down"));
 }
 
-void ServerCore::LoadModel(const std::string& name, Callback done) {
+void ModelLifecycle::LoadModel(const std::string& name, Callback done) {
   Status allowed = ControlAllowed(true);
   if (allowed.ok()) allowed = CheckModelName(name);
   if (!allowed.ok()) return done(allowed);
@@ -161,7 +88,7 @@ void ServerCore::LoadModel(const std::string& name, Callback done) {
       done);
 }
 
-void ServerCore::UnloadModel(const std::string& name, Callback done) {
+void ModelLifecycle::UnloadModel(const std::string& name, Callback done) {
   Status allowed = ControlAllowed(true);
   if (allowed.ok()) allowed = CheckModelName(name);
   if (!allowed.ok()) return done(allowed);
@@ -170,7 +97,7 @@ void ServerCore::UnloadModel(const std::string& name, Callback done) {
           done);
 }
 
-void ServerCore::LifecycleLoop() {
+void ModelLifecycle::LifecycleLoop() {
   Clock::time_point next_poll = Clock::now() + options_.poll_interval;
   std::unique_lock<std::mutex> lock(ops_mu_);
   auto wake = [this] { return stopping_ || !ops_.empty(); };
@@ -192,7 +119,7 @@ void ServerCore::LifecycleLoop() {
   }
 }
 
-void ServerCore::PollRepository() {
+void ModelLifecycle::PollRepository() {
   auto folders = ListModelFolders(options_.model_repository);
   if (!folders.ok()) {  // keep serving what is loaded; the folder may be back next time
     spdlog::error("repository poll: {}", folders.status().ToString());
@@ -210,10 +137,10 @@ void ServerCore::PollRepository() {
   }
 }
 
-void ServerCore::PublishModel(const std::string& name, std::vector<EntryPtr> entries,
-                              HandleMap handles) {
+void ModelLifecycle::PublishModel(const std::string& name, std::vector<EntryPtr> entries,
+                                  HandleMap handles) {
   auto current = Current();
-  auto state = std::make_shared<State>();
+  auto state = std::make_shared<ServingState>();
   for (const auto& e : current->repository->entries()) {
     if (e->name != name) entries.push_back(e);
   }
@@ -226,16 +153,16 @@ void ServerCore::PublishModel(const std::string& name, std::vector<EntryPtr> ent
   Publish(std::move(state));
 }
 
-void ServerCore::RetireAndDrain(const std::string& name, std::vector<EntryPtr> entries,
-                                HandleMap handles,
-                                std::vector<std::shared_ptr<ModelHandle>> retired) {
+void ModelLifecycle::RetireAndDrain(const std::string& name, std::vector<EntryPtr> entries,
+                                    HandleMap handles,
+                                    std::vector<std::shared_ptr<ModelHandle>> retired) {
   bool ready = false;
-  for (const auto& h : retired) metrics_.SetVersionReady(name, h->entry->version, false);
+  for (const auto& h : retired) metrics_->SetVersionReady(name, h->entry->version, false);
   for (const auto& e : entries) {
     ready = ready || e->state == ModelState::kReady;
-    metrics_.SetVersionReady(name, e->version, e->state == ModelState::kReady);
+    metrics_->SetVersionReady(name, e->version, e->state == ModelState::kReady);
   }
-  metrics_.SetModelLoaded(name, ready);
+  metrics_->SetModelLoaded(name, ready);
   if (retired.empty()) return PublishModel(name, std::move(entries), std::move(handles));
   std::vector<EntryPtr> shown = entries;
   for (const auto& handle : retired) {
@@ -257,13 +184,13 @@ void ServerCore::RetireAndDrain(const std::string& name, std::vector<EntryPtr> e
   for (const auto& handle : retired_) {
     spdlog::info("model {} v{} unloaded (its requests were answered)", handle->entry->name,
                  handle->entry->version);
-    metrics_.RecordModelUnload(handle->entry->name);
+    metrics_->RecordModelUnload(handle->entry->name);
   }
   retired_.clear();  // ~ModelHandle: the idle schedulers stop, on this thread
   PublishModel(name, std::move(entries), std::move(handles));
 }
 
-Status ServerCore::Unload(const std::string& name) {
+Status ModelLifecycle::Unload(const std::string& name) {
   std::vector<std::shared_ptr<ModelHandle>> retired;
   {  // no reference to the current state may outlive this block: it holds the handles
     auto current = Current();
@@ -276,11 +203,11 @@ Status ServerCore::Unload(const std::string& name) {
     }
   }
   RetireAndDrain(name, {}, {}, std::move(retired));
-  metrics_.RemoveModelLoaded(name);
+  metrics_->RemoveModelLoaded(name);
   return Status::Ok();
 }
 
-StatusOr<std::vector<IndexEntry>> ServerCore::RepositoryIndex() const {
+StatusOr<std::vector<IndexEntry>> ModelLifecycle::RepositoryIndex() const {
   MHA_RETURN_IF_ERROR(ControlAllowed(false));
   auto folders = ListModelFolders(options_.model_repository);
   if (!folders.ok()) return folders.status();

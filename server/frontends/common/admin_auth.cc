@@ -1,11 +1,10 @@
-#include "server/frontends/grpc_v1/admin_auth.h"
+#include "server/frontends/common/admin_auth.h"
 
 #include <fstream>
 
 namespace mha::serve {
 namespace {
 
-constexpr char kAuthorization[] = "authorization";
 constexpr char kBearer[] = "Bearer ";
 
 // Compares in time independent of where the strings differ.
@@ -25,16 +24,14 @@ std::string Trim(const std::string& s) {
 
 }  // namespace
 
-Status AuthorizeAdmin(const grpc::CallbackServerContext& context, const std::string& token) {
+Status AuthorizeAdmin(std::optional<std::string_view> authorization, const std::string& token) {
   if (token.empty()) return Status::Ok();
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kAuthorization);
-  if (it == metadata.end()) {
+  if (!authorization) {
     return Unauthenticated(
         "model control needs 'authorization: Bearer <token>' metadata (--admin-token-file is "
         "set)");
   }
-  const std::string value(it->second.data(), it->second.size());
+  const std::string value(*authorization);
   if (value.rfind(kBearer, 0) != 0) {
     return Unauthenticated("authorization metadata must be 'Bearer <token>'");
   }
