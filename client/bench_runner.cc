@@ -226,9 +226,62 @@ BenchReport RunBench(AttentionClient& client, const std::vector<v1::ForwardReque
   }
   BenchOptions o = options;
   o.concurrency = std::max(1, o.concurrency);
-  if (o.rate > 0 && !o.ping) return OpenLoop(client, requests, o).Run();
-  ClosedLoop loop(client, requests, o);
-  return loop.Run();
+  ServerCpuReport cpu;
+  StatusOr<double> before = 0.0;
+  if (o.server_cpu.enabled()) {
+    cpu.source = o.server_cpu.Describe();
+    before = ReadServerCpuSeconds(o.server_cpu);
+  }
+  BenchReport report;
+  if (o.rate > 0 && !o.ping) {
+    report = OpenLoop(client, requests, o).Run();
+  } else {
+    ClosedLoop loop(client, requests, o);
+    report = loop.Run();
+  }
+  if (o.server_cpu.enabled()) {
+    const StatusOr<double> after = ReadServerCpuSeconds(o.server_cpu);
+    if (!before.ok() || !after.ok()) {
+      cpu.error = (!before.ok() ? before.status() : after.status()).ToString();
+    } else {
+      cpu.measured = true;
+      cpu.cpu_s = after.value() - before.value();
+      cpu.cpu_us_per_request = report.ok > 0 ? cpu.cpu_s * 1e6 / report.ok : 0;
+    }
+  }
+  report.server_cpu = cpu;
+  return report;
+}
+
+std::string ServerCpuReportText(const ServerCpuReport& r, const char* per) {
+  char buf[512];
+  if (!r.measured) {
+    if (r.error.empty()) return "";
+    return "server cpu (" + r.source + "): not measured: " + r.error + "\n";
+  }
+  std::snprintf(buf, sizeof(buf), "server cpu (%s): %.1f us per %s (%.3f s)\n", r.source.c_str(),
+                r.cpu_us_per_request, per, r.cpu_s);
+  std::string text = buf;
+  if (r.flops_per_request > 0 && r.matmul_flops_per_s > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "efficiency: %.1f%% (%.3f MFLOP per %s = %.1f us at one core's fp32 matmul "
+                  "rate %.1f GFLOP/s, measured in this run)\n",
+                  100.0 * r.efficiency, r.flops_per_request / 1e6, per,
+                  r.flops_per_request / r.matmul_flops_per_s * 1e6, r.matmul_flops_per_s / 1e9);
+    text += buf;
+  }
+  return text;
+}
+
+static nlohmann::json ServerCpuJson(const ServerCpuReport& r) {
+  return {{"measured", r.measured},
+          {"source", r.source},
+          {"error", r.error},
+          {"cpu_s", r.cpu_s},
+          {"cpu_us_per_request", r.cpu_us_per_request},
+          {"flops_per_request", r.flops_per_request},
+          {"matmul_flops_per_s", r.matmul_flops_per_s},
+          {"efficiency", r.efficiency}};
 }
 
 std::string BenchReportText(const BenchReport& r) {
@@ -251,6 +304,7 @@ std::string BenchReportText(const BenchReport& r) {
   for (const auto& [code, count] : r.error_codes) {
     text += "errors " + code + ": " + std::to_string(count) + "\n";
   }
+  text += ServerCpuReportText(r.server_cpu);
   if (!r.first_error.empty()) text += "first error: " + r.first_error + "\n";
   return text;
 }
@@ -274,6 +328,7 @@ std::string BenchReportJson(const BenchReport& r) {
       {"server_queue_p50_us", r.server_queue_p50_us},
       {"server_compute_p50_us", r.server_compute_p50_us},
       {"offered_rate_rps", r.offered_rate},
+      {"server_cpu", ServerCpuJson(r.server_cpu)},
   };
   return j.dump();
 }

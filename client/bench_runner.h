@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client/mha_client.h"
+#include "client/server_cpu.h"
 
 namespace mha::client {
 
@@ -24,7 +25,26 @@ struct BenchOptions {
   double rate = 0;      // > 0: open loop at this many requests per second
   bool poisson = true;  // open loop: exponential gaps (Poisson arrivals), else fixed 1/rate
   uint64_t seed = 0;    // request picks and Poisson gaps
+  // When enabled: the server's CPU seconds read just before and after the timed run (after the
+  // warmup), reported per successful request (server_cpu.h).
+  ServerCpuSource server_cpu;
 };
+
+// What the server's CPU did per request, against the math it served (issue 26). The CPU fields
+// come from RunBench (server_cpu); the FLOPs and the matmul rate from the caller (the CLI, which
+// has LibTorch: client/cli/efficiency.h).
+struct ServerCpuReport {
+  bool measured = false;
+  std::string source, error;      // "pid 123" / the metrics URL; why it was not measured
+  double cpu_s = 0;               // server CPU seconds over the timed run
+  double cpu_us_per_request = 0;  // cpu_s / successful requests (or steps)
+  double flops_per_request = 0;   // the request's attention FLOPs (0 = not given)
+  double matmul_flops_per_s = 0;  // one core's fp32 matmul rate, measured in the same run
+  // FLOPs / (CPU per request * matmul rate): the share of the server's CPU that the request's
+  // math would take at that rate. 1.0 = serving costs nothing beyond the matmuls.
+  double efficiency = 0;
+};
+std::string ServerCpuReportText(const ServerCpuReport& r, const char* per = "request");
 
 struct BenchReport {
   int64_t ok = 0;
@@ -39,6 +59,7 @@ struct BenchReport {
   double server_compute_mean_us = 0;  // from the responses' compute_us
   double server_queue_p50_us = 0, server_compute_p50_us = 0;
   double offered_rate = 0;  // open loop: requests sent per second (0 = closed loop)
+  ServerCpuReport server_cpu;
 };
 
 BenchReport RunBench(AttentionClient& client, const std::vector<v1::ForwardRequest>& requests,

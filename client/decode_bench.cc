@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 #include <vector>
@@ -181,6 +182,11 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   DecodeBenchReport report;
   report.embed_dim = info->embed_dim();
   Tally tally;
+  StatusOr<double> cpu_before = 0.0;
+  if (o.server_cpu.enabled()) {
+    report.server_cpu.source = o.server_cpu.Describe();
+    cpu_before = ReadServerCpuSeconds(o.server_cpu);
+  }
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(o.sessions));
@@ -191,6 +197,16 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   }
   for (auto& t : threads) t.join();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (o.server_cpu.enabled()) {
+    const StatusOr<double> after = ReadServerCpuSeconds(o.server_cpu);
+    if (!cpu_before.ok() || !after.ok()) {
+      report.server_cpu.error =
+          (!cpu_before.ok() ? cpu_before.status() : after.status()).ToString();
+    } else {
+      report.server_cpu.measured = true;
+      report.server_cpu.cpu_s = after.value() - cpu_before.value();
+    }
+  }
   std::sort(tally.latencies.begin(), tally.latencies.end());
   const auto& l = tally.latencies;
   report.steps = static_cast<int64_t>(l.size());
@@ -204,6 +220,9 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
     std::sort(tally.replay_ms.begin(), tally.replay_ms.end());
     report.replay_ms_p50 = Percentile(tally.replay_ms, 50);
     report.replay_ms_max = tally.replay_ms.back();
+  }
+  if (report.server_cpu.measured && report.steps > 0) {
+    report.server_cpu.cpu_us_per_request = report.server_cpu.cpu_s * 1e6 / report.steps;
   }
   report.steps_per_s = report.seconds > 0 ? report.steps / report.seconds : 0;
   report.tokens_per_s = report.steps_per_s * o.batch;
@@ -249,8 +268,53 @@ std::string DecodeBenchReportText(const DecodeBenchOptions& o, const DecodeBench
                   static_cast<long long>(r.resumed), r.replay_ms_p50, r.replay_ms_max);
     text += buf;
   }
+  text += ServerCpuReportText(r.server_cpu, "step");
   if (!r.first_error.empty()) text += "first error: " + r.first_error + "\n";
   return text;
+}
+
+std::string DecodeBenchReportJson(const DecodeBenchReport& r) {
+  const ServerCpuReport& c = r.server_cpu;
+  nlohmann::json j = {
+      {"steps", r.steps},
+      {"errors", r.errors},
+      {"first_error", r.first_error},
+      {"seconds", r.seconds},
+      {"steps_per_s", r.steps_per_s},
+      {"tokens_per_s", r.tokens_per_s},
+      {"latency_us",
+       {{"mean", r.mean_us},
+        {"p50", r.p50_us},
+        {"p90", r.p90_us},
+        {"p99", r.p99_us},
+        {"max", r.max_us}}},
+      {"resumed", r.resumed},
+      {"server_cpu",
+       {{"measured", c.measured},
+        {"source", c.source},
+        {"error", c.error},
+        {"cpu_s", c.cpu_s},
+        {"cpu_us_per_step", c.cpu_us_per_request},
+        {"flops_per_step", c.flops_per_request},
+        {"matmul_flops_per_s", c.matmul_flops_per_s},
+        {"efficiency", c.efficiency}}},
+  };
+  return j.dump();
+}
+
+double DecodeStepFlops(const DecodeBenchOptions& o, int64_t embed_dim) {
+  const double e = static_cast<double>(embed_dim);
+  const double b = static_cast<double>(o.batch);
+  // Step i (1-based) attends over prefill + i tokens; the mean of i over 1..tokens.
+  const double mean_len = static_cast<double>(o.prefill) + (static_cast<double>(o.tokens) + 1) / 2;
+  if (o.stateless) {
+    // The whole prefix [B, L, E] each step: 8*B*L*E^2 + 4*B*L*L*E (is_causal computes the full
+    // square), L averaged as above (the mean of L^2 is used for the quadratic term).
+    const double n = static_cast<double>(o.tokens), p = static_cast<double>(o.prefill);
+    const double mean_sq = p * p + p * (n + 1) + (n + 1) * (2 * n + 1) / 6;
+    return 8 * b * mean_len * e * e + 4 * b * mean_sq * e;
+  }
+  return 8 * b * e * e + 4 * b * mean_len * e;
 }
 
 }  // namespace mha::client

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "client/bench_runner.h"
 #include "client/mha_client.h"
 
 namespace mha::client {
@@ -30,6 +31,9 @@ struct DecodeBenchOptions {
   uint64_t seed = 0;
   // A session lost with its replica is re-opened and replayed (client/decoding_session.h).
   bool resume = true;
+  // When enabled: the server's CPU seconds before and after the run, reported per answered step
+  // (sessions opened, prefilled and closed included, as `seconds` is).
+  ServerCpuSource server_cpu;
 };
 
 struct DecodeBenchReport {
@@ -46,7 +50,15 @@ struct DecodeBenchReport {
   // Sessions re-opened and replayed after their replica was lost, and what a replay took.
   int64_t resumed = 0;
   double replay_ms_p50 = 0, replay_ms_max = 0;
+  ServerCpuReport server_cpu;  // per step; FLOPs and efficiency filled by the caller
 };
+
+std::string DecodeBenchReportJson(const DecodeBenchReport& report);  // one JSON object
+
+// The attention FLOPs of one decode step of one session on a model of width `embed_dim`, averaged
+// over the run's steps (a step attends over the prefill and the tokens before it):
+// 8*B*E^2 (q, k, v and out projections of one token) + 4*B*L*E (scores and weighted sum over L).
+double DecodeStepFlops(const DecodeBenchOptions& options, int64_t embed_dim);
 
 StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client,
                                            const DecodeBenchOptions& options);

@@ -8,7 +8,7 @@
 #                 on a warm machine between calls)
 #   env knobs:    OUT (default /tmp/gpu-check-out), GPU_CHECK_BUDGET (seconds, default 530),
 #                 GPU_CHECK_STEPS (default "risks unpack torchref configure build ctest streamtest
-#                 corebench streambench servebench"; a second call on the warm machine, e.g.
+#                 corebench streambench servebench goals"; a second call on the warm machine, e.g.
 #                 GPU_CHECK_STEPS="streamtest streambench", reuses build-cuda),
 #                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda)
 # Prepare here first: scripts/device-deps.sh download .device-deps   (Debian 12 host).
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 OUT=${OUT:-/tmp/gpu-check-out}; mkdir -p "$OUT"
 budget=${GPU_CHECK_BUDGET:-530}
-steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest streamtest corebench streambench servebench}
+steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest streamtest corebench streambench servebench goals}
 jobs=${JOBS:-$(nproc)}
 prefix=${MHA_DEPS_PREFIX:-/tmp/mha-deps}
 build=${BUILD:-build-cuda}
@@ -208,6 +208,17 @@ servebench() {
 }
 export -f servebench
 step servebench 150 "$OUT/bench.log" servebench
+# Issue 26's goal table (bench/run_all.sh, docs/performance.md): the echo floor, server CPU per
+# request and efficiency against the same run's matmul, c=1 added p50, big served/in-process,
+# decode CPU per step, session vs stateless, batching on/off, both sides on SERVE_DEVICE. A dry
+# run on a CPU box: GPU_CHECK_STEPS=goals SERVE_DEVICE=cpu SERVE_DTYPE=float32 BUILD=build
+# scripts/gpu-check.sh
+goals() {
+  bench/run_all.sh --build "$build" --quick --device "${SERVE_DEVICE:-cuda}" \
+    --dtype "${SERVE_DTYPE:-float16}"
+}
+export -f goals
+step goals 150 "$OUT/bench.log" goals
 
 # ---- 6. summary.json -----------------------------------------------------------------------------
 python3 - "$results" "$bdir" "$OUT" "$cuda_on" "$(git rev-parse HEAD 2>/dev/null)" <<'PY'
@@ -256,6 +267,8 @@ bench_log = open(os.path.join(out, "bench.log"), errors="replace").read()
 serve = bench_log.split("[servebench]", 1)[1] if "[servebench]" in bench_log else ""
 s["serve_bench"] = [l for l in serve.splitlines()
                     if re.match(r"(###|median:|throughput:|step latency|metrics:|== batching)", l)]
+goals = bench_log.split("[goals]", 1)[1] if "[goals]" in bench_log else ""
+s["goal_table"] = [l for l in goals.splitlines() if l.startswith(("|", "# "))]
 st = os.path.join(bdir, "streamtest.txt")
 s["streamtest_tail"] = open(st, errors="replace").read().splitlines()[-6:] if os.path.exists(st) else None
 try:

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "client/cli/efficiency.h"
 #include "client/cli/head_commands.h"
 #include "client/tensor_client.h"
 #include "mha/loader.h"
@@ -92,6 +93,33 @@ int ForwardCommand::Run(AttentionClient& client) {
   return 0;
 }
 
+namespace {
+
+// --server-pid / --metrics-url: the server's CPU per request and the efficiency (issue 26).
+void AddServerCpuFlags(CLI::App* cmd, ServerCpuSource* source) {
+  cmd->add_option("--server-pid", source->pid,
+                  "Report the server's CPU per request from /proc/PID/stat (a server on this "
+                  "machine) and the efficiency against one core's matmul rate measured here");
+  cmd->add_option("--metrics-url", source->metrics_url,
+                  "Without --server-pid: the same from the server's process_cpu_seconds_total, "
+                  "e.g. http://127.0.0.1:8502/metrics");
+}
+
+// The mean attention FLOPs of the pool's requests (each call picks one uniformly).
+double MeanRequestFlops(const std::vector<v1::ForwardRequest>& requests) {
+  double sum = 0;
+  for (const auto& r : requests) {
+    const auto& q = r.query().shape();
+    if (q.size() != 3) continue;
+    const bool cross = r.has_key() && r.key().shape_size() == 3 && r.value().shape_size() == 3;
+    sum += AttentionFlops(q[0], q[1], cross ? r.key().shape(1) : 0, q[2],
+                          cross ? r.key().shape(2) : 0, cross ? r.value().shape(2) : 0);
+  }
+  return requests.empty() ? 0 : sum / static_cast<double>(requests.size());
+}
+
+}  // namespace
+
 void BenchCommand::Add(CLI::App& app) {
   cmd = app.add_subcommand("bench", "Throughput and latency (closed or open loop)");
   AddShapeFlags(cmd, &shape);
@@ -113,6 +141,7 @@ void BenchCommand::Add(CLI::App& app) {
   cmd->add_option("--seq-min", seq_min, "Random query length per request: smallest T");
   cmd->add_option("--seq-max", seq_max,
                   "Random query length per request: largest T (uniform in [min, max])");
+  AddServerCpuFlags(cmd, &options.server_cpu);
 }
 
 // One request per query length in [seq-min, seq-max] (or just --seq); each call picks one.
@@ -145,7 +174,11 @@ int BenchCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout
   options.timeout = timeout;
   options.poisson = arrival == "poisson";
   options.seed = shape.seed;
-  const auto report = RunBench(client, *requests, options);
+  auto report = RunBench(client, *requests, options);
+  if (report.server_cpu.measured && !options.ping) {
+    FillEfficiency(&report.server_cpu, MeanRequestFlops(*requests),
+                   MeasureMatmulFlopsPerCpuSecond());
+  }
   const v1::ForwardRequest& first = requests->front();
   if (json) {
     std::printf("%s\n", BenchReportJson(report).c_str());
@@ -233,13 +266,23 @@ void DecodeCommand::Add(CLI::App& app) {
   cmd->add_flag("!--no-resume", options.resume,
                 "A session lost with its replica fails its step (default: re-open the same id "
                 "and replay its tokens, counted as resumed)");
+  AddServerCpuFlags(cmd, &options.server_cpu);
+  cmd->add_flag("--json", json, "Print one JSON object");
 }
 
 int DecodeCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout) {
   options.timeout = timeout;
   auto report = RunDecodeBench(client, options);
   if (!report.ok()) return Fail(report.status());
-  std::printf("%s", DecodeBenchReportText(options, *report).c_str());
+  if (report->server_cpu.measured) {
+    FillEfficiency(&report->server_cpu, DecodeStepFlops(options, report->embed_dim),
+                   MeasureMatmulFlopsPerCpuSecond());
+  }
+  if (json) {
+    std::printf("%s\n", DecodeBenchReportJson(*report).c_str());
+  } else {
+    std::printf("%s", DecodeBenchReportText(options, *report).c_str());
+  }
   return report->errors == 0 ? 0 : 1;
 }
 

@@ -52,6 +52,7 @@ struct DecodeCommand {
 
   CLI::App* cmd = nullptr;
   DecodeBenchOptions options;
+  bool json = false;
 };
 
 struct LocalBenchCommand {

@@ -139,9 +139,11 @@ Status ReadVersionPolicy(const std::string& path, const Json& json, VersionPolic
 }
 
 // "warmup": [{"batch": 1, "seq": 16, "need_weights": true}, ...]
-Status ReadWarmup(const std::string& path, const Json& json, std::vector<WarmupShape>* out) {
+Status ReadWarmup(const std::string& path, const Json& json, std::vector<WarmupShape>* out,
+                  bool* given) {
   auto it = json.find("warmup");
   if (it == json.end()) return Status::Ok();
+  *given = true;
   if (!it->is_array() || it->size() > 64) {
     return InvalidArgument(path + ": 'warmup' must be an array of at most 64 shapes, got " +
                            internal::JsonForMessage(*it));
@@ -196,7 +198,7 @@ Status ReadKeys(const std::string& path, const Json& json, ModelConfig* c) {
   MHA_RETURN_IF_ERROR(r.Int("max_queue_size", 1, int64_t{1} << 20, &c->max_queue_size));
   MHA_RETURN_IF_ERROR(r.Int("instances", 1, 256, &c->instances));
   MHA_RETURN_IF_ERROR(ReadVersionPolicy(path, json, &c->version_policy));
-  MHA_RETURN_IF_ERROR(ReadWarmup(path, json, &c->warmup));
+  MHA_RETURN_IF_ERROR(ReadWarmup(path, json, &c->warmup, &c->warmup_given));
   for (const auto& item : json.items()) {
     bool known = false;
     for (const char* key : kKnownKeys) known = known || item.key() == key;

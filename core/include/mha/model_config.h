@@ -55,6 +55,9 @@ struct ModelConfig {
   // folder's own config.json cannot change it) and the warmup passes.
   VersionPolicy version_policy;
   std::vector<WarmupShape> warmup;
+  // Whether a file states "warmup" at all: without the key the server runs its default warmup
+  // (DefaultWarmup in server_core_lifecycle.cc); "warmup": [] turns warmup off.
+  bool warmup_given = false;
 
   std::vector<std::string> unknown_keys;
 };

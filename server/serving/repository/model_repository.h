@@ -44,6 +44,9 @@ struct ModelEntry {
   // version again only when it changed (repository/fingerprint.h).
   std::string fingerprint;
   std::string root;  // the repository folder (absolute), to word errors relative to it
+  // Warmup passes run on this version's load before it was READY: config.json's "warmup", or
+  // the default warmup when the config has no such key (the built-in model included).
+  int64_t warmup_passes = 0;
 };
 
 // Versions order numerically ("10" after "9"); non-numeric labels after numeric ones.

@@ -24,7 +24,31 @@ Status ForwardSafely(const BatchForwardFn& forward, const ForwardInputs& in, For
   }
 }
 
+// Tokens of one pass over `shapes` as PlanLocked counts them: every request padded to T_max
+// (plus S_max for cross-attention).
+int64_t PaddedTokens(const std::vector<RequestShape>& shapes, bool cross) {
+  int64_t rows = 0, t_max = 0, s_max = 0;
+  for (const RequestShape& s : shapes) {
+    rows += s.rows;
+    t_max = std::max(t_max, s.t);
+    s_max = std::max(s_max, s.s);
+  }
+  return rows * (t_max + (cross ? s_max : 0));
+}
+int64_t PaddedTokens(const RequestShape& s, bool cross) {
+  return s.rows * (s.t + (cross ? s.s : 0));
+}
+
 }  // namespace
+
+double DynamicBatcher::EstimatePassUs(bool session, int64_t padded_tokens) const {
+  if (options_.estimate_pass_us) return options_.estimate_pass_us(session, padded_tokens);
+  return pass_times_.EstimateUs(session, padded_tokens);
+}
+
+void DynamicBatcher::RecordPass(bool session, int64_t padded_tokens, int64_t micros) const {
+  pass_times_.Record(session, padded_tokens, static_cast<double>(micros));
+}
 
 DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, BatchForwardFn forward,
                                BatcherOptions options, StatsAggregator* metrics)
@@ -110,6 +134,20 @@ void DynamicBatcher::PublishDepthLocked() const {
 void DynamicBatcher::SweepLocked(Clock::time_point now, std::vector<Dropped>* dropped) {
   for (auto it = queue_.begin(); it != queue_.end();) {
     Status status = DropBeforeCompute(it->task, now);
+    if (status.ok() && it->task.deadline != Clock::time_point::max()) {
+      // Its pass alone would end after its deadline: nobody would read the answer.
+      const double alone_us =
+          EstimatePassUs(it->key.session != 0, PaddedTokens(it->shape, it->key.cross));
+      const double left_us =
+          std::chrono::duration<double, std::micro>(it->task.deadline - now).count();
+      if (alone_us > 0 && alone_us > left_us) {
+        status = DeadlineExceeded(
+            "dropped before the forward pass: the deadline would pass during it (estimated " +
+            std::to_string(static_cast<int64_t>(alone_us)) + " us, " +
+            std::to_string(static_cast<int64_t>(left_us)) + " us left after " +
+            std::to_string(MicrosBetween(it->task.enqueue_time, now)) + " us in the queue)");
+      }
+    }
     if (status.ok()) {
       ++it;
       continue;
@@ -120,7 +158,7 @@ void DynamicBatcher::SweepLocked(Clock::time_point now, std::vector<Dropped>* dr
 }
 
 std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
-    bool* full, Clock::time_point* dispatch_at) {
+    Clock::time_point now, bool* full, Clock::time_point* dispatch_at) {
   std::vector<Queue::iterator> plan;
   const auto oldest = queue_.begin();
   if (!options_.batching) {  // one request per pass, at once
@@ -135,6 +173,7 @@ std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
       oldest->arrival + std::chrono::microseconds(options_.max_queue_delay_us);
   bool urgent = false;  // a deadline would pass while waiting for company: go now
   int64_t rows = 0, t_max = 0, s_max = 0;
+  Clock::time_point earliest_deadline = Clock::time_point::max();  // of the tasks in the plan
   for (auto it = oldest; it != queue_.end(); ++it) {
     if (it->key != key) continue;
     const RequestShape& s = it->shape;
@@ -152,6 +191,17 @@ std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
       *full = true;  // keep looking: a smaller task may still fit
       continue;
     }
+    const Clock::time_point earliest = std::min(earliest_deadline, it->task.deadline);
+    if (!plan.empty() && earliest != Clock::time_point::max()) {
+      // The pass with this task must still end before every deadline in it; else the task waits
+      // for a later pass (or, when even its pass alone is too long, the sweep drops it).
+      const double pass_us = EstimatePassUs(key.session != 0, padded);
+      if (pass_us > 0 &&
+          now + std::chrono::microseconds(static_cast<int64_t>(pass_us)) > earliest) {
+        continue;
+      }
+    }
+    earliest_deadline = earliest;
     plan.push_back(it);
     rows = next_rows, t_max = next_t, s_max = next_s;
     urgent = urgent || it->task.deadline <= waited_enough;
@@ -188,7 +238,7 @@ void DynamicBatcher::WorkerLoop() {
         }
         bool full = false;
         Clock::time_point dispatch_at;
-        std::vector<Queue::iterator> plan = PlanLocked(&full, &dispatch_at);
+        std::vector<Queue::iterator> plan = PlanLocked(Clock::now(), &full, &dispatch_at);
         if (full || stopping_ || Clock::now() >= dispatch_at) {
           batch.reserve(plan.size());
           for (auto it : plan) {
@@ -224,6 +274,10 @@ InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
     result.status = ForwardSafely(forward_, entry.task.inputs, &result.outputs);
   }
   result.compute_us = MicrosBetween(start, Clock::now());
+  if (result.status.ok()) {
+    RecordPass(entry.key.session != 0, PaddedTokens(entry.shape, entry.key.cross),
+               result.compute_us);
+  }
   if (!result.status.ok()) {
     result.outputs = ForwardOutputs();
   } else if (metrics_) {
@@ -268,6 +322,7 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
     for (Entry& e : batch) Answer(e, RunAlone(e));
     return;
   }
+  RecordPass(false, PaddedTokens(shapes, batch.front().key.cross), compute_us);
   if (metrics_) {
     int64_t rows = 0;
     for (const RequestShape& s : shapes) rows += s.rows;
@@ -305,6 +360,9 @@ void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
     for (Entry& e : batch) Answer(e, RunAlone(e));
     return;
   }
+  std::vector<RequestShape> shapes;
+  for (const Entry& e : batch) shapes.push_back(e.shape);
+  RecordPass(true, PaddedTokens(shapes, batch.front().key.cross), compute_us);
   if (metrics_) metrics_->RecordBatch(static_cast<int64_t>(batch.size()), rows, tokens, tokens);
   for (size_t i = 0; i < batch.size(); ++i) {
     InferenceResult result;

@@ -16,6 +16,12 @@
 // long prefill never holds decode steps in its pass (docs/sessions.md). Tasks come validated
 // (ServerCore::Infer): the batcher trusts them. If a merged pass fails, each of its tasks is
 // retried alone so one bad request cannot fail others.
+//
+// No work for answers nobody will read (issue 26): the batcher keeps the model's measured pass
+// times (PassTimeEstimator: an EWMA per padded-token bucket). A task whose remaining deadline is
+// shorter than the estimated time of its pass alone is DEADLINE_EXCEEDED before compute, and a
+// task joins a merged pass only while the pass's estimated time (with it) fits the remaining
+// deadline of every task in it; the others wait for a later pass.
 #pragma once
 
 #include <condition_variable>
@@ -30,6 +36,7 @@
 
 #include "server/serving/scheduling/batch_assembly.h"
 #include "server/serving/scheduling/completion_executor.h"
+#include "server/serving/scheduling/pass_time_estimator.h"
 #include "server/serving/scheduling/runner.h"
 
 namespace mha::serve {
@@ -62,6 +69,10 @@ struct BatcherOptions {
   // Finish copy it), so that the worker goes straight on to the next pass; smaller ones inline.
   int completion_threads = 1;
   int64_t inline_completion_max_bytes = 256 << 10;
+  // The estimated time (microseconds) of a pass of `padded_tokens` tokens (`session`: a pass of
+  // session steps); unset = the batcher's own PassTimeEstimator over its measured passes. Tests
+  // inject a fake one; 0 = no estimate (nothing is refused on it).
+  std::function<double(bool session, int64_t padded_tokens)> estimate_pass_us;
 };
 
 // The forward pass a batcher runs: MhaModel::ForwardValidated for a real model, anything in tests.
@@ -102,9 +113,13 @@ class DynamicBatcher final : public ModelRunner {
   void WorkerLoop();
   // With mu_ held: moves expired and cancelled tasks to `dropped`.
   void SweepLocked(Clock::time_point now, std::vector<Dropped>* dropped);
-  // With mu_ held: the tasks of the oldest task's group that fit in one pass, oldest first.
-  // `full` when nothing more could join; `dispatch_at` when the batch should go anyway.
-  std::vector<Queue::iterator> PlanLocked(bool* full, Clock::time_point* dispatch_at);
+  // With mu_ held: the tasks of the oldest task's group that fit in one pass, oldest first
+  // (and whose deadlines the pass's estimated time fits). `full` when nothing more could join;
+  // `dispatch_at` when the batch should go anyway.
+  std::vector<Queue::iterator> PlanLocked(Clock::time_point now, bool* full,
+                                          Clock::time_point* dispatch_at);
+  double EstimatePassUs(bool session, int64_t padded_tokens) const;
+  void RecordPass(bool session, int64_t padded_tokens, int64_t micros) const;
   void RunBatch(std::vector<Entry>& batch);
   // Session steps of several sessions: one DecodeSteps pass (retried alone on failure).
   void RunStepBatch(std::vector<Entry>& batch);
@@ -123,7 +138,8 @@ class DynamicBatcher final : public ModelRunner {
   std::condition_variable cv_;
   Queue queue_;
   bool stopping_ = false;
-  CompletionExecutor completions_;  // before the workers: they use it until joined
+  mutable PassTimeEstimator pass_times_;  // internally synchronized; RunAlone is const
+  CompletionExecutor completions_;        // before the workers: they use it until joined
   std::vector<std::thread> workers_;
 };
 

@@ -11,6 +11,7 @@
 
 #include "batch_test_util.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
+#include "server/serving/scheduling/pass_time_estimator.h"
 
 namespace mha::serve {
 namespace {
@@ -332,6 +333,70 @@ TEST(DynamicBatcherTest, ShortDeadlineDoesNotWaitForCompany) {
   batcher->Submit(std::move(task), results.For(1));
   ASSERT_TRUE(results.WaitFor(1, 1s));
   ExpectAnswerFor(results, 1, 4);
+}
+
+// Issue 26 item 4: no work for answers nobody will read. With a fake pass-time estimate (an hour
+// for a pass of more than 4 tokens, nothing up to 4), a task whose pass alone would outlast its
+// deadline is DEADLINE_EXCEEDED before compute, and a task joins a merged pass only while the
+// pass fits every deadline in it. Nothing depends on speed: deadlines are minutes away, the
+// estimate is hours.
+TEST(DynamicBatcherTest, MergesOnlyWhatTheEstimatedPassTimeAllows) {
+  FakeModel fake;
+  BatcherOptions o = Options(64, 0);
+  o.estimate_pass_us = [](bool /*session*/, int64_t tokens) { return tokens > 4 ? 3600e6 : 0.0; };
+  auto batcher = MakeBatcher(fake, o);
+  Results results;
+  fake.Hold();
+  batcher->Submit(Task(100, 2), results.For(100));  // occupies the worker
+  while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
+  const Clock::time_point soon = Clock::now() + 10min, late = Clock::now() + 48h;
+  InferenceTask a = Task(1, 4);
+  a.deadline = late;  // alone: 4 tokens, no estimate
+  InferenceTask b = Task(2, 4);
+  b.deadline = soon;  // with a: 8 tokens = an hour > 10 min: waits for a pass of its own
+  InferenceTask c = Task(3, 8);
+  c.deadline = soon;             // alone: 8 tokens = an hour > 10 min: dropped before compute
+  InferenceTask d = Task(4, 4);  // no deadline: joins a (an hour < 48 h)
+  batcher->Submit(std::move(a), results.For(1));
+  batcher->Submit(std::move(b), results.For(2));
+  batcher->Submit(std::move(c), results.For(3));
+  batcher->Submit(std::move(d), results.For(4));
+  fake.Release();
+  ASSERT_TRUE(results.WaitFor(5));
+  ExpectAnswerFor(results, 1, 4);
+  ExpectAnswerFor(results, 2, 4);
+  ExpectAnswerFor(results, 4, 4);
+  const InferenceResult dropped = results.Get(3);
+  EXPECT_EQ(dropped.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(dropped.status.message().find("before the forward pass"), std::string::npos)
+      << dropped.status.message();
+  EXPECT_FALSE(dropped.outputs.output.defined());
+  const auto calls = fake.calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[1].rows, 2);  // a + d
+  EXPECT_EQ(calls[1].max_id, 4.0f);
+  EXPECT_EQ(calls[2].rows, 1);  // b alone
+  EXPECT_EQ(calls[2].max_id, 2.0f);
+  for (const auto& call : calls) EXPECT_NE(call.max_id, 3.0f);
+  for (int id : {1, 2, 3, 4, 100}) EXPECT_EQ(results.Callbacks(id), 1) << id;
+}
+
+// The batcher's own estimate: an EWMA per power-of-two bucket of padded tokens, forward and
+// session passes apart, leaning low where a bucket has no measurement.
+TEST(PassTimeEstimatorTest, AveragesPerBucketAndLeansLowElsewhere) {
+  PassTimeEstimator e;
+  EXPECT_EQ(e.EstimateUs(false, 100), 0.0);  // nothing measured: no estimate
+  e.Record(false, 100, 1000);
+  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 100), 1000);
+  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 120), 1000);   // same bucket [64, 128)
+  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 50), 500);     // a larger bucket's, scaled down by tokens
+  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 1000), 1000);  // a smaller bucket's, unscaled
+  EXPECT_EQ(e.EstimateUs(true, 100), 0.0);            // session passes apart
+  e.Record(false, 100, 2000);
+  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 100), 1000 + PassTimeEstimator::kAlpha * 1000);
+  e.Record(false, 0, 5000);  // ignored
+  e.Record(false, 100, -1);  // ignored
+  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 100), 1000 + PassTimeEstimator::kAlpha * 1000);
 }
 
 }  // namespace

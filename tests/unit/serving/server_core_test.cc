@@ -11,6 +11,7 @@
 #include <future>
 
 #include "batch_test_util.h"
+#include "server/serving/repository/default_model.h"
 
 namespace mha::serve {
 namespace {
@@ -174,6 +175,55 @@ class CoreFixture {
   TempDir dir_;
   std::unique_ptr<ServerCore> core_;
 };
+
+// Issue 26 item 5: every model is warm before health says SERVING. The built-in default model
+// (no repository) and a model whose config.json has no "warmup" key run the default warmup (a
+// cross-attention model with key and value of its kdim/vdim); "warmup": [] turns it off.
+TEST(ServerCoreTest, EveryModelRunsItsWarmupBeforeItIsReady) {
+  {
+    ServerCoreOptions o;  // no repository: the built-in default model
+    o.batcher = Defaults();
+    auto core = ServerCore::Create(o);
+    ASSERT_TRUE(core.ok()) << core.status().ToString();
+    std::promise<void> loaded;
+    (*core)->StartLoading([&loaded] { loaded.set_value(); });
+    ASSERT_EQ(loaded.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    auto builtin = (*core)->repository()->Find(kDefaultModelName);
+    ASSERT_NE(builtin, nullptr);
+    EXPECT_EQ(builtin->state, ModelState::kReady) << builtin->error;
+    EXPECT_EQ(builtin->source, "builtin");
+    EXPECT_EQ(builtin->warmup_passes, 2);
+    const std::string text = (*core)->metrics()->Serialize();
+    EXPECT_NE(text.find(R"(mha_model_loads_total{model="default",result="success"} 1)"),
+              std::string::npos)
+        << text;
+    (*core)->Stop();
+  }
+  TempDir dir;
+  for (const char* name : {"self_basic", "kdim_vdim"}) {
+    std::filesystem::create_directory_symlink(testing::FixturePath(std::string("cases/") + name),
+                                              std::filesystem::path(dir.path()) / name);
+  }
+  const std::filesystem::path off = std::filesystem::path(dir.path()) / "off";
+  std::filesystem::create_directory(off);
+  std::filesystem::copy_file(testing::FixturePath("cases/self_basic/model.safetensors"),
+                             off / "model.safetensors");
+  std::ofstream((off / "config.json").string()) << R"({"num_heads": 4, "warmup": []})";
+  ServerCoreOptions o;
+  o.model_repository = dir.path();
+  o.batcher = Defaults();
+  auto core = ServerCore::Create(o);
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  std::promise<void> loaded;
+  (*core)->StartLoading([&loaded] { loaded.set_value(); });
+  ASSERT_EQ(loaded.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  auto repository = (*core)->repository();
+  EXPECT_EQ(repository->ready_count(), 3u);
+  EXPECT_EQ(repository->Find("self_basic")->warmup_passes, 2);
+  EXPECT_EQ(repository->Find("kdim_vdim")->warmup_passes, 2);  // key [1, 16, kdim], value vdim
+  EXPECT_EQ(repository->Find("off")->warmup_passes, 0);
+  (*core)->Stop();
+}
 
 TEST(ServerCoreTest, RoutesEachModelToItsOwnSchedulerAndMatchesAlone) {
   for (bool batching : {true, false}) {
