@@ -28,7 +28,7 @@ for m in $models decode_causal; do ln -s "$src/tests/fixtures/cases/$m" "$work/r
 start_server() {
   rm -f "$work/port"
   "$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
-    --model-repository "$work/repo" --default-model format_safetensors "$@" \
+    --http-address 127.0.0.1:0 --model-repository "$work/repo" --default-model format_safetensors "$@" \
     >"$work/server.log" 2>&1 &
   pid=$!
   i=0

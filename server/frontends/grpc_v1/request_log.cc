@@ -7,16 +7,12 @@
 #include <random>
 
 namespace mha::serve {
-namespace {
-
 std::string GenerateRequestId() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
   return buf;
 }
-
-}  // namespace
 
 RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method) {
   RequestLog log;
@@ -36,13 +32,15 @@ RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method
 
 void LogOutcome(const RequestLog& log, const Status& status, const std::string& detail) {
   const int64_t us = MicrosBetween(log.start, Clock::now());
+  const std::string trace = log.trace_id.empty() ? "" : " trace_id=" + log.trace_id;
   if (status.ok()) {
-    spdlog::debug("{} ok request_id={} peer={} latency_us={}{}{}", log.method, log.request_id,
-                  log.peer, us, detail.empty() ? "" : " ", detail);
+    spdlog::debug("{} ok request_id={}{} peer={} latency_us={}{}{}", log.method, log.request_id,
+                  trace, log.peer, us, detail.empty() ? "" : " ", detail);
     return;
   }
-  spdlog::warn("{} failed code={} request_id={} peer={} latency_us={} message=\"{}\"", log.method,
-               StatusCodeName(status.code()), log.request_id, log.peer, us, status.message());
+  spdlog::warn("{} failed code={} request_id={}{} peer={} latency_us={} message=\"{}\"", log.method,
+               StatusCodeName(status.code()), log.request_id, trace, log.peer, us,
+               status.message());
 }
 
 Clock::time_point SteadyDeadline(const grpc::CallbackServerContext* context) {

@@ -18,7 +18,11 @@ struct RequestLog {
   std::string request_id;
   std::string peer;
   Clock::time_point start;
+  std::string trace_id;  // a W3C traceparent's trace id (trace_context.h); "" = none sent
 };
+
+// A fresh request id: 16 hex digits.
+std::string GenerateRequestId();
 
 // Reads or generates the request id and adds it to the call's initial metadata (call before the
 // first write or Finish).

@@ -173,25 +173,9 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
     FinishCall(reactor, log, Unimplemented("ModelStatistics: this server keeps no metrics"));
     return reactor;
   }
-  auto repository = core_->repository();
-  if (!request->name().empty()) {
-    auto entry = ResolveVersion(*repository, request->name(), request->version());
-    if (entry.ok()) {
-      FillModelStatistics(
-          *entry.value(),
-          *options_.metrics->ForVersion(entry.value()->name, entry.value()->version),
-          response->add_model_stats());
-    }
-    FinishCall(reactor, log, entry.status());
-    return reactor;
-  }
-  for (const auto& entry : repository->entries()) {  // "" = every READY model
-    if (entry->state != ModelState::kReady) continue;
-    if (!request->version().empty() && entry->version != request->version()) continue;
-    FillModelStatistics(*entry, *options_.metrics->ForVersion(entry->name, entry->version),
-                        response->add_model_stats());
-  }
-  FinishCall(reactor, log, Status::Ok());
+  const Status status = FillStatisticsResponse(*core_->repository(), *options_.metrics,
+                                               request->name(), request->version(), response);
+  FinishCall(reactor, log, status);
   return reactor;
 }
 

@@ -47,4 +47,23 @@ void FillModelStatistics(const ModelEntry& entry, const ModelMetrics& metrics,
   stats->mutable_cache_miss();
 }
 
+Status FillStatisticsResponse(const ModelRepository& repository, Metrics& metrics,
+                              const std::string& name, const std::string& version,
+                              inference::ModelStatisticsResponse* out) {
+  if (!name.empty()) {
+    auto entry = repository.Resolve(name, version);
+    if (!entry.ok()) return entry.status();
+    const ModelEntry& e = *entry.value();
+    FillModelStatistics(e, *metrics.ForVersion(e.name, e.version), out->add_model_stats());
+    return Status::Ok();
+  }
+  for (const auto& entry : repository.entries()) {  // "" = every READY model
+    if (entry->state != ModelState::kReady) continue;
+    if (!version.empty() && entry->version != version) continue;
+    FillModelStatistics(*entry, *metrics.ForVersion(entry->name, entry->version),
+                        out->add_model_stats());
+  }
+  return Status::Ok();
+}
+
 }  // namespace mha::serve::oip
