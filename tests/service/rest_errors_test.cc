@@ -151,5 +151,51 @@ TEST_F(RestErrors, TooLargeUnknownPathsAndMethods) {
   EXPECT_EQ(Post("self_basic", QueryBody(16).dump()).status, 200);
 }
 
+// Parameters are never silently ignored: an unknown one is refused naming it, on REST and on
+// gRPC ModelInfer alike; Triton's reserved `priority` is accepted and `timeout` (us) is the
+// request's deadline (1 us has always passed by the time the scheduler looks).
+TEST_F(RestErrors, UnknownParametersAreRefusedTimeoutIsTheDeadline) {
+  nlohmann::json body = QueryBody(16);
+  body["parameters"] = {{"is_causl", true}};
+  RestAnswer a = Post("self_basic", body.dump());
+  EXPECT_EQ(a.status, 400);
+  EXPECT_TRUE(Contains(RestError(a), "parameters: unknown parameter 'is_causl'"));
+  body["parameters"] = {{"priority", 1}, {"timeout", 60000000}};
+  EXPECT_EQ(Post("self_basic", body.dump()).status, 200);
+  body["parameters"] = {{"timeout", 1}};
+  a = Post("self_basic", body.dump());
+  EXPECT_EQ(a.status, 504) << a.json.dump();
+  body["parameters"] = {{"timeout", -5}};
+  EXPECT_EQ(Post("self_basic", body.dump()).status, 400);
+  body = QueryBody(16);
+  body["inputs"][0]["parameters"] = {{"shared_memory_region", "r"}};
+  a = Post("self_basic", body.dump());
+  EXPECT_EQ(a.status, 400);
+  EXPECT_TRUE(Contains(RestError(a), "inputs[0].parameters: 'shared_memory_region'"));
+
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(shared_->server->target(), grpc::InsecureChannelCredentials()));
+  const auto grpc_infer = [&stub](const char* name, int64_t value) {
+    inference::ModelInferRequest r;
+    r.set_model_name("self_basic");
+    auto* input = r.add_inputs();
+    input->set_name("query");
+    input->set_datatype("FP32");
+    for (int64_t d : {1, 3, 16}) input->add_shape(d);
+    r.add_raw_input_contents()->assign(3 * 16 * sizeof(float), '\0');
+    (*r.mutable_parameters())[name].set_int64_param(value);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    inference::ModelInferResponse response;
+    return stub->ModelInfer(&context, r, &response);
+  };
+  grpc::Status s = grpc_infer("is_causl", 1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(s.error_message(), "parameters: unknown parameter 'is_causl'"));
+  EXPECT_TRUE(grpc_infer("priority", 2).ok());
+  EXPECT_EQ(grpc_infer("timeout", 1).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(grpc_infer("timeout", 60000000).ok());
+}
+
 }  // namespace
 }  // namespace mha::testing

@@ -47,6 +47,7 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
   if (!decoded.ok()) return decoded.status();
   decoded->request.start = log.start;
   decoded->request.deadline = SteadyDeadline(context);
+  ApplyTimeout(&decoded.value());  // parameters.timeout, when it is sooner
   decoded->request.is_cancelled = [context] { return context->IsCancelled(); };
   decoded->request.request_id = log.request_id;
   return decoded;

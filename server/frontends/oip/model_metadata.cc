@@ -102,6 +102,9 @@ void FillParameters(const ModelEntry& entry, inference::ModelConfig* out) {
   p["format"].set_string_value(entry.format);
   p["layout"].set_string_value(entry.layout);
   p["parameter_count"].set_string_value(std::to_string(entry.model->parameter_count()));
+  // Triton's reserved request parameters (infer_parameters.cc), so that clients can see them.
+  p["request_priority"].set_string_value("accepted and ignored: one priority level");
+  p["request_timeout"].set_string_value("microseconds: the request's deadline");
 }
 
 }  // namespace

@@ -45,6 +45,7 @@ StatusOr<std::unique_ptr<PreparedCall>> Prepare(const RestContext& c, const http
   r.protocol = Protocol::kRest;
   r.start = log.start;
   r.request_id = log.request_id;
+  oip::ApplyTimeout(&prepared->call);  // parameters.timeout: the request's deadline
   return prepared;
 }
 
