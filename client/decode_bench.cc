@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "client/bench_tally.h"
+#include "client/decoding_session.h"
 #include "proto/wire/status_convert.h"
 
 namespace mha::client {
@@ -31,6 +32,8 @@ struct Tally {
   int64_t errors = 0;
   std::string first_error;
   int64_t kv_blocks = 0, kv_block_tokens = 0, cached_tokens = 0;
+  int64_t resumes = 0;
+  std::vector<double> replay_ms;
   void Error(const Status& s) {
     std::lock_guard<std::mutex> lock(mu);
     if (errors++ == 0) first_error = s.ToString();
@@ -118,7 +121,9 @@ void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t 
   tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
 }
 
-// One session's whole life: open, prefill, `tokens` timed steps, close.
+// One session's whole life through the client library's DecodingSession (a client-chosen id sent
+// as x-session-id; a lost session re-opened and replayed): open, prefill, `tokens` timed steps,
+// close.
 void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e, int index,
                 Tally* tally) {
   std::mt19937_64 rng(o.seed * 1000003 + static_cast<uint64_t>(index));
@@ -127,35 +132,41 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
   open.set_model_version(o.model_version);
   open.set_batch_size(o.batch);
   open.set_max_tokens(o.prefill + o.tokens);
-  auto opened = client.OpenSession(open, o.timeout);
-  if (!opened.ok()) return tally->Error(opened.status());
+  DecodingSessionOptions options;
+  options.stream = o.stream;
+  options.timeout = o.timeout;
+  options.resume = o.resume;
+  auto session = DecodingSession::Open(&client, open, options);
+  if (!session.ok()) return tally->Error(session.status());
+  DecodingSession& s = **session;
   v1::ForwardRequest step;
-  step.set_session_id(opened->session_id());
   step.set_need_weights(o.need_weights);
   std::vector<double> mine;
-  {
-    Stepper stepper(client, o);
-    Status s;
-    if (o.prefill > 0) {
-      *step.mutable_query() = RandomQuery(o.batch, o.prefill, e, &rng);
-      s = stepper.Step(step);
-    }
-    mine.reserve(static_cast<size_t>(o.tokens));
-    for (int64_t i = 0; s.ok() && i < o.tokens; ++i) {
-      *step.mutable_query() = RandomQuery(o.batch, 1, e, &rng);
-      if (!TimedStep(stepper, step, tally, &mine)) break;
-    }
-    if (s.ok()) s = stepper.Finish();
-    if (!s.ok()) tally->Error(s);
+  Status failed;
+  if (o.prefill > 0) {
+    *step.mutable_query() = RandomQuery(o.batch, o.prefill, e, &rng);
+    failed = s.Step(step).status();
   }
-  auto closed = client.CloseSession(opened->session_id());
+  mine.reserve(static_cast<size_t>(o.tokens));
+  for (int64_t i = 0; failed.ok() && i < o.tokens; ++i) {
+    *step.mutable_query() = RandomQuery(o.batch, 1, e, &rng);
+    const auto start = std::chrono::steady_clock::now();
+    failed = s.Step(step).status();
+    const auto end = std::chrono::steady_clock::now();
+    if (failed.ok()) mine.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+  }
+  if (!failed.ok()) tally->Error(failed);
+  auto closed = s.Close();
   if (!closed.ok()) tally->Error(closed.status());
   std::lock_guard<std::mutex> lock(tally->mu);
   if (closed.ok()) {
     tally->kv_blocks += closed->kv_blocks();
-    tally->kv_block_tokens = opened->kv_block_tokens();
+    tally->kv_block_tokens = s.opened().kv_block_tokens();
     tally->cached_tokens += closed->tokens() * o.batch;
   }
+  tally->resumes += s.stats().resumes;
+  tally->replay_ms.insert(tally->replay_ms.end(), s.stats().replay_ms.begin(),
+                          s.stats().replay_ms.end());
   tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
 }
 
@@ -188,6 +199,12 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   report.kv_blocks = tally.kv_blocks;
   report.kv_block_tokens = tally.kv_block_tokens;
   report.cached_tokens = tally.cached_tokens;
+  report.resumed = tally.resumes;
+  if (!tally.replay_ms.empty()) {
+    std::sort(tally.replay_ms.begin(), tally.replay_ms.end());
+    report.replay_ms_p50 = Percentile(tally.replay_ms, 50);
+    report.replay_ms_max = tally.replay_ms.back();
+  }
   report.steps_per_s = report.seconds > 0 ? report.steps / report.seconds : 0;
   report.tokens_per_s = report.steps_per_s * o.batch;
   if (!l.empty()) {
@@ -224,6 +241,12 @@ std::string DecodeBenchReportText(const DecodeBenchOptions& o, const DecodeBench
                   static_cast<long long>(r.kv_blocks), static_cast<long long>(r.kv_block_tokens),
                   static_cast<long long>(r.cached_tokens), 100.0 * (slots / r.cached_tokens - 1.0),
                   slots / r.cached_tokens);
+    text += buf;
+  }
+  if (!o.stateless) {
+    std::snprintf(buf, sizeof(buf),
+                  "resumed: %lld sessions re-opened and replayed (replay ms: p50 %.1f  max %.1f)\n",
+                  static_cast<long long>(r.resumed), r.replay_ms_p50, r.replay_ms_max);
     text += buf;
   }
   if (!r.first_error.empty()) text += "first error: " + r.first_error + "\n";

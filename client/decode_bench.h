@@ -28,6 +28,8 @@ struct DecodeBenchOptions {
   bool stream = false;
   std::chrono::milliseconds timeout{60000};
   uint64_t seed = 0;
+  // A session lost with its replica is re-opened and replayed (client/decoding_session.h).
+  bool resume = true;
 };
 
 struct DecodeBenchReport {
@@ -41,6 +43,9 @@ struct DecodeBenchReport {
   // The server's KV cache at CloseSession, summed over the sessions: blocks given back and the
   // token slots they hold vs the tokens cached (rows * tokens).
   int64_t kv_blocks = 0, kv_block_tokens = 0, cached_tokens = 0;
+  // Sessions re-opened and replayed after their replica was lost, and what a replay took.
+  int64_t resumed = 0;
+  double replay_ms_p50 = 0, replay_ms_max = 0;
 };
 
 StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client,

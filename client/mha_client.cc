@@ -60,7 +60,7 @@ Status AttentionClient::UnloadModel(const std::string& name,
 StatusOr<v1::OpenSessionResponse> AttentionClient::OpenSession(
     const v1::OpenSessionRequest& request, std::optional<std::chrono::milliseconds> timeout) {
   grpc::ClientContext context;
-  Prepare(&context, timeout);
+  Prepare(&context, timeout, "", request.session_id());
   v1::OpenSessionResponse response;
   const grpc::Status s = stub_->OpenSession(&context, request, &response);
   if (!s.ok()) return codec::FromGrpcStatus(s);
@@ -69,7 +69,7 @@ StatusOr<v1::OpenSessionResponse> AttentionClient::OpenSession(
 
 StatusOr<v1::CloseSessionResponse> AttentionClient::CloseSession(const std::string& session_id) {
   grpc::ClientContext context;
-  Prepare(&context, std::nullopt);
+  Prepare(&context, std::nullopt, "", session_id);
   v1::CloseSessionRequest request;
   request.set_session_id(session_id);
   v1::CloseSessionResponse response;
@@ -90,9 +90,11 @@ StatusOr<v1::RepositoryIndexResponse> AttentionClient::RepositoryIndex() {
 
 void AttentionClient::Prepare(grpc::ClientContext* context,
                               std::optional<std::chrono::milliseconds> timeout,
-                              const std::string& request_id) const {
+                              const std::string& request_id, const std::string& session_id) const {
   context->set_deadline(std::chrono::system_clock::now() + timeout.value_or(options_.timeout));
   if (!request_id.empty()) context->AddMetadata("x-request-id", request_id);
+  // Every session call carries its id for proxies that pin sessions by a header hash.
+  if (!session_id.empty()) context->AddMetadata(kSessionIdHeader, session_id);
 }
 
 StatusOr<v1::ListModelsResponse> AttentionClient::ListModels() {
@@ -145,7 +147,7 @@ StatusOr<v1::ForwardResponse> AttentionClient::ForwardRaw(
     const v1::ForwardRequest& request, std::optional<std::chrono::milliseconds> timeout,
     std::string* request_id) {
   grpc::ClientContext context;
-  Prepare(&context, timeout, request_id ? *request_id : "");
+  Prepare(&context, timeout, request_id ? *request_id : "", request.session_id());
   if (options_.protocol == WireProtocol::kOip) {
     auto infer = ToModelInferRequest(request);
     if (!infer.ok()) return infer.status();
@@ -167,7 +169,7 @@ void AttentionClient::ForwardAsync(grpc::ClientContext* context, const v1::Forwa
                                    std::function<void(grpc::Status)> done) {
   // The context must not be owned by the callback: gRPC destroys the callback after its own
   // last use of the call, which the context keeps alive.
-  Prepare(context, timeout);
+  Prepare(context, timeout, "", request->session_id());
   stub_->async()->Forward(context, request, response, std::move(done));
 }
 
@@ -199,8 +201,9 @@ Status AttentionClient::ForwardStreamRaw(const std::vector<v1::ForwardRequest>& 
 }
 
 std::unique_ptr<AttentionClient::ForwardStreamRW> AttentionClient::OpenForwardStream(
-    grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout) {
-  Prepare(context, timeout);
+    grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout,
+    const std::string& session_id) {
+  Prepare(context, timeout, "", session_id);
   return stub_->ForwardStream(context);
 }
 

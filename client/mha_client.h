@@ -23,6 +23,10 @@
 
 namespace mha::client {
 
+// Metadata every session call carries (OpenSession, a step, CloseSession): proxies pin a session to
+// one replica by hashing it (docs/scale-out.md); the server checks it against the message's id.
+inline constexpr char kSessionIdHeader[] = "x-session-id";
+
 // Which API Forward calls go through: mha.v1.AttentionService/Forward, or the Open Inference
 // Protocol's inference.GRPCInferenceService/ModelInfer (same server port; oip_translate.h).
 enum class WireProtocol { kNative, kOip };
@@ -82,8 +86,10 @@ class AttentionClient {
   // decoder steps a session on one stream. The caller owns `context` (fresh; the deadline set here
   // covers the whole stream), keeps it alive past the stream, and ends with WritesDone + Finish.
   using ForwardStreamRW = grpc::ClientReaderWriter<v1::ForwardRequest, v1::ForwardResponse>;
+  // `session_id`: a stream of one decoding session's steps carries it as x-session-id.
   std::unique_ptr<ForwardStreamRW> OpenForwardStream(
-      grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout = {});
+      grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout = {},
+      const std::string& session_id = "");
 
   // Decoding sessions (docs/sessions.md): OpenSession pins a model version and returns the
   // session_id; each step is a Forward with ForwardRequest.session_id and only the new tokens in
@@ -107,7 +113,7 @@ class AttentionClient {
 
  private:
   void Prepare(grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout,
-               const std::string& request_id = "") const;
+               const std::string& request_id = "", const std::string& session_id = "") const;
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

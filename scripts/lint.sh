@@ -12,7 +12,7 @@ mode=${1:-format}
 shift || true
 case "$mode" in
   format)
-    mapfile -t files < <(git ls-files '*.cc' '*.h')
+    mapfile -t files < <(git ls-files '*.cc' '*.h' | while read -r f; do [[ -f $f ]] && echo "$f"; done)
     clang-format --dry-run -Werror "${files[@]}"
     echo "lint: clang-format clean over ${#files[@]} files"
     ;;

@@ -230,6 +230,9 @@ void DecodeCommand::Add(CLI::App& app) {
                 "Baseline without sessions: each step sends the whole prefix with is_causal");
   cmd->add_flag("--stream", options.stream,
                 "Each session's steps as messages of one ForwardStream (not a Forward call each)");
+  cmd->add_flag("!--no-resume", options.resume,
+                "A session lost with its replica fails its step (default: re-open the same id "
+                "and replay its tokens, counted as resumed)");
 }
 
 int DecodeCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout) {

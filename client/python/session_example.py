@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import uuid
 
 import torch
 
@@ -43,20 +44,27 @@ def main():
     expected = expected.transpose(0, 1)
 
     stub = attention_pb2_grpc.AttentionServiceStub(make_channel(args))
+    # The client chooses the id and sends it as x-session-id on every call: a proxy that hashes
+    # the header pins the session to one replica from its first call (docs/scale-out.md).
+    session_id = "py-" + uuid.uuid4().hex
+    pin = [("x-session-id", session_id)]
     opened = stub.OpenSession(attention_pb2.OpenSessionRequest(
-        model=args.model, batch_size=args.batch, max_tokens=args.seq))
+        model=args.model, batch_size=args.batch, max_tokens=args.seq, session_id=session_id),
+        metadata=pin)
+    assert opened.session_id == session_id, (opened.session_id, session_id)
     print(f"session {opened.session_id} on {opened.model} v{opened.model_version}, "
           f"{opened.kv_block_tokens} tokens per KV block")
     worst, p_ = 0.0, 0
     while p_ < args.seq:
         n = min(args.seq - p_, args.prefill if p_ == 0 else 1)
         answer = stub.Forward(attention_pb2.ForwardRequest(
-            session_id=opened.session_id, query=to_wire(x[:, p_:p_ + n])))
+            session_id=session_id, query=to_wire(x[:, p_:p_ + n])), metadata=pin)
         out = from_wire(answer.output).double()
         worst = max(worst, (out - expected[:, p_:p_ + n]).abs().max().item())
         p_ += n
         assert answer.session_tokens == p_, (answer.session_tokens, p_)
-    closed = stub.CloseSession(attention_pb2.CloseSessionRequest(session_id=opened.session_id))
+    closed = stub.CloseSession(attention_pb2.CloseSessionRequest(session_id=session_id),
+                               metadata=pin)
     print(f"decoded {closed.tokens} tokens (prefill {args.prefill}, then 1 per step), "
           f"{closed.kv_blocks} KV blocks freed; max abs error vs PyTorch {worst:.3g}")
     if worst > args.atol:

@@ -55,7 +55,7 @@ void AddSessionFlags(CLI::App& app, ServerConfig* c);
 }  // namespace
 
 int ServerConfig::ResolvedWorkers() const {
-  if (core.direct.workers > 0) return core.direct.workers;
+  if (core.workers > 0) return core.workers;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / std::max(1, intra_op_threads));
 }
@@ -68,8 +68,7 @@ StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
     o.overrides.dtype = *dtype;
   }
   if (!c.device.empty()) o.overrides.device = c.device;
-  o.direct.workers = c.ResolvedWorkers();
-  o.direct.max_queue_size = o.batcher.max_queue_size;  // --max-queue-size: one per model
+  o.workers = c.ResolvedWorkers();
   if (!o.startup_models.empty() && o.model_control != ModelControlMode::kExplicit) {
     return InvalidArgument("--load-model needs --model-control-mode explicit");
   }
@@ -118,7 +117,7 @@ void AddServingFlags(CLI::App& app, ServerConfig* c) {
       ->check(CLI::Range(1, 256));
   Add(app, "--inter-op-threads", &c->inter_op_threads, "ATen inter-op threads")
       ->check(CLI::Range(1, 256));
-  Add(app, "--workers", &c->core.direct.workers,
+  Add(app, "--workers", &c->core.workers,
       "Batching off: forward-pass worker threads per model; 0 = cores / intra-op threads. Keep "
       "1 when BLAS threads each GEMM itself (OpenBLAS): more workers oversubscribe the cores")
       ->check(CLI::Range(0, 1024));

@@ -173,7 +173,7 @@ std::unique_ptr<oip::GrpcInferenceServiceImpl> ServerApp::MakeOipService() {
   options.max_message_bytes = c_.max_message_bytes;
   options.scheduling.batching = core_->options().batching;
   options.scheduling.batcher = core_->options().batcher;
-  options.scheduling.direct = core_->options().direct;
+  options.scheduling.workers = core_->options().workers;
   options.server_ready = [this] { return ready_.load(); };
   options.metrics = core_->metrics();
   options.controller = core_.get();

@@ -44,6 +44,7 @@ struct OpenSessionRequest {
   int64_t batch_size = 1;     // 0 = 1
   int64_t max_tokens = 0;     // tokens per row; 0 = --max-sequence-length
   at::Tensor key, value;      // both: cross-attention over these [B, S, kdim] / [B, S, vdim]
+  std::string session_id;     // client-chosen (CheckSessionId); "" = the server makes one
 };
 
 struct OpenSessionResponse {

@@ -79,6 +79,16 @@ BatcherOptions BatcherOptionsFor(const ModelConfig& c, const BatcherOptions& def
   return o;
 }
 
+BatcherOptions SchedulerOptionsFor(const ModelConfig& c, bool batching,
+                                   const BatcherOptions& defaults, int workers) {
+  if (batching) return BatcherOptionsFor(c, defaults);
+  BatcherOptions o = defaults;
+  o.batching = false;
+  o.instances = workers;
+  if (c.max_queue_size) o.max_queue_size = static_cast<size_t>(*c.max_queue_size);
+  return o;
+}
+
 ServerCore::ServerCore(const ServerCoreOptions& options)
     : options_(options), metrics_(CurrentBuildInfo()) {}
 
@@ -239,20 +249,19 @@ void ServerCore::LoadAll(std::vector<ModelEntry> entries, std::function<void()> 
 std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
   auto handle = std::make_shared<ModelHandle>();
   handle->metrics = metrics_.ForVersion(entry.name, entry.version);
-  if (options_.batching) {
-    BatcherOptions o = BatcherOptionsFor(entry.config, options_.batcher);
-    o.max_batch_work_bytes = options_.limits.max_work_bytes;
-    spdlog::info("model {} batcher: rows={} tokens={} delay_us={} queue={} instances={}",
+  BatcherOptions o =
+      SchedulerOptionsFor(entry.config, options_.batching, options_.batcher, options_.workers);
+  o.max_batch_work_bytes = options_.limits.max_work_bytes;
+  if (o.batching) {
+    spdlog::info("model {} scheduler: batching rows={} tokens={} delay_us={} queue={} instances={}",
                  entry.name, o.max_batch_rows, o.max_batch_tokens, o.max_queue_delay_us,
                  o.max_queue_size, o.instances);
-    handle->scheduler = DynamicBatcher::ForModel(entry.model, entry.name, o, handle->metrics,
-                                                 options_.debug_forward_delay_ms);
   } else {
-    DirectRunnerOptions o = options_.direct;
-    o.debug_forward_delay_ms = options_.debug_forward_delay_ms;
-    if (entry.config.max_queue_size) o.max_queue_size = *entry.config.max_queue_size;
-    handle->scheduler = std::make_unique<DirectRunner>(o, handle->metrics);
+    spdlog::info("model {} scheduler: one request per pass, queue={} instances={}", entry.name,
+                 o.max_queue_size, o.instances);
   }
+  handle->scheduler = DynamicBatcher::ForModel(entry.model, entry.name, o, handle->metrics,
+                                               options_.debug_forward_delay_ms);
   SessionOptions sessions = options_.sessions;
   sessions.max_work_bytes = options_.limits.max_work_bytes;
   sessions.max_response_bytes = options_.limits.max_response_bytes;

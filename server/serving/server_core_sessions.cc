@@ -9,7 +9,7 @@
 namespace mha::serve {
 
 StatusOr<std::shared_ptr<ModelHandle>> ServerCore::SessionHandle(const std::string& id) {
-  if (id.empty()) return InvalidArgument("session_id: required");
+  MHA_RETURN_IF_ERROR(CheckSessionId(id));
   auto where = session_directory_->Find(id);
   if (!where.ok()) return where.status();
   auto state = Current();
@@ -56,6 +56,13 @@ static Status CheckOpenLimits(const OpenSessionRequest& r, const MhaOptions& o,
 }
 
 StatusOr<OpenSessionResponse> ServerCore::OpenSession(const OpenSessionRequest& r) {
+  if (!r.session_id.empty()) {
+    MHA_RETURN_IF_ERROR(CheckSessionId(r.session_id));
+    if (session_directory_->Find(r.session_id).ok()) {  // before any work; Add decides races
+      return AlreadyExists("session_id: '" + r.session_id +
+                           "' is open on this server already (close it, or choose another id)");
+    }
+  }
   if (stopping_) return Unavailable("server is shutting down");
   auto state = Current();
   auto entry = state->repository->Resolve(r.model, r.model_version);
@@ -72,6 +79,7 @@ StatusOr<OpenSessionResponse> ServerCore::OpenSession(const OpenSessionRequest& 
   params.max_tokens = r.max_tokens == 0 ? options_.limits.max_sequence_length : r.max_tokens;
   params.key = r.key;
   params.value = r.value;
+  params.id = r.session_id;
   auto info = handle->sessions->Open(params);
   if (!info.ok()) return info.status();
   OpenSessionResponse out;
@@ -129,9 +137,9 @@ void ServerCore::InferStep(InferenceRequest request, InferDone done) {
   auto refuse = [&](ModelMetrics* metrics, Status status, const std::string& model) {
     internal::Refuse(&request, done, metrics, std::move(status), model);
   };
-  auto found = stopping_
-                   ? StatusOr<std::shared_ptr<ModelHandle>>(Unavailable("server is shutting down"))
-                   : SessionHandle(request.session_id);
+  // A stopping server still answers the steps of the sessions it holds, and NOT_FOUND once they
+  // are gone: a client resumes the session elsewhere (docs/scale-out.md) instead of waiting.
+  auto found = SessionHandle(request.session_id);
   if (!found.ok()) return refuse(MetricsFor(Current().get(), request.model), found.status(), "");
   std::shared_ptr<ModelHandle> handle = std::move(found.value());
   if (Status valid = CheckStepRequest(request, *handle->entry, options_.limits); !valid.ok()) {

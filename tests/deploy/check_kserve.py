@@ -38,8 +38,8 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def server_flags(repo):
-    """{flag: [choices] or None} declared in server/app/config.cc (Add(app, "--x", ...) and
-    --config)."""
+    """{flag: [choices] or None} declared in server/app/config.cc (Add(app, "--x", ...), AddEnum,
+    add_option_function and --config)."""
     text = open(os.path.join(repo, "server/app/config.cc")).read()
     flags = {}
     for m in re.finditer(r'Add\(app,\s*"(--[a-z0-9-]+)"(.*?);', text, re.S):
@@ -47,6 +47,10 @@ def server_flags(repo):
         flags[m.group(1)] = re.findall(r'"([^"]*)"', choices.group(1)) if choices else None
     for m in re.finditer(r'set_config\("(--[a-z0-9-]+)"', text):
         flags[m.group(1)] = None
+    # Enum flags (AddEnum: their values are checked by the serving core's own parser) and flags
+    # bound through a function (add_option_function): the name only.
+    for m in re.finditer(r'(?:AddEnum\(app,|add_option_function<[^>]+>\()\s*"(--[a-z0-9-]+)"', text):
+        flags.setdefault(m.group(1), None)
     return flags
 
 

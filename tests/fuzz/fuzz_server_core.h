@@ -15,7 +15,7 @@ inline mha::serve::ServerCore* FuzzServerCore() {
   static mha::serve::ServerCore* core = [] {
     google::protobuf::SetLogHandler(nullptr);  // "invalid UTF-8" lines for every such input
     mha::serve::ServerCoreOptions options;     // no repository: the built-in default model
-    options.batching = false;                  // DirectRunner: one pass per request
+    options.batching = false;                  // one pass per request
     options.limits.max_batch_size = 4;
     options.limits.max_sequence_length = 64;
     options.limits.max_response_bytes = 8 << 20;

@@ -4,7 +4,10 @@
 // stream apply in order, and bad ids, closed sessions, bad steps and limits are refused precisely.
 // The budget, expiry, restart, unload and batching tests: session_lifetime_test.cc.
 #include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+
+#include <utility>
 
 #include "session_test_util.h"
 
@@ -172,6 +175,57 @@ TEST_F(SessionServer, BadIdsClosedSessionsAndBadStepsAreRefusedPrecisely) {
   EXPECT_EQ(after.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(Contains(after.status().message(), "was closed (CloseSession)"));
   EXPECT_TRUE(Contains(client_->CloseSession(id).status().message(), "was closed"));
+}
+
+// Client-chosen ids (docs/scale-out.md): the id a proxy hashes exists before the session does.
+TEST_F(SessionServer, ClientChosenIdsAndTheAffinityHeader) {
+  const FixtureCase c = Case("decode_causal");
+  v1::OpenSessionRequest open;
+  open.set_model(c.name);
+  open.set_batch_size(c.inputs.query.size(0));
+  open.set_session_id("app:user-7.turn_1");
+  auto opened = client_->OpenSession(open);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ(opened->session_id(), "app:user-7.turn_1");
+  auto again = client_->OpenSession(open);
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(Contains(again.status().message(), "'app:user-7.turn_1' is open on this server"));
+  for (const auto& [id, why] : std::vector<std::pair<std::string, std::string>>{
+           {"has space",
+            "session_id: character 3 is 0x20; a session id is made of [A-Za-z0-9._:-]"},
+           {std::string(129, 'a'), "session_id: 129 characters, a session id is at most 128"}}) {
+    v1::OpenSessionRequest bad = open;
+    bad.set_session_id(id);
+    auto refused = client_->OpenSession(bad);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << id;
+    EXPECT_EQ(refused.status().message(), why);
+  }
+
+  // The header a proxy routes by must name the session the message names.
+  auto stub = v1::AttentionService::NewStub(
+      grpc::CreateChannel(shared_->server->target(), grpc::InsecureChannelCredentials()));
+  auto step = client::MakeForwardRequest(StepOf(c.inputs, 0, 1, 1), {});
+  ASSERT_TRUE(step.ok());
+  step->set_session_id("app:user-7.turn_1");
+  grpc::ClientContext context;
+  context.AddMetadata("x-session-id", "app:user-8");
+  v1::ForwardResponse response;
+  const grpc::Status disagree = stub->Forward(&context, *step, &response);
+  EXPECT_EQ(disagree.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(disagree.error_message(),
+            "x-session-id: the header names session 'app:user-8' but session_id is "
+            "'app:user-7.turn_1' (they must agree: a proxy routes by the header)");
+  grpc::ClientContext agree_context;
+  agree_context.AddMetadata("x-session-id", "app:user-7.turn_1");
+  const grpc::Status agree = stub->Forward(&agree_context, *step, &response);
+  ASSERT_TRUE(agree.ok()) << agree.error_message();
+  EXPECT_EQ(response.session_tokens(), 1);  // the refused step changed nothing
+
+  // Closed, the id may be opened again (a client resuming a session it lost).
+  ASSERT_TRUE(client_->CloseSession("app:user-7.turn_1").ok());
+  auto reopened = client_->OpenSession(open);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_TRUE(client_->CloseSession("app:user-7.turn_1").ok());
 }
 
 TEST_F(SessionServer, OpenSessionChecksModelLimitsAndKeyValue) {

@@ -1,8 +1,8 @@
 // Streams and pinned staging for forward passes on a CUDA device; no-ops on the CPU.
 //
-// Streams: every thread that runs forward passes (a DirectRunner worker, a DynamicBatcher
-// instance) takes one stream from LibTorch's per-device pool the first time it runs a pass on a
-// device and keeps it (a thread_local), so the passes of several instances of one model overlap
+// Streams: every thread that runs forward passes (each worker of a model's
+// DynamicBatcher) takes one stream from LibTorch's per-device pool the first time it runs a pass on
+// a device and keeps it (a thread_local), so the passes of several instances of one model overlap
 // on the GPU instead of queueing on the default stream. MhaModel::ForwardValidated makes that
 // stream current for the pass (DeviceStreamScope) and synchronizes it before the outputs leave
 // the call, so the caller may read them on any thread and any stream.

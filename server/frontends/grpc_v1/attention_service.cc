@@ -22,6 +22,7 @@ struct UnaryCall {
 StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
                                       const GrpcFrontendOptions& options, bool borrow,
                                       grpc::CallbackServerContext* context, const RequestLog& log) {
+  MHA_RETURN_IF_ERROR(CheckSessionHeader(context, request.session_id()));
   auto decoded = DecodeForwardRequest(request, options.max_message_bytes, borrow);
   if (!decoded.ok()) return decoded.status();
   decoded->start = log.start;

@@ -64,10 +64,6 @@ StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& r,
                            " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
   }
   request.model_version = r.model_version();
-  if (r.session_id().size() > 64) {
-    return InvalidArgument("session_id: " + std::to_string(r.session_id().size()) +
-                           " bytes, a session id is at most 64 (as OpenSession returned it)");
-  }
   request.session_id = r.session_id();
   if (r.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
     auto dtype = codec::FromProtoDType(r.output_dtype());
@@ -119,6 +115,7 @@ StatusOr<OpenSessionRequest> DecodeOpenSessionRequest(const v1::OpenSessionReque
   out.model_version = r.model_version();
   out.batch_size = r.batch_size();
   out.max_tokens = r.max_tokens();
+  out.session_id = r.session_id();
   // Copies (no borrowing): the projection happens before the call ends, but keep it simple.
   if (r.has_key()) MHA_RETURN_IF_ERROR(Decode(r.key(), "key", false, &out.key));
   if (r.has_value()) MHA_RETURN_IF_ERROR(Decode(r.value(), "value", false, &out.value));

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <random>
 
+#include "mha/text.h"
+
 namespace mha::serve {
 std::string GenerateRequestId() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -28,6 +30,19 @@ RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method
   }
   context->AddInitialMetadata(kRequestIdKey, log.request_id);
   return log;
+}
+
+Status CheckSessionHeader(const grpc::CallbackServerContext* context, const std::string& body_id) {
+  const auto& metadata = context->client_metadata();
+  auto [first, last] = metadata.equal_range(kSessionIdKey);
+  for (auto it = first; it != last; ++it) {
+    const std::string header(it->second.data(), it->second.length());
+    if (header == body_id) continue;
+    return InvalidArgument("x-session-id: the header names session '" + Abbreviate(header) +
+                           "' but session_id is '" + Abbreviate(body_id) +
+                           "' (they must agree: a proxy routes by the header)");
+  }
+  return Status::Ok();
 }
 
 void LogOutcome(const RequestLog& log, const Status& status, const std::string& detail) {

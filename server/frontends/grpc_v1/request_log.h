@@ -12,6 +12,8 @@
 namespace mha::serve {
 
 inline constexpr char kRequestIdKey[] = "x-request-id";
+// The header a proxy hashes to pin a decoding session to one replica (docs/scale-out.md).
+inline constexpr char kSessionIdKey[] = "x-session-id";
 
 struct RequestLog {
   std::string method;
@@ -30,6 +32,11 @@ RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method
 
 // One warning line per failed call (code, message, request id, peer); a debug line per success.
 void LogOutcome(const RequestLog& log, const Status& status, const std::string& detail = "");
+
+// x-session-id, when the call carries it, must name the session the message names (`body_id`;
+// "" when the message names none): a proxy routes by the header, the server by the body, so a
+// disagreement would reach the wrong replica's cache. INVALID_ARGUMENT naming both.
+Status CheckSessionHeader(const grpc::CallbackServerContext* context, const std::string& body_id);
 
 // The call's deadline on the steady clock (time_point::max() when it has none).
 Clock::time_point SteadyDeadline(const grpc::CallbackServerContext* context);

@@ -11,6 +11,10 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::OpenSession(grpc::CallbackServer
                                                             v1::OpenSessionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RequestLog log = StartRequest(context, "OpenSession");
+  if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
+    FinishCall(reactor, log, header);
+    return reactor;
+  }
   auto decoded = DecodeOpenSessionRequest(*request, options_.max_message_bytes);
   if (!decoded.ok()) {
     FinishCall(reactor, log, decoded.status());
@@ -37,10 +41,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CloseSession(grpc::CallbackServe
                                                              v1::CloseSessionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RequestLog log = StartRequest(context, "CloseSession");
-  if (request->session_id().size() > 64) {
-    FinishCall(reactor, log,
-               InvalidArgument("session_id: " + std::to_string(request->session_id().size()) +
-                               " bytes, a session id is at most 64"));
+  if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
+    FinishCall(reactor, log, header);
     return reactor;
   }
   auto closed = core_->CloseSession(request->session_id());

@@ -70,12 +70,10 @@ void FillScheduling(const ModelEntry& entry, const SchedulingDefaults& schedulin
   group->set_kind(gpu ? inference::ModelInstanceGroup::KIND_GPU
                       : inference::ModelInstanceGroup::KIND_CPU);
   if (gpu) group->add_gpus(device.size() > 5 ? std::atoi(device.c_str() + 5) : 0);
-  if (!scheduling.batching) {
-    group->set_count(scheduling.direct.workers);
-    return;
-  }
-  const BatcherOptions batcher = BatcherOptionsFor(entry.config, scheduling.batcher);
+  const BatcherOptions batcher = SchedulerOptionsFor(entry.config, scheduling.batching,
+                                                     scheduling.batcher, scheduling.workers);
   group->set_count(batcher.instances);
+  if (!batcher.batching) return;
   auto* dynamic = out->mutable_dynamic_batching();
   dynamic->set_max_queue_delay_microseconds(static_cast<uint64_t>(batcher.max_queue_delay_us));
   dynamic->mutable_default_queue_policy()->set_max_queue_size(

@@ -15,7 +15,6 @@
 #include "inference/model_config.pb.h"
 #include "server/serving/model_controller.h"
 #include "server/serving/repository/model_repository.h"
-#include "server/serving/scheduling/direct_runner.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve::oip {
@@ -27,7 +26,7 @@ inline constexpr char kBackend[] = "mha_serve";
 struct SchedulingDefaults {
   bool batching = true;
   BatcherOptions batcher;
-  DirectRunnerOptions direct;
+  int workers = 1;  // batching off: instances per model
 };
 
 // `entry` must be READY (it has a model); the caller resolves it first.

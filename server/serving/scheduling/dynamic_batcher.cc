@@ -32,7 +32,8 @@ DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, Batc
       info_(info),
       forward_(std::move(forward)),
       options_(options),
-      metrics_(metrics) {
+      metrics_(metrics),
+      completions_(options.completion_threads, options.inline_completion_max_bytes) {
   const int n = std::max(1, options_.instances);
   workers_.reserve(n);
   for (int i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -94,6 +95,7 @@ void DynamicBatcher::Shutdown() {
   for (auto& worker : workers_) {
     if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
   }
+  completions_.Shutdown();  // no worker is left to hand completions over
 }
 
 size_t DynamicBatcher::queue_depth() const {
@@ -121,6 +123,12 @@ std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
     bool* full, Clock::time_point* dispatch_at) {
   std::vector<Queue::iterator> plan;
   const auto oldest = queue_.begin();
+  if (!options_.batching) {  // one request per pass, at once
+    plan.push_back(oldest);
+    *full = true;
+    *dispatch_at = Clock::time_point::min();
+    return plan;
+  }
   const GroupKey& key = oldest->key;
   *full = false;
   const Clock::time_point waited_enough =
@@ -307,15 +315,9 @@ void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
   }
 }
 
-void DynamicBatcher::Answer(Entry& entry, InferenceResult result) const {
-  entry.task = InferenceTask();  // free the inputs before answering
-  try {
-    entry.done(std::move(result));
-  } catch (const std::exception& e) {
-    spdlog::error("batcher: completion callback threw: {}", e.what());
-  } catch (...) {
-    spdlog::error("batcher: completion callback threw a non-std exception");
-  }
+void DynamicBatcher::Answer(Entry& entry, InferenceResult result) {
+  entry.task = InferenceTask();  // free the inputs (they may borrow the request) before answering
+  completions_.Complete(std::move(entry.done), std::move(result));
 }
 
 }  // namespace mha::serve

@@ -1,6 +1,8 @@
-// DynamicBatcher: a ModelRunner that merges concurrent requests of one model into one forward
-// pass (GitHub issue #4). The handler does not know whether batching is on: Submit/Shutdown/
-// queue_depth behave as DirectRunner's.
+// DynamicBatcher: the one scheduler of a model handle (Triton's dynamic batcher): a bounded queue
+// and `instances` worker threads that merge concurrent requests of one model into one forward
+// pass. Batching off (BatcherOptions::batching = false, mha-server --batching off) is the same
+// scheduler with one request per pass: the same queue, drops, errors, metrics and completions.
+// Answers go through one CompletionExecutor: big outputs are encoded and sent off the worker.
 //
 // Scheduling: tasks wait in one arrival-ordered queue. A free worker ("instance") takes the
 // oldest task, then the later tasks with the same GroupKey (batch_assembly.h: self/cross, causal,
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "server/serving/scheduling/batch_assembly.h"
+#include "server/serving/scheduling/completion_executor.h"
 #include "server/serving/scheduling/runner.h"
 
 namespace mha::serve {
@@ -34,6 +37,8 @@ namespace mha::serve {
 class ModelMetrics;
 
 struct BatcherOptions {
+  // false: one request per pass (the merging limits below do not apply); true: merged passes.
+  bool batching = true;
   int64_t max_batch_rows = 64;  // sum of the requests' B in one pass
   // Padded tokens of one pass (CountTokens); one task may exceed it. Bigger CPU passes fall off a
   // cliff (docs/benchmarks.md); raise it on a GPU.
@@ -53,6 +58,10 @@ struct BatcherOptions {
   // exceed it only if it was admitted on its own (ServerCore checks each request against the same
   // limit).
   int64_t max_batch_work_bytes = int64_t{4} << 30;
+  // Answers whose output is bigger are delivered on a completion thread (encoding and gRPC's
+  // Finish copy it), so that the worker goes straight on to the next pass; smaller ones inline.
+  int completion_threads = 1;
+  int64_t inline_completion_max_bytes = 256 << 10;
 };
 
 // The forward pass a batcher runs: MhaModel::ForwardValidated for a real model, anything in tests.
@@ -100,7 +109,7 @@ class DynamicBatcher final : public ModelRunner {
   // Session steps of several sessions: one DecodeSteps pass (retried alone on failure).
   void RunStepBatch(std::vector<Entry>& batch);
   InferenceResult RunAlone(Entry& entry) const;
-  void Answer(Entry& entry, InferenceResult result) const;
+  void Answer(Entry& entry, InferenceResult result);
   void PublishDepthLocked() const;
 
   const std::string model_name_;
@@ -114,6 +123,7 @@ class DynamicBatcher final : public ModelRunner {
   std::condition_variable cv_;
   Queue queue_;
   bool stopping_ = false;
+  CompletionExecutor completions_;  // before the workers: they use it until joined
   std::vector<std::thread> workers_;
 };
 

@@ -1,6 +1,6 @@
 // The scheduler interface: one ModelRunner per model handle (server/serving/server_core.h).
 // ServerCore builds an InferenceTask from a validated request and calls Submit; it never knows what
-// is behind it (DirectRunner: one pass per request, DynamicBatcher: merged passes).
+// is behind it (DynamicBatcher: merged passes, or one request per pass with batching off).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "server/serving/sessions/session_directory.h"
 
+#include <cctype>
 #include <cstdio>
 #include <random>
 
@@ -7,9 +8,15 @@
 
 namespace mha::serve {
 
-void SessionDirectory::Add(const std::string& id, SessionLocation where) {
+Status SessionDirectory::Add(const std::string& id, SessionLocation where) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (open_.count(id) > 0) {
+    return AlreadyExists("session_id: '" + Abbreviate(id) +
+                         "' is open on this server already (close it, or choose another id)");
+  }
+  ended_.erase(id);  // its place in ended_order_ goes when it ages out
   open_[id] = std::move(where);
+  return Status::Ok();
 }
 
 void SessionDirectory::End(const std::string& id, const std::string& why) {
@@ -47,6 +54,25 @@ Status SessionDirectory::NotFoundLocked(const std::string& id) const {
 int64_t SessionDirectory::open_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(open_.size());
+}
+
+Status CheckSessionId(const std::string& id, const char* field) {
+  if (id.empty()) return InvalidArgument(std::string(field) + ": required");
+  if (id.size() > kMaxSessionIdLength) {
+    return InvalidArgument(std::string(field) + ": " + std::to_string(id.size()) +
+                           " characters, a session id is at most " +
+                           std::to_string(kMaxSessionIdLength));
+  }
+  for (size_t i = 0; i < id.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(id[i]);
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != ':' && c != '-') {
+      char code[8];
+      std::snprintf(code, sizeof(code), "0x%02x", c);
+      return InvalidArgument(std::string(field) + ": character " + std::to_string(i) + " is " +
+                             code + "; a session id is made of [A-Za-z0-9._:-]");
+    }
+  }
+  return Status::Ok();
 }
 
 std::string NewSessionId() {

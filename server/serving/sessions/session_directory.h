@@ -23,7 +23,9 @@ class SessionDirectory {
  public:
   static constexpr size_t kMaxTombstones = 65536;
 
-  void Add(const std::string& id, SessionLocation where);
+  // Records an open session; ALREADY_EXISTS when `id` is open already (a tombstone is replaced:
+  // a client may re-open the id of a session that ended here).
+  Status Add(const std::string& id, SessionLocation where);
   // The session ended: later lookups get NOT_FOUND "session 'id' <why>".
   void End(const std::string& id, const std::string& why);
   // Where the session lives, or NOT_FOUND naming why it is not there.
@@ -43,5 +45,10 @@ class SessionDirectory {
 
 // A fresh session id: "s-" + 32 hex digits from a random 128-bit number.
 std::string NewSessionId();
+
+inline constexpr size_t kMaxSessionIdLength = 128;
+// A session id as a client may choose it (and as every request names one): 1 to 128 characters
+// of [A-Za-z0-9._:-]. INVALID_ARGUMENT naming `field`, the length or the first bad character.
+Status CheckSessionId(const std::string& id, const char* field = "session_id");
 
 }  // namespace mha::serve

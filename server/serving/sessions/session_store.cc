@@ -158,11 +158,13 @@ StatusOr<SessionInfo> SessionStore::Open(const OpenSessionParams& params) {
     MHA_RETURN_IF_ERROR(PrefillCross(*model_, session->cache.get(), params.key, params.value));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  session->info.id = NewSessionId();
+  session->info.id = params.id.empty() ? NewSessionId() : params.id;
+  // The directory spans every version: a client id open anywhere on this server is refused here,
+  // atomically (the session's blocks go back to the pool with `session`).
+  MHA_RETURN_IF_ERROR(directory_->Add(session->info.id, location_));
   session->info.blocks = session->cache->blocks_held();
   session->last_used = Clock::now();
   sessions_[session->info.id] = session;
-  directory_->Add(session->info.id, location_);
   PublishLocked();
   return session->info;
 }

@@ -54,6 +54,7 @@ struct OpenSessionParams {
   int64_t batch_size = 1;  // rows decoded together
   int64_t max_tokens = 0;  // tokens per row the session may decode (validated by the caller)
   at::Tensor key, value;   // both: a cross-attention session over these encoder states
+  std::string id{};        // checked by the caller; "" = NewSessionId()
 };
 
 struct SessionInfo {

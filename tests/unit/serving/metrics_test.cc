@@ -13,7 +13,6 @@
 
 #include "batch_test_util.h"
 #include "server/serving/observability/metrics_http.h"
-#include "server/serving/scheduling/direct_runner.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve {
@@ -160,13 +159,17 @@ TEST(MetricsTest, BatcherRecordsBatchesAndQueueDepth) {
   EXPECT_EQ(Sample(text, R"(mha_queue_depth{model="enc"})"), 0);
 }
 
-// With batching off each pass is a batch of one: the DirectRunner records it and the queue depth
+// With batching off each pass is a batch of one: the scheduler records it and the queue depth
 // (per-request timings and inflight are ServerCore's, see server_core_test.cc).
-TEST(MetricsTest, DirectRunnerRecordsEachPassAsABatchOfOne) {
+TEST(MetricsTest, UnbatchedSchedulerRecordsEachPassAsABatchOfOne) {
   Metrics metrics(TestBuild());
   std::shared_ptr<const MhaModel> shared = testing::SmallModel();
   ASSERT_NE(shared, nullptr);
-  DirectRunner runner({1, 4}, metrics.ForModel("enc"));
+  BatcherOptions o;
+  o.batching = false;
+  o.max_queue_size = 4;
+  auto scheduler = DynamicBatcher::ForModel(shared, "enc", o, metrics.ForModel("enc"));
+  DynamicBatcher& runner = *scheduler;
   std::atomic<int> answered{0};
   for (int64_t t : {5, 5}) {
     InferenceTask task;

@@ -1,5 +1,6 @@
-// DirectRunner on its own (no gRPC): drops expired and cancelled tasks before compute, refuses
-// at once when the queue is full or after Shutdown, and calls `done` exactly once per task.
+// The scheduler with batching off (DynamicBatcher, one request per pass; no gRPC): drops expired
+// and cancelled tasks before compute, refuses at once when the queue is full or after Shutdown,
+// calls `done` exactly once per task, and delivers big outputs on the completion thread.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -9,12 +10,26 @@
 #include <thread>
 
 #include "batch_test_util.h"
-#include "server/serving/scheduling/direct_runner.h"
+#include "server/serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve {
 namespace {
 
 using testing::SmallModel;
+
+// Batching off: one request per pass on `workers` instances, `queue` tasks waiting at most.
+BatcherOptions Unbatched(int workers, size_t queue) {
+  BatcherOptions o;
+  o.batching = false;
+  o.instances = workers;
+  o.max_queue_size = queue;
+  return o;
+}
+
+std::unique_ptr<DynamicBatcher> Scheduler(const std::shared_ptr<const MhaModel>& model,
+                                          BatcherOptions o) {
+  return DynamicBatcher::ForModel(model, "small", o);
+}
 
 InferenceTask Task(const std::shared_ptr<const MhaModel>& model, int64_t t = 3) {
   InferenceTask task;
@@ -42,9 +57,10 @@ struct Results {
   }
 };
 
-TEST(DirectRunner, RunsTheForwardPassAndReportsTimings) {
+TEST(UnbatchedScheduler, RunsTheForwardPassAndReportsTimings) {
   auto model = SmallModel();
-  DirectRunner runner({1, 4});
+  auto scheduler = Scheduler(model, Unbatched(1, 4));
+  DynamicBatcher& runner = *scheduler;
   Results results;
   InferenceTask task = Task(model);
   const at::Tensor query = task.inputs.query;
@@ -61,9 +77,10 @@ TEST(DirectRunner, RunsTheForwardPassAndReportsTimings) {
   EXPECT_GE(r.compute_us, 0);
 }
 
-TEST(DirectRunner, ExpiredAndCancelledTasksAreDroppedBeforeCompute) {
+TEST(UnbatchedScheduler, ExpiredAndCancelledTasksAreDroppedBeforeCompute) {
   auto model = SmallModel();
-  DirectRunner runner({1, 4});
+  auto scheduler = Scheduler(model, Unbatched(1, 4));
+  DynamicBatcher& runner = *scheduler;
   Results results;
   InferenceTask expired = Task(model);
   expired.deadline = Clock::now() - std::chrono::milliseconds(1);
@@ -81,9 +98,10 @@ TEST(DirectRunner, ExpiredAndCancelledTasksAreDroppedBeforeCompute) {
   EXPECT_EQ(results.results[1].compute_us, 0);
 }
 
-TEST(DirectRunner, ModelErrorsComeBackAsStatus) {
+TEST(UnbatchedScheduler, ModelErrorsComeBackAsStatus) {
   auto model = SmallModel();
-  DirectRunner runner({1, 4});
+  auto scheduler = Scheduler(model, Unbatched(1, 4));
+  DynamicBatcher& runner = *scheduler;
   Results results;
   InferenceTask bad = Task(model);
   // Runners trust their tasks (ServerCore validated them); if a pass still fails, LibTorch's
@@ -95,23 +113,23 @@ TEST(DirectRunner, ModelErrorsComeBackAsStatus) {
   EXPECT_NE(results.results[0].status.message().find("forward pass failed"), std::string::npos);
 }
 
-TEST(DirectRunner, FullQueueIsRefusedInlineAndEveryTaskIsAnsweredOnce) {
+TEST(UnbatchedScheduler, FullQueueIsRefusedInlineAndEveryTaskIsAnsweredOnce) {
   auto model = SmallModel();
-  DirectRunner runner({1, 2});
   std::mutex gate_mu;
   std::condition_variable gate_cv;
   bool open = false;
   std::atomic<bool> started{false};
-  // The first task blocks the only worker (in its cancellation check) until the gate opens.
-  InferenceTask blocker = Task(model);
-  blocker.is_cancelled = [&] {
-    started = true;
-    std::unique_lock<std::mutex> lock(gate_mu);
-    gate_cv.wait(lock, [&] { return open; });
-    return false;
+  // The first pass blocks the only worker until the gate opens (a held model: no timing).
+  auto forward = [&](const ForwardInputs& in, ForwardOutputs* out) {
+    if (!started.exchange(true)) {
+      std::unique_lock<std::mutex> lock(gate_mu);
+      gate_cv.wait(lock, [&] { return open; });
+    }
+    return model->ForwardValidated(in, out);
   };
+  DynamicBatcher runner("small", MakeBatchModelInfo(*model), forward, Unbatched(1, 2));
   Results results;
-  runner.Submit(std::move(blocker), results.Callback());
+  runner.Submit(Task(model), results.Callback());  // the blocker
   while (!started) std::this_thread::yield();
   runner.Submit(Task(model), results.Callback());  // queued (1/2)
   runner.Submit(Task(model), results.Callback());  // queued (2/2)
@@ -135,10 +153,10 @@ TEST(DirectRunner, FullQueueIsRefusedInlineAndEveryTaskIsAnsweredOnce) {
   EXPECT_EQ(ok, 3);
 }
 
-TEST(DirectRunner, ShutdownDrainsAcceptedTasksThenRefuses) {
+TEST(UnbatchedScheduler, ShutdownDrainsAcceptedTasksThenRefuses) {
   auto model = SmallModel();
   Results results;
-  auto runner = std::make_unique<DirectRunner>(DirectRunnerOptions{2, 64});
+  auto runner = Scheduler(model, Unbatched(2, 64));
   constexpr int kTasks = 40;
   std::vector<std::thread> submitters;
   for (int t = 0; t < 4; ++t) {
@@ -155,21 +173,20 @@ TEST(DirectRunner, ShutdownDrainsAcceptedTasksThenRefuses) {
   EXPECT_EQ(results.results.back().status.code(), StatusCode::kUnavailable);
 }
 
-TEST(DirectRunner, BigOutputsCompleteOnTheCompletionThread) {
+TEST(UnbatchedScheduler, BigOutputsCompleteOnTheCompletionThread) {
   auto model = SmallModel();
-  DirectRunnerOptions options{1, 8};
+  BatcherOptions options = Unbatched(1, 8);
   options.inline_completion_max_bytes = 0;  // every completion is handed off
-  DirectRunner runner(options);
   std::mutex mu;
   std::condition_variable cv;
   std::thread::id worker_thread, completion_thread;
   bool done = false;
-  InferenceTask task = Task(model);
-  task.is_cancelled = [&] {
+  auto forward = [&](const ForwardInputs& in, ForwardOutputs* out) {
     worker_thread = std::this_thread::get_id();
-    return false;
+    return model->ForwardValidated(in, out);
   };
-  runner.Submit(std::move(task), [&](InferenceResult r) {
+  DynamicBatcher runner("small", MakeBatchModelInfo(*model), forward, options);
+  runner.Submit(Task(model), [&](InferenceResult r) {
     EXPECT_TRUE(r.status.ok());
     std::lock_guard<std::mutex> lock(mu);
     completion_thread = std::this_thread::get_id();

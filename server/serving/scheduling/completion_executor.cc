@@ -1,0 +1,68 @@
+#include "server/serving/scheduling/completion_executor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <exception>
+#include <utility>
+
+namespace mha::serve {
+
+CompletionExecutor::CompletionExecutor(int threads, int64_t inline_max_bytes)
+    : inline_max_bytes_(inline_max_bytes) {
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+}
+
+CompletionExecutor::~CompletionExecutor() { Shutdown(); }
+
+void CompletionExecutor::Complete(DoneCallback done, InferenceResult result) {
+  const at::Tensor& out = result.outputs.output;
+  const bool big = out.defined() &&
+                   static_cast<int64_t>(out.numel() * out.element_size()) > inline_max_bytes_;
+  if (big) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!closed_ && !threads_.empty()) {
+      queue_.push_back(Completion{std::move(done), std::move(result)});
+      lock.unlock();
+      cv_.notify_one();
+      return;
+    }
+  }
+  CompleteInline(done, std::move(result));
+}
+
+void CompletionExecutor::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+  for (auto& thread : threads_) {
+    if (thread.joinable() && thread.get_id() != std::this_thread::get_id()) thread.join();
+  }
+}
+
+void CompletionExecutor::Loop() {
+  for (;;) {
+    Completion completion;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return closed_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // closed and drained
+      completion = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    CompleteInline(completion.done, std::move(completion.result));
+  }
+}
+
+void CompletionExecutor::CompleteInline(DoneCallback& done, InferenceResult result) {
+  try {
+    done(std::move(result));
+  } catch (const std::exception& e) {
+    spdlog::error("scheduler: completion callback threw: {}", e.what());
+  } catch (...) {
+    spdlog::error("scheduler: completion callback threw a non-std exception");
+  }
+}
+
+}  // namespace mha::serve
