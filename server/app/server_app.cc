@@ -105,7 +105,7 @@ Status ServerApp::StartRest() {
   options.max_message_bytes = c_.max_message_bytes;
   options.scheduling.batching = core_->options().batching;
   options.scheduling.batcher = core_->options().batcher;
-  options.scheduling.direct = core_->options().direct;
+  options.scheduling.workers = core_->options().workers;
   options.server_ready = [this] { return ready_.load(); };
   options.metrics = core_->metrics();
   options.threads = c_.http_threads;

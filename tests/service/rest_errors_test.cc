@@ -151,6 +151,16 @@ TEST_F(RestErrors, TooLargeUnknownPathsAndMethods) {
   EXPECT_EQ(Post("self_basic", QueryBody(16).dump()).status, 200);
 }
 
+// A compressed body would be inflated by the HTTP library past every limit: refused unread (a
+// body that is not gzip at all shows it: read first, it would be a 400 from the library).
+TEST_F(RestErrors, CompressedBodiesAreRefusedBeforeTheyAreRead) {
+  const RestAnswer a = RestCall(*http_, "POST", "/v2/models/self_basic/infer", "not gzip at all",
+                                std::nullopt, {{"Content-Encoding", "gzip"}});
+  EXPECT_EQ(a.status, 415);
+  EXPECT_TRUE(Contains(RestError(a), "Content-Encoding 'gzip' is not accepted"));
+  EXPECT_EQ(Post("self_basic", QueryBody(16).dump()).status, 200);
+}
+
 // Parameters are never silently ignored: an unknown one is refused naming it, on REST and on
 // gRPC ModelInfer alike; Triton's reserved `priority` is accepted and `timeout` (us) is the
 // request's deadline (1 us has always passed by the time the scheduler looks).

@@ -124,6 +124,20 @@ void RestServer::Route() {
   s.Get(kModel + "/stats",
         [c](const auto& req, auto& res) { HandleModelStats(c, req, res, /*all=*/false); });
   s.Post(kModel + "/infer", [c](const auto& req, auto& res) { HandleInfer(c, req, res); });
+  // httplib inflates gzip/deflate/brotli bodies as it reads them, unbounded by the payload limit
+  // (which counts the bytes on the wire): a compressed body is refused before it is read.
+  s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    const std::string encoding = req.get_header_value("Content-Encoding");
+    if (encoding.empty() || encoding == "identity") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.status = 415;
+    res.set_header("Connection", "close");  // the unread body must not be taken for a request
+    res.set_content(ErrorBody(InvalidArgument("Content-Encoding '" + encoding.substr(0, 32) +
+                                              "' is not accepted: send the body uncompressed")),
+                    "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   const int64_t max_bytes = options_.max_message_bytes;
   s.set_error_handler(
       httplib::Server::Handler([max_bytes](const httplib::Request& req, httplib::Response& res) {
