@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "proto/wire/status_convert.h"
+#include "server/frontends/oip/sequence.h"
 
 namespace mha::serve::oip {
 
@@ -64,14 +65,22 @@ void InferStreamReactor::Submit(int64_t index,
     return;
   }
   InferCall& call = decoded.value();
+  if (const Status begun = BeginSequence(core_, &call); !begun.ok()) {  // sequence.h
+    core_->RecordOutcome(request->model_name(), begun, message_log.start, Protocol::kOip);
+    OnAnswer(index, StreamError(*request, begun));
+    return;
+  }
+  std::string session = call.request.session_id;
   // `done` may run inline (refused) or on a scheduler worker; `request` lives until then.
-  core_->Infer(std::move(call.request),
-               [this, index, request, outputs = std::move(call.outputs)](InferenceResponse result) {
-                 auto response = std::make_unique<Response>();
-                 const Status status = EncodeModelInferResponse(result, outputs, request->id(),
-                                                                response->mutable_infer_response());
-                 OnAnswer(index, status.ok() ? std::move(response) : StreamError(*request, status));
-               });
+  core_->Infer(std::move(call.request), [this, index, request, outputs = std::move(call.outputs),
+                                         sequence = std::move(call.sequence),
+                                         session = std::move(session)](InferenceResponse result) {
+    EndSequence(core_, sequence, session, result.status);
+    auto response = std::make_unique<Response>();
+    const Status status = EncodeModelInferResponse(result, outputs, request->id(),
+                                                   response->mutable_infer_response());
+    OnAnswer(index, status.ok() ? std::move(response) : StreamError(*request, status));
+  });
 }
 
 void InferStreamReactor::OnAnswer(int64_t index, std::unique_ptr<Response> response) {

@@ -8,6 +8,7 @@
 #include "mha/text.h"
 #include "proto/wire/status_convert.h"
 #include "server/frontends/oip/infer_stream.h"
+#include "server/frontends/oip/sequence.h"
 #include "server/frontends/raw_call.h"
 #include "server/serving/observability/metrics.h"
 
@@ -100,6 +101,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerMetadata(
                                                         : options_.server_version);
   response->add_extensions("model_configuration");
   if (options_.metrics != nullptr) response->add_extensions("statistics");
+  response->add_extensions("sequence");
   FinishCall(reactor, log, Status::Ok());
   return reactor;
 }
@@ -135,17 +137,25 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
     return reactor;
   }
   InferCall& infer = decoded.value();
+  if (const Status begun = BeginSequence(core_, &infer); !begun.ok()) {  // sequence.h
+    core_->RecordOutcome(call->request.model_name(), begun, log.start, Protocol::kOip);
+    FinishCall(reactor, log, begun);
+    return reactor;
+  }
+  std::string session = infer.request.session_id;
   // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
-  core_->Infer(std::move(infer.request),
-               [reactor, response_bytes, call, outputs = std::move(infer.outputs),
-                id = std::move(infer.id), log = std::move(log)](InferenceResponse result) {
-                 Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
-                 if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
-                 FinishCall(reactor, log, status,
-                            "model=" + result.model +
-                                " queue_us=" + std::to_string(result.queue_us) +
-                                " compute_us=" + std::to_string(result.compute_us));
-               });
+  core_->Infer(
+      std::move(infer.request),
+      [reactor, response_bytes, call, outputs = std::move(infer.outputs), id = std::move(infer.id),
+       log = std::move(log), core = core_, sequence = std::move(infer.sequence),
+       session = std::move(session)](InferenceResponse result) {
+        EndSequence(core, sequence, session, result.status);
+        Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
+        if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
+        FinishCall(reactor, log, status,
+                   "model=" + result.model + " queue_us=" + std::to_string(result.queue_us) +
+                       " compute_us=" + std::to_string(result.compute_us));
+      });
   return reactor;
 }
 

@@ -80,6 +80,7 @@ void HandleServerMetadata(const RestContext& c, const httplib::Request& req,
                                                          : c.options->server_version);
   metadata.add_extensions("model_configuration");
   if (c.options->metrics != nullptr) metadata.add_extensions("statistics");
+  metadata.add_extensions("sequence");
   metadata.add_extensions("binary_tensor_data");
   Reply(res, log, Status::Ok(), ProtoToJson(metadata));
 }

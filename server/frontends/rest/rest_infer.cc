@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "server/frontends/oip/infer_request.h"
+#include "server/frontends/oip/sequence.h"
 #include "server/frontends/rest/http_status.h"
 #include "server/frontends/rest/infer_body.h"
 #include "server/frontends/rest/infer_response.h"
@@ -69,7 +70,13 @@ void HandleInfer(const RestContext& c, const httplib::Request& req, httplib::Res
     return Reply(res, log, prepared.status());
   }
   PreparedCall& p = *prepared.value();
+  if (const Status begun = oip::BeginSequence(c.core, &p.call); !begun.ok()) {  // sequence.h
+    c.core->RecordOutcome(ModelOf(req), begun, log.start, Protocol::kRest);
+    return Reply(res, log, begun);
+  }
+  const std::string session = p.call.request.session_id;
   const InferenceResponse result = RunOnCore(c.core, std::move(p.call.request));
+  oip::EndSequence(c.core, p.call.sequence, session, result.status);
   inference::ModelInferResponse response;
   const Status status = oip::EncodeModelInferResponse(result, p.call.outputs, p.call.id, &response);
   if (!status.ok()) return Reply(res, log, status);
