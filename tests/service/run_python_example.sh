@@ -104,5 +104,21 @@ else
   echo "FAIL: the example without a client certificate failed otherwise:"; cat "$work/no-cert.log"
   status=1
 fi
+# The REST port serves HTTPS with the same files, client certificate required.
+echo "== mTLS on the REST port"
+code=$(curl -s -o "$work/rest-tls.json" -w '%{http_code}' --cacert "$c/ca.pem" --cert "$c/client.pem" \
+  --key "$c/client.key" --resolve "localhost:$http_port:127.0.0.1" \
+  "https://localhost:$http_port/v2/health/ready" || true)
+if [ "$code" = 200 ] && grep -q '"ready":true' "$work/rest-tls.json"; then
+  echo "OK: HTTPS /v2/health/ready with a client certificate: 200"
+else
+  echo "FAIL: HTTPS /v2/health/ready with a client certificate: HTTP $code"; status=1
+fi
+if curl -s -o /dev/null --cacert "$c/ca.pem" --resolve "localhost:$http_port:127.0.0.1" \
+  "https://localhost:$http_port/v2/health/ready"; then
+  echo "FAIL: HTTPS without a client certificate was served"; status=1
+else
+  echo "OK: HTTPS without a client certificate was refused"
+fi
 stop_server
 exit $status

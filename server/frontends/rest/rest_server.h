@@ -12,9 +12,13 @@
 //   GET  /v2/models/{m}[/versions/{v}]/ready | /config | /stats
 //   POST /v2/models/{m}[/versions/{v}]/infer
 //
+// Sequences (Triton's sequence extension: sequence_id/_start/_end) are decoding sessions, as on
+// gRPC (oip/sequence.h).
+//
 // cpp-httplib (Debian's libcpp-httplib-dev, as the metrics endpoint): a thread per connection
 // from a fixed pool, so slow clients are bounded by the read timeout and the pool's size. Bodies
-// above --max-message-bytes are refused (413) before they are read; keep-alive is on.
+// above --max-message-bytes are refused (413) before they are read, compressed ones (415) too;
+// keep-alive is on.
 #pragma once
 
 #include <cstdint>
