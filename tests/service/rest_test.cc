@@ -128,6 +128,29 @@ TEST_F(RestServer, NestedDataPerOutputBinaryAndEchoedHeaders) {
   EXPECT_TRUE(Contains(shared_->server->log(), "trace_id=4bf92f3577b34da6a3ce929d0e0e4736"));
 }
 
+// W3C trace context on gRPC too: a valid traceparent in the metadata is echoed in the initial
+// metadata and its trace id logged with the request id; a malformed one is neither.
+TEST_F(RestServer, GrpcEchoesAndLogsAValidTraceparent) {
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(shared_->server->target(), grpc::InsecureChannelCredentials()));
+  for (const std::string traceparent :
+       {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "00-not-a-trace"}) {
+    grpc::ClientContext context;
+    context.AddMetadata("traceparent", traceparent);
+    inference::ServerLiveResponse live;
+    ASSERT_TRUE(stub->ServerLive(&context, {}, &live).ok());
+    const auto& metadata = context.GetServerInitialMetadata();
+    const auto echoed = metadata.find("traceparent");
+    if (traceparent.size() == 55) {
+      ASSERT_NE(echoed, metadata.end());
+      EXPECT_EQ(std::string(echoed->second.data(), echoed->second.size()), traceparent);
+    } else {
+      EXPECT_EQ(echoed, metadata.end()) << "a malformed traceparent is not echoed";
+    }
+  }
+  EXPECT_TRUE(Contains(shared_->server->log(), "trace_id=0af7651916cd43dd8448eb211c80319c"));
+}
+
 TEST_F(RestServer, HealthMetadataConfigAndStatistics) {
   EXPECT_EQ(RestCall(*http_, "GET", "/v2/health/live").json["live"], true);
   const RestAnswer ready = RestCall(*http_, "GET", "/v2/health/ready");

@@ -7,8 +7,10 @@
 #include <random>
 
 #include "mha/text.h"
+#include "server/frontends/trace_context.h"
 
 namespace mha::serve {
+
 std::string GenerateRequestId() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[17];
@@ -29,6 +31,13 @@ RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method
     log.request_id = GenerateRequestId();
   }
   context->AddInitialMetadata(kRequestIdKey, log.request_id);
+  // W3C trace context: a valid traceparent is logged (its trace id) and echoed back unchanged.
+  it = metadata.find(kTraceParentKey);
+  if (it != metadata.end()) {
+    const std::string traceparent(it->second.data(), std::min<size_t>(it->second.length(), 256));
+    log.trace_id = TraceIdOf(traceparent);
+    if (!log.trace_id.empty()) context->AddInitialMetadata(kTraceParentKey, traceparent);
+  }
   return log;
 }
 
