@@ -16,6 +16,15 @@
 #include <thread>
 #include <vector>
 
+// `n` standard-normal float32 values as bytes.
+std::string RandomFloats(long n) {
+  std::vector<float> values(static_cast<size_t>(n));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  for (float& v : values) v = normal(rng);
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
+
 int main(int argc, char** argv) {
   if (argc != 8) {
     std::fprintf(stderr, "usage: rest_load PORT MODEL B T E CONCURRENCY SECONDS\n");
@@ -26,16 +35,12 @@ int main(int argc, char** argv) {
   const long b = std::atol(argv[3]), t = std::atol(argv[4]), e = std::atol(argv[5]);
   const int concurrency = std::atoi(argv[6]);
   const double seconds = std::atof(argv[7]);
-  std::vector<float> query(static_cast<size_t>(b * t * e));
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal;
-  for (float& v : query) v = normal(rng);
-  const size_t bytes = query.size() * sizeof(float);
-  const std::string header = "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[" +
-                             std::to_string(b) + "," + std::to_string(t) + "," + std::to_string(e) +
-                             "],\"parameters\":{\"binary_data_size\":" + std::to_string(bytes) +
-                             "}}],\"parameters\":{\"binary_data_output\":true}}";
-  const std::string body = header + std::string(reinterpret_cast<const char*>(query.data()), bytes);
+  const std::string header =
+      "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[" + std::to_string(b) +
+      "," + std::to_string(t) + "," + std::to_string(e) +
+      "],\"parameters\":{\"binary_data_size\":" + std::to_string(b * t * e * 4) +
+      "}}],\"parameters\":{\"binary_data_output\":true}}";
+  const std::string body = header + RandomFloats(b * t * e);
   const httplib::Headers headers = {
       {"Inference-Header-Content-Length", std::to_string(header.size())}};
   const std::string path = "/v2/models/" + model + "/infer";

@@ -41,6 +41,30 @@ void Trickle(int port, int bytes) {
   close(fd);
 }
 
+struct ProbeResult {
+  int sent = 0, ok = 0;
+  double slowest_s = 0;
+};
+
+// GET /v2/health/ready on a fresh connection each time: at least kProbes, and on until `done`
+// (bounded: at most 1000).
+template <typename Done>
+ProbeResult Probe(int port, Done done) {
+  ProbeResult r;
+  for (; r.sent < 1000 && (r.sent < kProbes || !done()); ++r.sent) {
+    httplib::Client probe("127.0.0.1", port);
+    probe.set_connection_timeout(5, 0);
+    probe.set_read_timeout(5, 0);
+    const auto begin = std::chrono::steady_clock::now();
+    auto res = probe.Get("/v2/health/ready");
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    r.slowest_s = std::max(r.slowest_s, s);
+    if (res && res->status == 200) ++r.ok;
+  }
+  return r;
+}
+
 TEST(RestLoad, ReadinessAnswersWithinOneSecondUnderLoadAndSlowClients) {
   ModelRepositoryDir repository({"self_basic"});
   ServerProcess server;
@@ -78,27 +102,13 @@ TEST(RestLoad, ReadinessAnswersWithinOneSecondUnderLoadAndSlowClients) {
     });
   }
   while (started.load() < kLoadConnections) std::this_thread::yield();
-  double slowest_s = 0;
-  int probes_ok = 0;
-  int probes = 0;
-  const auto done = [&] { return answered + refused + failed; };
-  // At least kProbes, and on while the load runs (bounded: at most 1000).
-  for (; probes < 1000 && (probes < kProbes || done() < kLoadConnections * kRequestsPerConnection);
-       ++probes) {
-    httplib::Client probe("127.0.0.1", port);
-    probe.set_connection_timeout(5, 0);
-    probe.set_read_timeout(5, 0);
-    const auto begin = std::chrono::steady_clock::now();
-    auto res = probe.Get("/v2/health/ready");
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    slowest_s = std::max(slowest_s, s);
-    if (res && res->status == 200) ++probes_ok;
-  }
+  const ProbeResult probes = Probe(port, [&] {
+    return answered + refused + failed >= kLoadConnections * kRequestsPerConnection;
+  });
   for (auto& t : load) t.join();
   for (auto& t : slow) t.join();
-  EXPECT_EQ(probes_ok, probes);
-  EXPECT_LT(slowest_s, 1.0) << "slowest /v2/health/ready under load";
+  EXPECT_EQ(probes.ok, probes.sent);
+  EXPECT_LT(probes.slowest_s, 1.0) << "slowest /v2/health/ready under load";
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(answered.load() + refused.load(), kLoadConnections * kRequestsPerConnection);
   EXPECT_GT(answered.load(), 0);
