@@ -109,6 +109,8 @@ Status ServerApp::StartRest() {
   options.server_ready = [this] { return ready_.load(); };
   options.metrics = core_->metrics();
   options.threads = c_.http_threads;
+  options.controller = core_.get();
+  options.admin_token = admin_token_;
   options.tls_cert_file = c_.tls_cert_file;
   options.tls_key_file = c_.tls_key_file;
   options.tls_client_ca_file = c_.tls_client_ca_file;

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -205,6 +206,44 @@ TEST_F(RestErrors, UnknownParametersAreRefusedTimeoutIsTheDeadline) {
   EXPECT_TRUE(grpc_infer("priority", 2).ok());
   EXPECT_EQ(grpc_infer("timeout", 1).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(grpc_infer("timeout", 60000000).ok());
+}
+
+// Triton's repository extension over REST, with the gRPC calls' admin token and messages.
+TEST(RestRepository, IndexLoadAndUnloadNeedTheAdminToken) {
+  ModelRepositoryDir repository({"self_basic"});
+  TempDir dir;
+  std::ofstream(dir.File("token")) << "s3cret\n";
+  ServerProcess server;
+  ASSERT_TRUE(server.Start({"--model-repository", repository.path(), "--model-control-mode",
+                            "explicit", "--admin-token-file", dir.File("token")}));
+  httplib::Client http("127.0.0.1", server.http_port());
+  http.set_read_timeout(60, 0);
+  RestAnswer a = RestCall(http, "POST", "/v2/repository/index", "{}");
+  EXPECT_EQ(a.status, 401);
+  EXPECT_TRUE(Contains(RestError(a), "Bearer <token>"));
+  a = RestCall(http, "POST", "/v2/repository/index", "{}", std::nullopt,
+               {{"Authorization", "Bearer wrong"}});
+  EXPECT_EQ(a.status, 403);
+  const httplib::Headers admin = {{"Authorization", "Bearer s3cret"}};
+  a = RestCall(http, "POST", "/v2/repository/index", "{}", std::nullopt, admin);
+  ASSERT_EQ(a.status, 200) << a.json.dump();
+  ASSERT_EQ(a.json.size(), 1u) << a.json.dump();
+  EXPECT_EQ(a.json[0]["name"], "self_basic");
+  EXPECT_EQ(a.json[0]["state"], "READY");
+  a = RestCall(http, "POST", "/v2/repository/models/self_basic/load",
+               R"({"parameters": {"config": "{}"}})", std::nullopt, admin);
+  EXPECT_EQ(a.status, 400);
+  EXPECT_TRUE(Contains(RestError(a), "'config' is not supported"));
+  EXPECT_EQ(
+      RestCall(http, "POST", "/v2/repository/models/self_basic/unload", "", std::nullopt, admin)
+          .status,
+      200);
+  EXPECT_NE(RestCall(http, "GET", "/v2/models/self_basic/ready").status, 200);
+  EXPECT_EQ(RestCall(http, "POST", "/v2/repository/models/self_basic/load", "", std::nullopt, admin)
+                .status,
+            200);
+  EXPECT_EQ(RestCall(http, "GET", "/v2/models/self_basic/ready").status, 200);
+  EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
 }  // namespace

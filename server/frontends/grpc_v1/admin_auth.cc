@@ -29,16 +29,22 @@ Status AuthorizeAdmin(const grpc::CallbackServerContext& context, const std::str
   if (token.empty()) return Status::Ok();
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kAuthorization);
-  if (it == metadata.end()) {
+  if (it == metadata.end()) return AuthorizeAdminValue(nullptr, token);
+  const std::string value(it->second.data(), it->second.size());
+  return AuthorizeAdminValue(&value, token);
+}
+
+Status AuthorizeAdminValue(const std::string* value, const std::string& token) {
+  if (token.empty()) return Status::Ok();
+  if (value == nullptr) {
     return Unauthenticated(
         "model control needs 'authorization: Bearer <token>' metadata (--admin-token-file is "
         "set)");
   }
-  const std::string value(it->second.data(), it->second.size());
-  if (value.rfind(kBearer, 0) != 0) {
+  if (value->rfind(kBearer, 0) != 0) {
     return Unauthenticated("authorization metadata must be 'Bearer <token>'");
   }
-  if (!SameToken(value.substr(sizeof(kBearer) - 1), token)) {
+  if (!SameToken(value->substr(sizeof(kBearer) - 1), token)) {
     return PermissionDenied("the admin token does not match --admin-token-file");
   }
   return Status::Ok();

@@ -13,6 +13,9 @@ namespace mha::serve {
 
 // OK when `token` is "" (no token needed) or the call carries it (compared in constant time).
 Status AuthorizeAdmin(const grpc::CallbackServerContext& context, const std::string& token);
+// The same check of an authorization value ("Bearer <token>"; null = none sent), for the HTTP
+// front end's Authorization header: the same codes and messages.
+Status AuthorizeAdminValue(const std::string* authorization, const std::string& token);
 
 // Reads the admin token: the file's first line, surrounding whitespace removed. Errors name the
 // file: unreadable, or empty.

@@ -39,5 +39,10 @@ void HandleModelConfig(const RestContext& c, const httplib::Request& req, httpli
 void HandleModelStats(const RestContext& c, const httplib::Request& req, httplib::Response& res,
                       bool all);
 void HandleInfer(const RestContext& c, const httplib::Request& req, httplib::Response& res);
+// rest_repository.cc: Triton's repository extension (admin token as gRPC's).
+void HandleRepositoryIndex(const RestContext& c, const httplib::Request& req,
+                           httplib::Response& res);
+void HandleRepositoryControl(const RestContext& c, const httplib::Request& req,
+                             httplib::Response& res, bool load);
 
 }  // namespace mha::serve::rest

@@ -124,6 +124,12 @@ void RestServer::Route() {
   s.Get(kModel + "/stats",
         [c](const auto& req, auto& res) { HandleModelStats(c, req, res, /*all=*/false); });
   s.Post(kModel + "/infer", [c](const auto& req, auto& res) { HandleInfer(c, req, res); });
+  s.Post("/v2/repository/index",
+         [c](const auto& req, auto& res) { HandleRepositoryIndex(c, req, res); });
+  s.Post("/v2/repository/models/([^/]+)/load",
+         [c](const auto& req, auto& res) { HandleRepositoryControl(c, req, res, /*load=*/true); });
+  s.Post("/v2/repository/models/([^/]+)/unload",
+         [c](const auto& req, auto& res) { HandleRepositoryControl(c, req, res, /*load=*/false); });
   // httplib inflates gzip/deflate/brotli bodies as it reads them, unbounded by the payload limit
   // (which counts the bytes on the wire): a compressed body is refused before it is read.
   s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {

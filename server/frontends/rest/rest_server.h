@@ -11,6 +11,7 @@
 //   GET  /v2/models/{m}[/versions/{v}]                        metadata
 //   GET  /v2/models/{m}[/versions/{v}]/ready | /config | /stats
 //   POST /v2/models/{m}[/versions/{v}]/infer
+//   POST /v2/repository/index, /v2/repository/models/{m}/load | /unload   (admin token)
 //
 // Sequences (Triton's sequence extension: sequence_id/_start/_end) are decoding sessions, as on
 // gRPC (oip/sequence.h).
@@ -30,6 +31,7 @@
 #include "mha/status.h"
 #include "server/frontends/oip/model_metadata.h"
 #include "server/serving/inference_server.h"
+#include "server/serving/model_controller.h"
 #include "server/serving/observability/metrics.h"
 
 namespace httplib {
@@ -45,6 +47,10 @@ struct RestFrontendOptions {
   std::function<bool()> server_ready;
   std::string server_version;  // /v2 version ("" = the build's)
   Metrics* metrics = nullptr;  // /stats reads it (not owned); null = 501
+  // The repository extension's load / unload / index (not owned); null = 400 as gRPC's
+  // FAILED_PRECONDITION. With an admin token they need "Authorization: Bearer <token>".
+  ModelController* controller = nullptr;
+  std::string admin_token;
   // Connections served at once (each holds a thread while open, also while it trickles in a
   // request or waits for its answer); more wait for a free thread.
   int threads = 192;
