@@ -2,42 +2,31 @@
 
 #include <string>
 
+#include "proto/wire/dtype_table.h"
+
 namespace mha::client {
 namespace {
 
-struct Datatype {
-  v1::DataType dtype;
-  const char* name;
-  int64_t bytes;
-};
-constexpr Datatype kDatatypes[] = {{v1::FLOAT32, "FP32", 4},
-                                   {v1::FLOAT16, "FP16", 2},
-                                   {v1::BFLOAT16, "BF16", 2},
-                                   {v1::BOOL, "BOOL", 1}};
-
-const Datatype* ByDtype(v1::DataType dtype) {
-  for (const auto& d : kDatatypes) {
-    if (d.dtype == dtype) return &d;
-  }
-  return nullptr;
+// The datatypes this translation carries (proto/wire/dtype_table.h): those an input may have.
+const codec::DTypeInfo* ByDtype(v1::DataType dtype) {
+  const codec::DTypeInfo* d = codec::FindDType(dtype);
+  return d != nullptr && d->input ? d : nullptr;
 }
 
-const Datatype* ByName(const std::string& name) {
-  for (const auto& d : kDatatypes) {
-    if (name == d.name) return &d;
-  }
-  return nullptr;
+const codec::DTypeInfo* ByName(const std::string& name) {
+  const codec::DTypeInfo* d = codec::FindOipDType(name);
+  return d != nullptr && d->input ? d : nullptr;
 }
 
 Status AddInput(const char* name, const v1::Tensor& tensor, inference::ModelInferRequest* out) {
-  const Datatype* datatype = ByDtype(tensor.dtype());
+  const codec::DTypeInfo* datatype = ByDtype(tensor.dtype());
   if (datatype == nullptr) {
     return InvalidArgument(std::string(name) + ": dtype " + v1::DataType_Name(tensor.dtype()) +
                            " has no Open Inference Protocol datatype here");
   }
   auto* input = out->add_inputs();
   input->set_name(name);
-  input->set_datatype(datatype->name);
+  input->set_datatype(datatype->oip_name);
   for (int64_t d : tensor.shape()) input->add_shape(d);
   *out->add_raw_input_contents() = tensor.data();
   return Status::Ok();
@@ -106,7 +95,7 @@ StatusOr<v1::ForwardResponse> FromModelInferResponse(const inference::ModelInfer
     if (output.name() == "output") tensor = out.mutable_output();
     if (output.name() == "attn_weights") tensor = out.mutable_attn_weights();
     if (tensor == nullptr) continue;
-    const Datatype* datatype = ByName(output.datatype());
+    const codec::DTypeInfo* datatype = ByName(output.datatype());
     if (datatype == nullptr || i >= r.raw_output_contents_size()) {
       return InvalidArgument("outputs[" + std::to_string(i) + "] (" + output.name() +
                              "): datatype '" + output.datatype() +
@@ -115,12 +104,12 @@ StatusOr<v1::ForwardResponse> FromModelInferResponse(const inference::ModelInfer
     int64_t numel = 1;
     for (int64_t d : output.shape()) numel *= d;
     const std::string& raw = r.raw_output_contents(i);
-    if (static_cast<int64_t>(raw.size()) != numel * datatype->bytes) {
+    if (static_cast<int64_t>(raw.size()) != numel * static_cast<int64_t>(datatype->element_size)) {
       return InvalidArgument("outputs[" + std::to_string(i) + "] (" + output.name() +
                              "): " + std::to_string(raw.size()) + " bytes for " +
-                             std::to_string(numel) + " elements of " + datatype->name);
+                             std::to_string(numel) + " elements of " + datatype->oip_name);
     }
-    tensor->set_dtype(datatype->dtype);
+    tensor->set_dtype(datatype->wire);
     for (int64_t d : output.shape()) tensor->add_shape(d);
     tensor->set_data(raw);
   }

@@ -25,7 +25,7 @@ case "$mode" in
       files=("$@")
     else
       files=(core/src/status.cc core/src/options.cc core/src/shape_string.cc core/src/text.cc
-        proto/wire/tensor_header.cc proto/wire/status_convert.cc
+        proto/wire/dtype_table.cc proto/wire/tensor_header.cc proto/wire/status_convert.cc
         client/channel.cc client/credentials.cc client/mha_client.cc client/oip_translate.cc
         client/bench_runner.cc client/bench_tally.cc client/decode_bench.cc)
     fi

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace mha::codec {
 namespace {
@@ -18,22 +19,14 @@ bool HostIsLittleEndian() {
   return first == 1;
 }
 
+// The ATen column of the dtype table (dtype_table.h).
+constexpr std::pair<v1::DataType, at::ScalarType> kScalarTypes[] = {
+    {v1::FLOAT32, at::kFloat}, {v1::FLOAT16, at::kHalf}, {v1::BFLOAT16, at::kBFloat16},
+    {v1::BOOL, at::kBool},     {v1::INT32, at::kInt},    {v1::INT64, at::kLong}};
+
 StatusOr<v1::DataType> FromScalarType(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return v1::FLOAT32;
-    case at::kHalf:
-      return v1::FLOAT16;
-    case at::kBFloat16:
-      return v1::BFLOAT16;
-    case at::kBool:
-      return v1::BOOL;
-    case at::kInt:
-      return v1::INT32;
-    case at::kLong:
-      return v1::INT64;
-    default:
-      break;
+  for (const auto& [wire, scalar] : kScalarTypes) {
+    if (scalar == type) return wire;
   }
   return InvalidArgument(std::string("tensor dtype ") + c10::toString(type) +
                          " cannot be sent (float32, float16, bfloat16, bool, int32 or int64)");
@@ -44,21 +37,8 @@ std::string Field(std::string_view field) { return std::string(field) + ": "; }
 }  // namespace
 
 StatusOr<at::ScalarType> ToScalarType(int dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return at::kFloat;
-    case v1::FLOAT16:
-      return at::kHalf;
-    case v1::BFLOAT16:
-      return at::kBFloat16;
-    case v1::BOOL:
-      return at::kBool;
-    case v1::INT32:
-      return at::kInt;
-    case v1::INT64:
-      return at::kLong;
-    default:
-      break;
+  for (const auto& [wire, scalar] : kScalarTypes) {
+    if (wire == dtype) return scalar;
   }
   return InvalidArgument("dtype " + DataTypeName(dtype) + " is not supported");
 }

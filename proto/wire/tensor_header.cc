@@ -1,5 +1,7 @@
 #include "proto/wire/tensor_header.h"
 
+#include "proto/wire/dtype_table.h"
+
 namespace mha::codec {
 namespace {
 
@@ -8,42 +10,14 @@ std::string Field(std::string_view field) { return std::string(field) + ": "; }
 }  // namespace
 
 std::string DataTypeName(int dtype) {
-  switch (dtype) {
-    case v1::DATA_TYPE_UNSPECIFIED:
-      return "DATA_TYPE_UNSPECIFIED";
-    case v1::FLOAT32:
-      return "float32";
-    case v1::FLOAT16:
-      return "float16";
-    case v1::BFLOAT16:
-      return "bfloat16";
-    case v1::BOOL:
-      return "bool";
-    case v1::INT32:
-      return "int32";
-    case v1::INT64:
-      return "int64";
-    default:
-      return "dtype(" + std::to_string(dtype) + ")";
-  }
+  if (dtype == v1::DATA_TYPE_UNSPECIFIED) return "DATA_TYPE_UNSPECIFIED";
+  const DTypeInfo* d = FindDType(dtype);
+  return d != nullptr ? d->name : "dtype(" + std::to_string(dtype) + ")";
 }
 
 size_t ElementSize(int dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return 4;
-    case v1::FLOAT16:
-    case v1::BFLOAT16:
-      return 2;
-    case v1::BOOL:
-      return 1;
-    case v1::INT32:
-      return 4;
-    case v1::INT64:
-      return 8;
-    default:
-      return 0;
-  }
+  const DTypeInfo* d = FindDType(dtype);
+  return d != nullptr ? d->element_size : 0;
 }
 
 std::vector<int64_t> ShapeOf(const v1::Tensor& tensor) {
@@ -93,29 +67,11 @@ Status CheckTensorBytes(int dtype, const std::vector<int64_t>& shape, size_t dat
   return Status::Ok();
 }
 
-v1::DataType ToProtoDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return v1::FLOAT32;
-    case DType::kFloat16:
-      return v1::FLOAT16;
-    case DType::kBFloat16:
-      return v1::BFLOAT16;
-  }
-  return v1::DATA_TYPE_UNSPECIFIED;
-}
+v1::DataType ToProtoDType(DType dtype) { return DTypeOf(dtype).wire; }
 
 StatusOr<DType> FromProtoDType(v1::DataType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return DType::kFloat32;
-    case v1::FLOAT16:
-      return DType::kFloat16;
-    case v1::BFLOAT16:
-      return DType::kBFloat16;
-    default:
-      break;
-  }
+  const DTypeInfo* d = FindDType(dtype);
+  if (d != nullptr && d->core) return *d->core;
   return InvalidArgument("dtype " + DataTypeName(dtype) +
                          " is not a floating type (FLOAT32, FLOAT16 or BFLOAT16)");
 }

@@ -17,7 +17,7 @@
 
 #include "mha/runtime.h"
 #include "server/app/tls.h"
-#include "server/frontends/grpc_v1/admin_auth.h"
+#include "server/frontends/common/admin_auth.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "server/frontends/grpc_v1/model_control_service.h"
 #include "server/frontends/oip/inference_service.h"

@@ -36,38 +36,7 @@ Status CheckLimits(const ForwardInputs& in, const RequestLimits& limits) {
 
 }  // namespace
 
-void LogModel(const ModelEntry& e, bool is_default) {
-  if (e.state != ModelState::kReady) {
-    spdlog::error("model {} v{} {}: {} (source {})", e.name, e.version, ModelStateName(e.state),
-                  e.error, e.source);
-    return;
-  }
-  const MhaOptions& o = e.model->options();
-  spdlog::info(
-      "model {}{} v{} READY: embed_dim={} num_heads={} head_dim={} kdim={} vdim={} bias={} "
-      "add_bias_kv={} add_zero_attn={} dtype={} compute_dtype={} device={} format={} layout={} "
-      "parameters={} source={}",
-      e.name, is_default ? " (default)" : "", e.version, o.embed_dim, o.num_heads, o.head_dim(),
-      o.key_dim(), o.value_dim(), o.bias, o.add_bias_kv, o.add_zero_attn, DTypeName(o.dtype),
-      DTypeName(e.model->compute_dtype()), e.model->device(), e.format, e.layout,
-      e.model->parameter_count(), e.source);
-  if (!e.unused_keys.empty()) {
-    spdlog::warn("model {}: {} unused keys in {} (first: {})", e.name, e.unused_keys.size(),
-                 e.source, e.unused_keys.front());
-  }
-  if (!e.config.unknown_keys.empty()) {
-    std::string keys;
-    for (const auto& k : e.config.unknown_keys) keys += (keys.empty() ? "" : ", ") + k;
-    spdlog::warn("model {}: {} has unknown keys (ignored): {}", e.name, e.config.path, keys);
-  }
-}
-
 using internal::Complete;
-using internal::RecordStats;
-
-ModelHandle::~ModelHandle() {
-  if (scheduler) scheduler->Shutdown();
-}
 
 BatcherOptions BatcherOptionsFor(const ModelConfig& c, const BatcherOptions& defaults) {
   BatcherOptions o = defaults;
@@ -93,6 +62,14 @@ ServerCore::ServerCore(const ServerCoreOptions& options)
     : options_(options), metrics_(CurrentBuildInfo()) {}
 
 ServerCore::~ServerCore() { Stop(); }
+
+void ServerCore::StartLoading(std::function<void()> on_done) {
+  lifecycle_->StartLoading(std::move(on_done));
+}
+
+std::shared_ptr<const ModelRepository> ServerCore::repository() const {
+  return Current()->repository;
+}
 
 // Explicit mode with --load-model: only the named models (each must have a folder).
 static Status KeepStartupModels(const std::vector<std::string>& wanted,
@@ -143,24 +120,12 @@ StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(const ServerCoreOptions
     default_name = *picked;
   }
   std::unique_ptr<ServerCore> core(new ServerCore(options));
-  auto state = std::make_shared<State>();
-  state->repository = std::make_shared<const ModelRepository>(entries, default_name);
-  core->Publish(std::move(state));
+  ServerCore* self = core.get();
+  core->lifecycle_ = std::make_unique<ModelLifecycle>(
+      core->options_, &core->metrics_,
+      [self](ModelEntry entry) { return self->MakeHandle(std::move(entry)); },
+      std::make_shared<const ModelRepository>(entries, default_name));
   return core;
-}
-
-std::shared_ptr<const ServerCore::State> ServerCore::Current() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return state_;
-}
-
-void ServerCore::Publish(std::shared_ptr<const State> state) {
-  std::lock_guard<std::mutex> lock(mu_);
-  state_ = std::move(state);
-}
-
-std::shared_ptr<const ModelRepository> ServerCore::repository() const {
-  return Current()->repository;
 }
 
 StatusOr<std::vector<VersionStatistics>> ServerCore::Statistics(const std::string& name,
@@ -182,68 +147,19 @@ StatusOr<std::vector<VersionStatistics>> ServerCore::Statistics(const std::strin
     VersionStatistics v;
     v.name = e->name;
     v.version = e->version;
-    if (const VersionStats* s = metrics_.StatsFor(e->name, e->version)) {
-      v.inference_count = s->inference_count.load();
-      v.execution_count = s->execution_count.load();
-      v.success_count = s->success_count.load();
-      v.failure_count = s->failure_count.load();
-      v.queue_ns = s->queue_ns.load();
-      v.compute_ns = s->compute_ns.load();
-      v.last_inference_ms = s->last_inference_ms.load();
+    if (const StatsAggregator* a = metrics_.StatsFor(e->name, e->version)) {
+      const StatsSnapshot s = a->Read();
+      v.inference_count = s.inference_count;
+      v.execution_count = s.execution_count;
+      v.success_count = s.success_count;
+      v.failure_count = s.failure_count;
+      v.queue_ns = s.queue_ns;
+      v.compute_ns = s.compute_ns;
+      v.last_inference_ms = s.last_inference_ms;
     }
     out.push_back(std::move(v));
   }
   return out;
-}
-
-void ServerCore::StartLoading(std::function<void()> on_done) {
-  std::vector<ModelEntry> entries;
-  for (const auto& e : Current()->repository->entries()) entries.push_back(*e);
-  loader_ =
-      std::thread([this, entries = std::move(entries), on_done = std::move(on_done)]() mutable {
-        LoadAll(std::move(entries), std::move(on_done));
-        LifecycleLoop();
-      });
-}
-
-void ServerCore::LoadAll(std::vector<ModelEntry> entries, std::function<void()> on_done) {
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < entries.size() && !stopping_; i = next++) {
-      ModelEntry& entry = entries[i];
-      if (entry.state != ModelState::kLoading) continue;
-      if (entry.source == "builtin") {
-        entry = MakeDefaultModel(options_.overrides);
-      } else {
-        LoadAndWarm(&entry);
-      }
-    }
-  };
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const size_t threads = std::min<size_t>(
-      entries.size(), options_.load_threads > 0 ? options_.load_threads : std::min(cores, 4u));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& thread : pool) thread.join();
-
-  auto state = std::make_shared<State>();
-  const std::string default_name = Current()->repository->default_name();
-  std::map<std::string, bool> ready;
-  for (auto& entry : entries) {
-    LogModel(entry, entry.name == default_name);
-    if (entry.state != ModelState::kLoading) {
-      ready[entry.name] = ready[entry.name] || entry.state == ModelState::kReady;
-      metrics_.SetVersionReady(entry.name, entry.version, entry.state == ModelState::kReady);
-    }
-    if (entry.state == ModelState::kReady && !stopping_) {
-      state->handles[{entry.name, entry.version}] = MakeHandle(entry);
-    }
-  }
-  for (const auto& [name, any_ready] : ready) metrics_.SetModelLoaded(name, any_ready);
-  state->repository = std::make_shared<const ModelRepository>(std::move(entries), default_name);
-  Publish(std::move(state));
-  if (on_done) on_done();
 }
 
 std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
@@ -272,7 +188,7 @@ std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
   return handle;
 }
 
-ModelMetrics* ServerCore::MetricsFor(const State* state, const std::string& requested) {
+StatsAggregator* ServerCore::MetricsFor(const ServingState* state, const std::string& requested) {
   if (state) {
     auto entry = state->repository->Find(requested);
     if (entry) return metrics_.ForModel(entry->name);
@@ -301,7 +217,7 @@ Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& r
 void ServerCore::Infer(InferenceRequest request, InferDone done) {
   if (!request.session_id.empty()) return InferStep(std::move(request), std::move(done));
   auto state = Current();
-  auto refuse = [&](ModelMetrics* metrics, Status status, const std::string& model) {
+  auto refuse = [&](StatsAggregator* metrics, Status status, const std::string& model) {
     internal::Refuse(&request, done, metrics, std::move(status), model);
   };
   if (stopping_)
@@ -318,7 +234,7 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
   }
   std::shared_ptr<ModelHandle> handle = it->second;
   if (Status valid = Validate(*handle, request); !valid.ok()) {
-    RecordStats(&handle->metrics->stats, false, 0, 0, 0);
+    handle->metrics->RecordOutcome(false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);
   }
   ModelRunner* scheduler = handle->scheduler.get();
@@ -327,19 +243,8 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
 }
 
 void ServerCore::Stop() {
-  std::deque<std::function<void()>> pending;
-  {
-    std::lock_guard<std::mutex> lock(ops_mu_);
-    stopping_ = true;
-    pending.swap(ops_);
-  }
-  ops_cv_.notify_all();
-  for (auto& op : pending) op();  // each answers UNAVAILABLE: stopping_ is set
-  if (loader_.joinable() && loader_.get_id() != std::this_thread::get_id()) loader_.join();
-  auto state = Current();
-  if (!state) return;
-  for (const auto& [key, handle] : state->handles) handle->scheduler->Shutdown();
-  for (const auto& handle : retired_) handle->scheduler->Shutdown();
+  stopping_ = true;
+  if (lifecycle_) lifecycle_->Stop();
 }
 
 }  // namespace mha::serve

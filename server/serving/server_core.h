@@ -21,52 +21,16 @@
 
 #include "server/serving/inference.h"
 #include "server/serving/inference_server.h"
+#include "server/serving/lifecycle/model_lifecycle.h"
 #include "server/serving/model_controller.h"
+#include "server/serving/model_handle.h"
 #include "server/serving/observability/metrics.h"
 #include "server/serving/repository/model_repository.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
+#include "server/serving/server_core_options.h"
 #include "server/serving/sessions/session_store.h"
 
 namespace mha::serve {
-
-struct ServerCoreOptions {
-  std::string model_repository;  // "" = the built-in default model
-  std::string default_model;
-  LoadOverrides overrides;  // --dtype / --device over every config.json
-  RequestLimits limits;
-  bool batching = true;    // false: the same scheduler, one request per pass
-  BatcherOptions batcher;  // server-wide; config.json keys override them per model
-  // Batching off: instances (worker threads) per model. 1: OpenBLAS threads each GEMM over every
-  // core; measured on 2 cores, B=8 T=128: 2 workers = 26 req/s, 1 worker = 37 req/s.
-  int workers = 1;
-  int load_threads = 0;                // models loaded at once; 0 = min(cores, 4)
-  int64_t debug_forward_delay_ms = 0;  // test-only: each pass first sleeps this long
-  ModelControlMode model_control = ModelControlMode::kNone;
-  std::vector<std::string> startup_models;         // explicit mode: loaded at start (empty = all)
-  std::chrono::milliseconds poll_interval{15000};  // poll mode: between repository scans
-  SessionOptions sessions;  // decoding sessions: KV cache pool per model version, timeouts
-};
-
-// One loaded model version as requests reach it: the repository entry, its scheduler and its
-// metrics (looked up once). Shared: in-flight requests hold it; when the last holder lets go the
-// scheduler drains (every accepted task is answered) and its threads end, so a swapped-out
-// version is removed without leaking a scheduler.
-struct ModelHandle {
-  std::shared_ptr<const ModelEntry> entry;
-  std::unique_ptr<ModelRunner> scheduler;  // null unless READY
-  ModelMetrics* metrics = nullptr;
-  // AnalyzeModel's answer, computed once on first use (server_core_analysis.cc).
-  std::once_flag analysis_once;
-  std::shared_ptr<const HeadAnalysis> analysis;
-  Status analysis_status;
-  // The version's decoding sessions; they end with the handle (declared after the scheduler, so
-  // destroyed before it).
-  std::unique_ptr<SessionStore> sessions;
-  ~ModelHandle();
-};
-
-// Logs a version's outcome (READY with its shapes, or FAILED with the error).
-void LogModel(const ModelEntry& entry, bool is_default);
 
 // The batcher settings of one model: its config.json keys over the server's flags.
 BatcherOptions BatcherOptionsFor(const ModelConfig& config, const BatcherOptions& defaults);
@@ -76,11 +40,11 @@ BatcherOptions BatcherOptionsFor(const ModelConfig& config, const BatcherOptions
 BatcherOptions SchedulerOptionsFor(const ModelConfig& config, bool batching,
                                    const BatcherOptions& defaults, int workers);
 
-// Lifecycle (server_core_lifecycle.cc): one lifecycle thread runs every load, reload and unload
-// after the start-up load, one at a time, so the published State has a single writer. A new or
-// changed version loads (and warms up) beside the serving ones; routing switches when it is READY;
-// the replaced handles are retired: shown UNLOADING until the requests holding them are answered,
-// then destroyed on the lifecycle thread (never on a scheduler's own worker).
+// The serving core: a thin façade over the model lifecycle (lifecycle/model_lifecycle.h: loads,
+// reloads, polls, retires; it publishes the ServingState) and the router (Infer: resolve, validate
+// once, submit to the version's scheduler, complete; server_core_internal.h), decoding sessions
+// (server_core_sessions.cc), statistics and analysis. It makes each version's handle (scheduler,
+// statistics aggregator, session store) for the lifecycle.
 class ServerCore final : public InferenceServer, public ModelController {
  public:
   // Scans the repository (nothing is loaded yet: every model is LOADING or FAILED). Errors: the
@@ -117,66 +81,39 @@ class ServerCore final : public InferenceServer, public ModelController {
   Metrics* metrics() { return &metrics_; }
   const ServerCoreOptions& options() const { return options_; }
 
-  void LoadModel(const std::string& name, Callback done) override;
-  void UnloadModel(const std::string& name, Callback done) override;
-  StatusOr<std::vector<IndexEntry>> RepositoryIndex() const override;
+  // Model control: the lifecycle's (LoadModel/UnloadModel run on its thread).
+  void LoadModel(const std::string& name, Callback done) override {
+    lifecycle_->LoadModel(name, std::move(done));
+  }
+  void UnloadModel(const std::string& name, Callback done) override {
+    lifecycle_->UnloadModel(name, std::move(done));
+  }
+  StatusOr<std::vector<IndexEntry>> RepositoryIndex() const override {
+    return lifecycle_->RepositoryIndex();
+  }
 
   // Stops loading, refuses new requests (UNAVAILABLE), completes every accepted one and joins the
   // schedulers' threads. Idempotent.
   void Stop();
 
  private:
-  using VersionKey = std::pair<std::string, std::string>;  // name, version
-  using HandleMap = std::map<VersionKey, std::shared_ptr<ModelHandle>>;
-  struct State {
-    std::shared_ptr<const ModelRepository> repository;
-    HandleMap handles;  // READY versions only
-  };
   explicit ServerCore(const ServerCoreOptions& options);
-  std::shared_ptr<const State> Current() const;
-  void Publish(std::shared_ptr<const State> state);
-  void LoadAll(std::vector<ModelEntry> entries, std::function<void()> on_done);
+  std::shared_ptr<const ServingState> Current() const { return lifecycle_->Current(); }
+  // The handle of a version the lifecycle loaded: its scheduler, aggregator and session store.
   std::shared_ptr<ModelHandle> MakeHandle(ModelEntry entry);
-  // Loads one LOADING entry and runs its warmup passes: READY or FAILED.
-  void LoadAndWarm(ModelEntry* entry);
-
-  // Lifecycle thread (server_core_lifecycle.cc).
-  void LifecycleLoop();
-  void Enqueue(std::function<void()> op, const Callback& refused);
-  // Rescans `name` and loads what is new or changed beside what serves (see PlanReload).
-  Status ReloadModel(const std::string& name, bool retry_failed);
-  Status FinishReload(const std::string& name, std::vector<ModelRepository::EntryPtr> entries,
-                      HandleMap handles, std::vector<ModelEntry> loaded,
-                      std::vector<ModelEntry> failed, HandleMap old_handles);
-  Status Unload(const std::string& name);
-  void PollRepository();
-  // Replaces `name`'s entries and handles in the published state.
-  void PublishModel(const std::string& name, std::vector<ModelRepository::EntryPtr> entries,
-                    HandleMap handles);
-  // Publishes `name` with `retired` shown UNLOADING beside `entries`, waits until no request
-  // holds them, destroys them, publishes `entries` alone.
-  void RetireAndDrain(const std::string& name, std::vector<ModelRepository::EntryPtr> entries,
-                      HandleMap handles, std::vector<std::shared_ptr<ModelHandle>> retired);
-  Status ControlAllowed(bool loads) const;
   Status Validate(const ModelHandle& handle, const InferenceRequest& request) const;
   // Infer for a request with a session_id: to the session's version and its SessionStore.
   void InferStep(InferenceRequest request, InferDone done);
   // The handle a session lives on, or NOT_FOUND naming why it is gone.
   StatusOr<std::shared_ptr<ModelHandle>> SessionHandle(const std::string& session_id);
-  ModelMetrics* MetricsFor(const State* state, const std::string& requested);
+  StatsAggregator* MetricsFor(const ServingState* state, const std::string& requested);
 
   const ServerCoreOptions options_;
   Metrics metrics_;
-  // Before state_: the handles' session stores write tombstones here when they end.
+  // Before the lifecycle: the handles' session stores write tombstones here when they end.
   std::shared_ptr<SessionDirectory> session_directory_ = std::make_shared<SessionDirectory>();
-  mutable std::mutex mu_;
-  std::shared_ptr<const State> state_;
   std::atomic<bool> stopping_{false};
-  std::thread loader_;  // the start-up load, then the lifecycle loop
-  std::mutex ops_mu_;
-  std::condition_variable ops_cv_;
-  std::deque<std::function<void()>> ops_;              // guarded by ops_mu_
-  std::vector<std::shared_ptr<ModelHandle>> retired_;  // lifecycle thread only (and Stop)
+  std::unique_ptr<ModelLifecycle> lifecycle_;  // last: its handles use the members above
 };
 
 }  // namespace mha::serve

@@ -5,20 +5,10 @@
 
 namespace mha::serve::internal {
 
-void RecordStats(VersionStats* stats, bool ok, int64_t rows, int64_t queue_us, int64_t compute_us) {
-  (ok ? stats->success_count : stats->failure_count).fetch_add(1, std::memory_order_relaxed);
-  if (ok) stats->inference_count.fetch_add(rows, std::memory_order_relaxed);
-  stats->queue_ns.fetch_add(queue_us * 1000, std::memory_order_relaxed);
-  stats->compute_ns.fetch_add(compute_us * 1000, std::memory_order_relaxed);
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
-  stats->last_inference_ms.store(std::chrono::duration_cast<std::chrono::milliseconds>(now).count(),
-                                 std::memory_order_relaxed);
-}
-
 void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_point start,
               std::optional<Protocol> count_as, int64_t rows, InferenceResult result,
               const InferDone& done) {
-  ModelMetrics& m = *handle.metrics;
+  StatsAggregator& m = *handle.metrics;
   const bool computed = result.status.ok() || result.compute_us > 0;
   const bool refused = result.status.code() == StatusCode::kResourceExhausted ||
                        result.status.code() == StatusCode::kUnavailable;
@@ -28,7 +18,7 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
   if (count_as) {
     m.RecordRequest(result.status.code(), MicrosBetween(start, Clock::now()) * 1e-6, *count_as);
   }
-  RecordStats(&m.stats, result.status.ok(), rows, result.queue_us, result.compute_us);
+  m.RecordOutcome(result.status.ok(), rows, result.queue_us, result.compute_us);
   InferenceResponse response;
   response.status = std::move(result.status);
   response.outputs = std::move(result.outputs);
@@ -43,8 +33,8 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
   done(std::move(response));
 }
 
-void Refuse(InferenceRequest* request, const InferDone& done, ModelMetrics* metrics, Status status,
-            const std::string& model) {
+void Refuse(InferenceRequest* request, const InferDone& done, StatsAggregator* metrics,
+            Status status, const std::string& model) {
   if (request->count_outcome) {
     metrics->RecordRequest(status.code(), MicrosBetween(request->start, Clock::now()) * 1e-6,
                            request->protocol);

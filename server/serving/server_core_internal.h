@@ -5,8 +5,6 @@
 
 namespace mha::serve::internal {
 
-void RecordStats(VersionStats* stats, bool ok, int64_t rows, int64_t queue_us, int64_t compute_us);
-
 struct ResponseDTypes {
   DType output;
   std::optional<at::ScalarType> weights;
@@ -20,8 +18,8 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
 
 // Answers `request` with `status` before any scheduler saw it: counts the outcome on `metrics`
 // (when the core counts it), drops the inputs (they may borrow the wire message), then `done`.
-void Refuse(InferenceRequest* request, const InferDone& done, ModelMetrics* metrics, Status status,
-            const std::string& model);
+void Refuse(InferenceRequest* request, const InferDone& done, StatsAggregator* metrics,
+            Status status, const std::string& model);
 
 // A validated request as its scheduler's task, counted in flight on `handle`, with the callback
 // that completes it (Complete, then `done`).

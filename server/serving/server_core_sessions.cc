@@ -134,7 +134,7 @@ static Status CheckStepRequest(const InferenceRequest& r, const ModelEntry& e,
 }
 
 void ServerCore::InferStep(InferenceRequest request, InferDone done) {
-  auto refuse = [&](ModelMetrics* metrics, Status status, const std::string& model) {
+  auto refuse = [&](StatsAggregator* metrics, Status status, const std::string& model) {
     internal::Refuse(&request, done, metrics, std::move(status), model);
   };
   // A stopping server still answers the steps of the sessions it holds, and NOT_FOUND once they
@@ -143,7 +143,7 @@ void ServerCore::InferStep(InferenceRequest request, InferDone done) {
   if (!found.ok()) return refuse(MetricsFor(Current().get(), request.model), found.status(), "");
   std::shared_ptr<ModelHandle> handle = std::move(found.value());
   if (Status valid = CheckStepRequest(request, *handle->entry, options_.limits); !valid.ok()) {
-    internal::RecordStats(&handle->metrics->stats, false, 0, 0, 0);
+    handle->metrics->RecordOutcome(false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);
   }
   SessionStore* store = handle->sessions.get();

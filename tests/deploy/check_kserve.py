@@ -55,11 +55,18 @@ def server_flags(repo):
 
 
 def registered_metrics(repo):
-    """Series names the server can export: Register(prometheus::BuildX(), "name", ...)."""
-    text = open(os.path.join(repo, "server/serving/observability/metrics.cc")).read()
+    """Series names the server can export: the lifecycle series of metrics.cc
+    (Register(prometheus::BuildX(), "name", ...)) and the statistics aggregators' of
+    stats_export.cc (Family("name", ..., MetricType::X) and ExportHistogram(models, "name", ...))."""
+    folder = os.path.join(repo, "server/serving/observability")
+    text = "".join(open(os.path.join(folder, f)).read() for f in ("metrics.cc", "stats_export.cc"))
+    found = re.findall(r'Register\(\s*prometheus::Build(\w+)\(\),\s*"([A-Za-z_:][\w:]*)"', text)
+    found += [(k, n) for n, k in re.findall(
+        r'Family\(\s*"([A-Za-z_:][\w:]*)",.*?MetricType::(\w+)\)', text, re.S)]
+    found += [("Histogram", n) for n in re.findall(
+        r'ExportHistogram\(\s*models,\s*"([A-Za-z_:][\w:]*)"', text)]
     names = set()
-    for kind, name in re.findall(r'Register\(\s*prometheus::Build(\w+)\(\),\s*"([A-Za-z_:][\w:]*)"',
-                                 text):
+    for kind, name in found:
         names.add(name)
         if kind in ("Histogram", "Summary"):
             names |= {name + s for s in HISTOGRAM_SUFFIXES}

@@ -74,22 +74,8 @@ TEST(SessionBudget, EvictLruPolicyEvictsTheLeastRecentlyUsedIdleSession) {
   EXPECT_EQ(s.server.Stop(), 0);
 }
 
-TEST(SessionLifetime, IdleSessionsExpireAndGiveTheirBlocksBack) {
-  const FixtureCase c = Case("decode_causal");
-  OwnServer s;
-  ASSERT_TRUE(s.Start({"--session-idle-timeout-s", "1"}));
-  auto client = s.Client();
-  const std::string id = OpenOn(*client, 2);
-  ASSERT_TRUE(client->Step(id, StepOf(c.inputs, 0, 1, 1)).ok());
-  EXPECT_EQ(s.Metric("mha_kv_cache_blocks_used"), 2);
-  std::this_thread::sleep_for(1500ms);  // longer than the timeout, whatever the machine's speed
-  auto expired = client->Step(id, StepOf(c.inputs, 1, 1, 2));
-  EXPECT_EQ(expired.status().code(), StatusCode::kNotFound);
-  EXPECT_TRUE(Contains(expired.status().message(),
-                       "expired: idle for more than --session-idle-timeout-s 1 s"));
-  EXPECT_EQ(s.Metric("mha_kv_cache_blocks_used"), 0);
-  EXPECT_EQ(s.server.Stop(), 0);
-}
+// Idle expiry is tested on a fake clock, in-process: SessionStore.IdleSessionsExpireWhenTheClock...
+// (tests/unit/serving/session_store_test.cc), without the 1.5 s sleep it took here.
 
 TEST(SessionLifetime, ARestartLosesSessionsCleanly) {
   const FixtureCase c = Case("decode_causal");

@@ -2,12 +2,13 @@
 
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "mha/text.h"
 #include "proto/wire/status_convert.h"
+#include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/forward_stream.h"
 #include "server/frontends/grpc_v1/head_options.h"
-#include "server/frontends/raw_call.h"
 
 namespace mha::serve {
 namespace {
@@ -38,87 +39,73 @@ AttentionServiceImpl::AttentionServiceImpl(InferenceServer* core, GrpcFrontendOp
 grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerContext* context,
                                                         const grpc::ByteBuffer* request_bytes,
                                                         grpc::ByteBuffer* response_bytes) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "Forward");
-  // The messages live until the call is answered: the decoded tensors borrow the request's bytes.
-  auto call = std::make_shared<UnaryCall>();
-  if (!ParseRawMessage(*request_bytes, &call->request)) {
-    const Status status = InvalidArgument("request is not a valid mha.v1.ForwardRequest (" +
-                                          std::to_string(request_bytes->Length()) + " bytes)");
-    core_->RecordOutcome(std::nullopt, status, log.start, Protocol::kNative);
-    FinishCall(reactor, log, status);
-    return reactor;
-  }
-  auto decoded = DecodeCall(call->request, options_, /*borrow=*/true, context, log);
-  if (!decoded.ok()) {
-    core_->RecordOutcome(call->request.model(), decoded.status(), log.start, Protocol::kNative);
-    FinishCall(reactor, log, decoded.status());
-    return reactor;
-  }
-  const bool need_weights = decoded->inputs.need_weights;
-  // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
-  core_->Infer(std::move(decoded.value()), [reactor, response_bytes, need_weights, call,
-                                            log = std::move(log)](InferenceResponse result) {
-    Status status = EncodeForwardResponse(result, need_weights, &call->response);
-    if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
-    FinishCall(reactor, log, status,
-               "model=" + result.model + " queue_us=" + std::to_string(result.queue_us) +
-                   " compute_us=" + std::to_string(result.compute_us));
+  return Unary(context, "Forward", [&](const UnaryFinish& finish) {
+    const RequestLog& log = finish.log();
+    // The messages live until the call is answered: the decoded tensors borrow the request's
+    // bytes.
+    auto call = std::make_shared<UnaryCall>();
+    if (Status parsed = ParseRawRequest(*request_bytes, &call->request); !parsed.ok()) {
+      core_->RecordOutcome(std::nullopt, parsed, log.start, Protocol::kNative);
+      return finish(parsed);
+    }
+    auto decoded = DecodeCall(call->request, options_, /*borrow=*/true, context, log);
+    if (!decoded.ok()) {
+      core_->RecordOutcome(call->request.model(), decoded.status(), log.start, Protocol::kNative);
+      return finish(decoded.status());
+    }
+    const bool need_weights = decoded->inputs.need_weights;
+    // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
+    core_->Infer(std::move(decoded.value()),
+                 [finish, response_bytes, need_weights, call](InferenceResponse result) {
+                   Status status = EncodeForwardResponse(result, need_weights, &call->response);
+                   if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
+                   finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
+                 });
   });
-  return reactor;
 }
 
 grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse>*
 AttentionServiceImpl::ForwardStream(grpc::CallbackServerContext* context) {
-  return new ForwardStreamReactor(this, context);
+  return new ForwardStreamReactor(ForwardStreamPolicy{this}, context);
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(grpc::CallbackServerContext* context,
                                                            const v1::ListModelsRequest* request,
                                                            v1::ListModelsResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ListModels");
-  auto repository = core_->repository();
-  response->set_default_model(repository->default_name());
-  for (const auto& entry : repository->entries()) {
-    FillModelInfo(*entry, entry->name == repository->default_name(), response->add_models());
-  }
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+  return Unary(context, "ListModels", [&] {
+    auto repository = core_->repository();
+    response->set_default_model(repository->default_name());
+    for (const auto& entry : repository->entries()) {
+      FillModelInfo(*entry, entry->name == repository->default_name(), response->add_models());
+    }
+    return Status::Ok();
+  });
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::GetModel(grpc::CallbackServerContext* context,
                                                          const v1::GetModelRequest* request,
                                                          v1::ModelInfo* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "GetModel");
-  auto repository = core_->repository();
-  auto entry = repository->Find(request->name(), request->version());
-  if (!entry) {
-    // Resolve words the NOT_FOUND (unknown name or version, or no default model) and lists them.
-    auto resolved = repository->Resolve(request->name(), request->version());
-    FinishCall(reactor, log,
-               resolved.ok() ? NotFound("model '" + Abbreviate(request->name()) + "' not found")
-                             : resolved.status());
-    return reactor;
-  }
-  FillModelInfo(*entry, entry->name == repository->default_name(), response);
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+  return Unary(context, "GetModel", [&] {
+    auto repository = core_->repository();
+    auto entry = repository->Find(request->name(), request->version());
+    if (!entry) {
+      // Resolve words the NOT_FOUND (unknown name or version, or no default model) and lists
+      // them.
+      auto resolved = repository->Resolve(request->name(), request->version());
+      return resolved.ok() ? NotFound("model '" + Abbreviate(request->name()) + "' not found")
+                           : resolved.status();
+    }
+    FillModelInfo(*entry, entry->name == repository->default_name(), response);
+    return Status::Ok();
+  });
 }
-
-}  // namespace mha::serve
-
-namespace mha::serve {
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::GetModelStatistics(
     grpc::CallbackServerContext* context, const v1::ModelStatisticsRequest* request,
     v1::ModelStatisticsResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "GetModelStatistics");
-  auto stats = core_->Statistics(request->name(), request->version());
-  if (stats.ok()) {
-    for (const auto& v : *stats) {
+  return Unary(context, "GetModelStatistics", [&] {
+    auto stats = core_->Statistics(request->name(), request->version());
+    for (const auto& v : stats.ok() ? *stats : std::vector<VersionStatistics>()) {
       v1::ModelStatistics* s = response->add_models();
       s->set_name(v.name);
       s->set_version(v.version);
@@ -130,20 +117,18 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetModelStatistics(
       s->set_queue_ns(v.queue_ns);
       s->set_compute_ns(v.compute_ns);
     }
-  }
-  FinishCall(reactor, log, stats.status());
-  return reactor;
+    return stats.status();
+  });
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::AnalyzeModel(grpc::CallbackServerContext* context,
                                                              const v1::AnalyzeModelRequest* request,
                                                              v1::ModelAnalysis* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "AnalyzeModel");
-  auto result = core_->Analyze(request->model(), request->version());
-  if (result.ok()) FillModelAnalysis(*result, response);
-  FinishCall(reactor, log, result.status());
-  return reactor;
+  return Unary(context, "AnalyzeModel", [&] {
+    auto result = core_->Analyze(request->model(), request->version());
+    if (result.ok()) FillModelAnalysis(*result, response);
+    return result.status();
+  });
 }
 
 }  // namespace mha::serve

@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "mha/v1/attention.grpc.pb.h"
+#include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/forward_request.h"
-#include "server/frontends/grpc_v1/request_log.h"
 #include "server/serving/inference_server.h"
 
 namespace mha::serve {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "proto/wire/tensor_codec.h"
+#include "server/frontends/common/request_limits.h"
 #include "server/frontends/grpc_v1/head_options.h"
 
 namespace mha::serve {
@@ -51,18 +52,10 @@ Status DecodeInputs(const v1::ForwardRequest& r, bool borrow, ForwardInputs* in)
 
 StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& r,
                                                 int64_t max_message_bytes, bool borrow) {
-  const size_t bytes = r.ByteSizeLong();
-  if (static_cast<int64_t>(bytes) > max_message_bytes) {
-    return ResourceExhausted("request is " + std::to_string(bytes) +
-                             " bytes, over --max-message-bytes " +
-                             std::to_string(max_message_bytes));
-  }
+  MHA_RETURN_IF_ERROR(CheckMessageBytes(r.ByteSizeLong(), max_message_bytes));
   InferenceRequest request;
   request.model = r.model();
-  if (r.model_version().size() > 64) {
-    return InvalidArgument("model_version: " + std::to_string(r.model_version().size()) +
-                           " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
-  }
+  MHA_RETURN_IF_ERROR(CheckModelVersion(r.model_version()));
   request.model_version = r.model_version();
   request.session_id = r.session_id();
   if (r.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
@@ -95,16 +88,8 @@ Status EncodeForwardResponse(const InferenceResponse& r, bool need_weights,
 
 StatusOr<OpenSessionRequest> DecodeOpenSessionRequest(const v1::OpenSessionRequest& r,
                                                       int64_t max_message_bytes) {
-  const size_t bytes = r.ByteSizeLong();
-  if (static_cast<int64_t>(bytes) > max_message_bytes) {
-    return ResourceExhausted("request is " + std::to_string(bytes) +
-                             " bytes, over --max-message-bytes " +
-                             std::to_string(max_message_bytes));
-  }
-  if (r.model_version().size() > 64) {
-    return InvalidArgument("model_version: " + std::to_string(r.model_version().size()) +
-                           " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
-  }
+  MHA_RETURN_IF_ERROR(CheckMessageBytes(r.ByteSizeLong(), max_message_bytes));
+  MHA_RETURN_IF_ERROR(CheckModelVersion(r.model_version()));
   if (r.has_key() != r.has_value()) {
     return InvalidArgument(std::string(r.has_key() ? "value" : "key") + ": required with " +
                            (r.has_key() ? "key" : "value") +

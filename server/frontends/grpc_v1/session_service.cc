@@ -1,27 +1,22 @@
 // mha.v1 OpenSession / CloseSession (docs/sessions.md): translate to ServerCore and back. A
 // step is an ordinary Forward with ForwardRequest.session_id (attention_service.cc).
 #include "mha/text.h"
+#include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/attention_service.h"
-#include "server/frontends/raw_call.h"
 
 namespace mha::serve {
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::OpenSession(grpc::CallbackServerContext* context,
                                                             const v1::OpenSessionRequest* request,
                                                             v1::OpenSessionResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "OpenSession");
-  if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
-    FinishCall(reactor, log, header);
-    return reactor;
-  }
-  auto decoded = DecodeOpenSessionRequest(*request, options_.max_message_bytes);
-  if (!decoded.ok()) {
-    FinishCall(reactor, log, decoded.status());
-    return reactor;
-  }
-  auto opened = core_->OpenSession(*decoded);
-  if (opened.ok()) {
+  return Unary(context, "OpenSession", [&]() -> UnaryAnswer {
+    if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
+      return {header, ""};
+    }
+    auto decoded = DecodeOpenSessionRequest(*request, options_.max_message_bytes);
+    if (!decoded.ok()) return {decoded.status(), ""};
+    auto opened = core_->OpenSession(*decoded);
+    if (!opened.ok()) return {opened.status(), ""};
     response->set_session_id(opened->session_id);
     response->set_model(opened->model);
     response->set_model_version(opened->model_version);
@@ -30,28 +25,24 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::OpenSession(grpc::CallbackServer
     response->set_cross_attention(opened->cross_attention);
     response->set_kv_block_tokens(opened->kv_block_tokens);
     response->set_kv_blocks(opened->kv_blocks);
-  }
-  FinishCall(reactor, log, opened.status(),
-             opened.ok() ? "session=" + opened->session_id + " model=" + opened->model : "");
-  return reactor;
+    return {Status::Ok(), "session=" + opened->session_id + " model=" + opened->model};
+  });
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::CloseSession(grpc::CallbackServerContext* context,
                                                              const v1::CloseSessionRequest* request,
                                                              v1::CloseSessionResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "CloseSession");
-  if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
-    FinishCall(reactor, log, header);
-    return reactor;
-  }
-  auto closed = core_->CloseSession(request->session_id());
-  if (closed.ok()) {
-    response->set_tokens(closed->tokens);
-    response->set_kv_blocks(closed->kv_blocks);
-  }
-  FinishCall(reactor, log, closed.status(), "session=" + Abbreviate(request->session_id()));
-  return reactor;
+  return Unary(context, "CloseSession", [&]() -> UnaryAnswer {
+    if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
+      return {header, ""};
+    }
+    auto closed = core_->CloseSession(request->session_id());
+    if (closed.ok()) {
+      response->set_tokens(closed->tokens);
+      response->set_kv_blocks(closed->kv_blocks);
+    }
+    return {closed.status(), "session=" + Abbreviate(request->session_id())};
+  });
 }
 
 }  // namespace mha::serve

@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "mha/text.h"
+#include "proto/wire/dtype_table.h"
+#include "proto/wire/tensor_codec.h"
 #include "server/frontends/oip/infer_request.h"
 
 namespace mha::serve::oip {
@@ -109,8 +111,9 @@ Status DecodeHeadParameters(const inference::ModelInferRequest& r, bool average_
   auto dtype = DatatypeParameter(r, kWeightsDtype, {"FP32", "FP16", "BF16"});
   if (!dtype.ok()) return dtype.status();
   if (*dtype) {
-    const std::string& d = **dtype;
-    in->weights_dtype = d == "FP16" ? at::kHalf : d == "BF16" ? at::kBFloat16 : at::kFloat;
+    auto type = codec::ToScalarType(codec::FindOipDType(**dtype)->wire);  // one of the allowed
+    if (!type.ok()) return type.status();
+    in->weights_dtype = *type;
   }
   auto indices = DatatypeParameter(r, kIndicesDtype, {"INT32", "INT64"});
   if (!indices.ok()) return indices.status();

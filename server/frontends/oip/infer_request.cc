@@ -8,7 +8,9 @@
 
 #include "mha/shape_string.h"
 #include "mha/text.h"
+#include "proto/wire/dtype_table.h"
 #include "proto/wire/tensor_codec.h"
+#include "server/frontends/common/request_limits.h"
 
 namespace mha::serve::oip {
 namespace {
@@ -72,13 +74,13 @@ StatusOr<std::string_view> TypedBytes(const InputTensor& t, v1::DataType dtype,
     count = c.bool_contents_size();
     element_size = sizeof(bool);
   } else {
-    return InvalidArgument(field + ": datatype " + DatatypeName(dtype) +
+    return InvalidArgument(field + ": datatype " + codec::OipDatatypeName(dtype) +
                            " has no typed contents in the protocol (send it in "
                            "raw_input_contents)");
   }
   if (const char* other = OtherContents(c, kept)) {
     return InvalidArgument(field + ": contents." + other + " does not match datatype " +
-                           DatatypeName(dtype) + " (use contents." + kept + ")");
+                           codec::OipDatatypeName(dtype) + " (use contents." + kept + ")");
   }
   auto needed = codec::ElementCount(shape, field);
   if (!needed.ok()) return needed.status();
@@ -183,49 +185,21 @@ v1::DataType OutputDType(const InferenceResponse& r, OutputTensor which, v1::Dat
 
 }  // namespace
 
-const char* DatatypeName(int dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return "FP32";
-    case v1::FLOAT16:
-      return "FP16";
-    case v1::BFLOAT16:
-      return "BF16";
-    case v1::BOOL:
-      return "BOOL";
-    case v1::INT32:
-      return "INT32";
-    case v1::INT64:
-      return "INT64";
-    default:
-      return "";
-  }
-}
-
 // Inputs are floating or BOOL; INT32/INT64 are for top-k indices, which only go out.
 StatusOr<v1::DataType> ParseDatatype(const std::string& datatype, std::string_view field) {
-  for (v1::DataType dtype : {v1::FLOAT32, v1::FLOAT16, v1::BFLOAT16, v1::BOOL}) {
-    if (datatype == DatatypeName(dtype)) return dtype;
-  }
+  const codec::DTypeInfo* d = codec::FindOipDType(datatype);
+  if (d != nullptr && d->input) return d->wire;
   return InvalidArgument(std::string(field) + ": datatype " + Quoted(datatype) +
                          " is not supported (use FP32, FP16, BF16 or BOOL)");
 }
 
 StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& r,
                                             const DecodeOptions& options) {
-  const size_t bytes = r.ByteSizeLong();
-  if (static_cast<int64_t>(bytes) > options.max_message_bytes) {
-    return ResourceExhausted("request is " + std::to_string(bytes) +
-                             " bytes, over --max-message-bytes " +
-                             std::to_string(options.max_message_bytes));
-  }
+  MHA_RETURN_IF_ERROR(CheckMessageBytes(r.ByteSizeLong(), options.max_message_bytes));
   InferCall call;
   call.request.model = r.model_name();
   call.id = r.id();
-  if (r.model_version().size() > 64) {
-    return InvalidArgument("model_version: " + std::to_string(r.model_version().size()) +
-                           " bytes, a version is at most 64 (\"3\"; \"\" = the newest)");
-  }
+  MHA_RETURN_IF_ERROR(CheckModelVersion(r.model_version()));
   call.request.model_version = r.model_version();
   call.request.protocol = Protocol::kOip;
   MHA_RETURN_IF_ERROR(DecodeControlParameters(r, &call));
@@ -266,7 +240,7 @@ Status EncodeModelInferResponse(const InferenceResponse& r,
     MHA_RETURN_IF_ERROR(codec::EncodeTensor(tensor, OutputDType(r, which, dtype), &wire));
     auto* tensor_out = out->add_outputs();
     tensor_out->set_name(OutputName(which));
-    tensor_out->set_datatype(DatatypeName(wire.dtype()));
+    tensor_out->set_datatype(codec::OipDatatypeName(wire.dtype()));
     tensor_out->mutable_shape()->CopyFrom(wire.shape());
     out->add_raw_output_contents()->swap(*wire.mutable_data());
   }

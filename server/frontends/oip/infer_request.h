@@ -56,10 +56,8 @@ inline constexpr char kTopkIndices[] = "attn_weights_topk_indices";
 inline constexpr char kHeadEntropy[] = "head_entropy";
 inline constexpr char kHeadMaxWeight[] = "head_max_weight";
 
-// The protocol's datatype names of the wire dtypes (v1::DataType values): "FP32", "FP16",
-// "BF16", "BOOL"; "" for anything else.
-const char* DatatypeName(int dtype);
-// "FP32" -> v1::FLOAT32, ...; INVALID_ARGUMENT naming `field` for any other datatype.
+// An input's datatype (proto/wire/dtype_table.h): "FP32" -> v1::FLOAT32, "FP16", "BF16", "BOOL";
+// INVALID_ARGUMENT naming `field` for any other datatype. (Names of outputs: OipDatatypeName.)
 StatusOr<v1::DataType> ParseDatatype(const std::string& datatype, std::string_view field);
 
 enum class OutputTensor {

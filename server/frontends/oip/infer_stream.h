@@ -1,72 +1,51 @@
-// ModelStreamInfer (Triton's streaming extension) as a bidi reactor, pipelined like mha.v1
-// ForwardStream: up to `stream_window` requests of one stream are decoded and in the core at once
-// (the next one is read while earlier ones compute), and the answers are written strictly in
-// request order. A request that fails does not end the stream: its answer carries error_message
-// ("CODE: message", the same message as ModelInfer) and infer_response.id/model_name; the stream
-// ends OK when the client half-closes and every answer is written, CANCELLED when a write fails or
-// the call is cancelled. Every request is counted once, by ServerCore or by RecordOutcome here.
-// Finish is the last thing a method does, after unlocking, once no core callback is outstanding,
-// so OnDone can delete the reactor safely.
+// ModelStreamInfer (Triton's streaming extension): the ordered stream reactor
+// (common/ordered_stream.h) on Open Inference Protocol messages, pipelined like mha.v1
+// ForwardStream: up to `stream_window` requests of one stream are in the core at once and the
+// answers are written strictly in request order. A request that fails does not end the stream:
+// its answer carries error_message ("CODE: message", the same message as ModelInfer) and
+// infer_response.id/model_name; the stream ends OK when the client half-closes and every answer
+// is written, CANCELLED when a write fails or the call is cancelled. Every request is counted
+// once, by ServerCore or (not decoded) by the reactor.
 #pragma once
 
-#include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <optional>
+#include <string>
+#include <vector>
 
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/frontends/grpc_v1/request_log.h"
+#include "server/frontends/common/ordered_stream.h"
 #include "server/frontends/oip/inference_service.h"
 
 namespace mha::serve::oip {
 
-class InferStreamReactor final
-    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
-                                     inference::ModelStreamInferResponse> {
- public:
-  // `core` must outlive the stream; `options` is copied.
-  InferStreamReactor(InferenceServer* core, const OipFrontendOptions& options,
-                     grpc::CallbackServerContext* context);
-
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
-  void OnCancel() override;
-  void OnDone() override;
-
- private:
+struct InferStreamPolicy {
+  using Request = inference::ModelInferRequest;
   using Response = inference::ModelStreamInferResponse;
-  // Decodes request `index` and submits it; its answer arrives through OnAnswer.
-  void Submit(int64_t index, std::shared_ptr<inference::ModelInferRequest> request);
-  void OnAnswer(int64_t index, std::unique_ptr<Response> response);
-  // Each returns with mu_ held; they start reads and writes.
-  void MaybeStartReadLocked();
-  void MaybeWriteLocked();
-  // The final status when the stream should finish now (sets finishing_); the caller calls
-  // FinishNow with it after unlocking, as its last statement.
-  std::optional<Status> ShouldFinishLocked();
-  void FinishNow(const Status& status);
+  // What the answer needs: its outputs, and the sequence step to end (sequence.h).
+  struct Pending {
+    std::vector<OutputTensor> outputs;
+    SequenceControl sequence;
+    std::string session_id;  // "" = not a session step
+  };
+  static constexpr char kMethod[] = "ModelStreamInfer";
+  static constexpr Protocol kProtocol = Protocol::kOip;
+  static constexpr bool kErrorsEndStream = false;
 
-  InferenceServer* const core_;
-  const OipFrontendOptions options_;
-  grpc::CallbackServerContext* const context_;
-  const RequestLog log_;
+  InferenceServer* core() const { return server; }
+  int window() const { return options.stream_window; }
+  static const std::string& ModelOf(const Request& request) { return request.model_name(); }
+  StatusOr<InferenceRequest> Decode(const Request& request, grpc::CallbackServerContext* context,
+                                    const RequestLog& log, Pending* outputs) const;
+  // Ends the request's sequence step (EndSequence), then encodes its answer.
+  Status Encode(const Request& request, const Pending& pending, const InferenceResponse& result,
+                Response* out) const;
+  static std::unique_ptr<Response> ErrorAnswer(const Request& request, const Status& status);
 
-  std::mutex mu_;
-  // The outstanding read's message. Each request keeps its own message until answered: the
-  // decoded tensors borrow its bytes.
-  std::shared_ptr<inference::ModelInferRequest> read_buffer_;
-  bool reading_ = false;      // a StartRead is outstanding
-  bool read_closed_ = false;  // the client half-closed
-  bool broken_ = false;       // a write failed or the call was cancelled
-  bool finishing_ = false;
-  int64_t next_read_index_ = 0;
-  int64_t next_write_index_ = 0;
-  int in_flight_ = 0;  // read, answer not back yet
-  std::map<int64_t, std::unique_ptr<Response>> ready_;
-  std::unique_ptr<Response> writing_;  // the outstanding write
-  int64_t answered_ = 0;
+  InferenceServer* server;  // not owned; outlives the stream
+  OipFrontendOptions options;
 };
+
+using InferStreamReactor = OrderedStreamReactor<InferStreamPolicy>;
 
 // The stream answer for a request that failed: error_message "CODE: message", the request's id
 // and model name.

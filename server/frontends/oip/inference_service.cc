@@ -6,10 +6,9 @@
 #include <vector>
 
 #include "mha/text.h"
-#include "proto/wire/status_convert.h"
+#include "server/frontends/common/grpc_call.h"
 #include "server/frontends/oip/infer_stream.h"
 #include "server/frontends/oip/sequence.h"
-#include "server/frontends/raw_call.h"
 #include "server/serving/observability/metrics.h"
 
 namespace mha::serve::oip {
@@ -61,133 +60,116 @@ GrpcInferenceServiceImpl::GrpcInferenceServiceImpl(InferenceServer* core,
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerLive(
     grpc::CallbackServerContext* context, const inference::ServerLiveRequest* request,
     inference::ServerLiveResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ServerLive");
-  response->set_live(true);  // answering at all is being live
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+  return Unary(context, "ServerLive", [&] {
+    response->set_live(true);  // answering at all is being live
+    return Status::Ok();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerReady(
     grpc::CallbackServerContext* context, const inference::ServerReadyRequest* request,
     inference::ServerReadyResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ServerReady");
-  response->set_ready(options_.server_ready ? options_.server_ready()
-                                            : RepositoryReady(*core_->repository()));
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+  return Unary(context, "ServerReady", [&] {
+    response->set_ready(options_.server_ready ? options_.server_ready()
+                                              : RepositoryReady(*core_->repository()));
+    return Status::Ok();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelReady(
     grpc::CallbackServerContext* context, const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ModelReady");
-  // Not ready (rather than an error) for unknown names, as Triton answers readiness probes.
-  auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
-  response->set_ready(entry.ok());
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+  return Unary(context, "ModelReady", [&] {
+    // Not ready (rather than an error) for unknown names, as Triton answers readiness probes.
+    auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
+    response->set_ready(entry.ok());
+    return Status::Ok();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerMetadata(
     grpc::CallbackServerContext* context, const inference::ServerMetadataRequest* request,
     inference::ServerMetadataResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ServerMetadata");
-  response->set_name(kServerName);
-  response->set_version(options_.server_version.empty() ? CurrentBuildInfo().version
-                                                        : options_.server_version);
-  response->add_extensions("model_configuration");
-  if (options_.metrics != nullptr) response->add_extensions("statistics");
-  response->add_extensions("sequence");
-  FinishCall(reactor, log, Status::Ok());
-  return reactor;
+  return Unary(context, "ServerMetadata", [&] {
+    response->set_name(kServerName);
+    response->set_version(options_.server_version.empty() ? CurrentBuildInfo().version
+                                                          : options_.server_version);
+    response->add_extensions("model_configuration");
+    if (options_.metrics != nullptr) response->add_extensions("statistics");
+    response->add_extensions("sequence");
+    return Status::Ok();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelMetadata(
     grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ModelMetadata");
-  auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
-  if (entry.ok()) FillModelMetadata(*entry.value(), response);
-  FinishCall(reactor, log, entry.status());
-  return reactor;
+  return Unary(context, "ModelMetadata", [&] {
+    auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
+    if (entry.ok()) FillModelMetadata(*entry.value(), response);
+    return entry.status();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ModelInfer");
-  auto call = std::make_shared<UnaryCall>();
-  if (!ParseRawMessage(*request_bytes, &call->request)) {
-    const Status status = InvalidArgument("request is not a valid inference.ModelInferRequest (" +
-                                          std::to_string(request_bytes->Length()) + " bytes)");
-    core_->RecordOutcome(std::nullopt, status, log.start, Protocol::kOip);
-    FinishCall(reactor, log, status);
-    return reactor;
-  }
-  auto decoded = DecodeCall(call->request, options_, *core_, context, log);
-  if (!decoded.ok()) {
-    core_->RecordOutcome(call->request.model_name(), decoded.status(), log.start, Protocol::kOip);
-    FinishCall(reactor, log, decoded.status());
-    return reactor;
-  }
-  InferCall& infer = decoded.value();
-  if (const Status begun = BeginSequence(core_, &infer); !begun.ok()) {  // sequence.h
-    core_->RecordOutcome(call->request.model_name(), begun, log.start, Protocol::kOip);
-    FinishCall(reactor, log, begun);
-    return reactor;
-  }
-  std::string session = infer.request.session_id;
-  // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
-  core_->Infer(
-      std::move(infer.request),
-      [reactor, response_bytes, call, outputs = std::move(infer.outputs), id = std::move(infer.id),
-       log = std::move(log), core = core_, sequence = std::move(infer.sequence),
-       session = std::move(session)](InferenceResponse result) {
-        EndSequence(core, sequence, session, result.status);
-        Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
-        if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
-        FinishCall(reactor, log, status,
-                   "model=" + result.model + " queue_us=" + std::to_string(result.queue_us) +
-                       " compute_us=" + std::to_string(result.compute_us));
-      });
-  return reactor;
+  return Unary(context, "ModelInfer", [&](const UnaryFinish& finish) {
+    const RequestLog& log = finish.log();
+    auto call = std::make_shared<UnaryCall>();
+    if (Status parsed = ParseRawRequest(*request_bytes, &call->request); !parsed.ok()) {
+      core_->RecordOutcome(std::nullopt, parsed, log.start, Protocol::kOip);
+      return finish(parsed);
+    }
+    auto decoded = DecodeCall(call->request, options_, *core_, context, log);
+    Status begun = decoded.status();
+    if (begun.ok()) begun = BeginSequence(core_, &decoded.value());  // sequence.h
+    if (!begun.ok()) {
+      core_->RecordOutcome(call->request.model_name(), begun, log.start, Protocol::kOip);
+      return finish(begun);
+    }
+    InferCall& infer = decoded.value();
+    std::string session = infer.request.session_id;
+    // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
+    core_->Infer(std::move(infer.request),
+                 [finish, response_bytes, call, outputs = std::move(infer.outputs),
+                  id = std::move(infer.id), core = core_, sequence = std::move(infer.sequence),
+                  session = std::move(session)](InferenceResponse result) {
+                   EndSequence(core, sequence, session, result.status);
+                   Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
+                   if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
+                   finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
+                 });
+  });
 }
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 GrpcInferenceServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return new InferStreamReactor(core_, options_, context);
+  return new InferStreamReactor(InferStreamPolicy{core_, options_}, context);
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelConfig(
     grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ModelConfig");
-  auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
-  if (entry.ok()) FillModelConfig(*entry.value(), options_.scheduling, response->mutable_config());
-  FinishCall(reactor, log, entry.status());
-  return reactor;
+  return Unary(context, "ModelConfig", [&] {
+    auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
+    if (entry.ok()) {
+      FillModelConfig(*entry.value(), options_.scheduling, response->mutable_config());
+    }
+    return entry.status();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
     grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "ModelStatistics");
-  if (options_.metrics == nullptr) {
-    FinishCall(reactor, log, Unimplemented("ModelStatistics: this server keeps no metrics"));
-    return reactor;
-  }
-  const Status status = FillStatisticsResponse(*core_->repository(), *options_.metrics,
-                                               request->name(), request->version(), response);
-  FinishCall(reactor, log, status);
-  return reactor;
+  return Unary(context, "ModelStatistics", [&] {
+    if (options_.metrics == nullptr) {
+      return Unimplemented("ModelStatistics: this server keeps no metrics");
+    }
+    return FillStatisticsResponse(*core_->repository(), *options_.metrics, request->name(),
+                                  request->version(), response);
+  });
 }
 
 }  // namespace mha::serve::oip

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/frontends/grpc_v1/request_log.h"
+#include "server/frontends/common/grpc_call.h"
 #include "server/frontends/oip/infer_request.h"
 #include "server/frontends/oip/model_metadata.h"
 #include "server/frontends/oip/model_statistics.h"

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/wire/dtype_table.h"
 #include "proto/wire/tensor_header.h"
 #include "server/frontends/oip/infer_request.h"
 #include "server/serving/server_core.h"
@@ -36,27 +37,20 @@ std::vector<TensorSpec> OutputSpecs(const MhaOptions& o) {
           {kHeadMaxWeight, v1::FLOAT32, {-1, o.num_heads, -1}, false}};
 }
 
+// Triton's config enum names the protocol's datatypes: TYPE_ + "FP32", ...
 inference::DataType ConfigDataType(int dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return inference::TYPE_FP32;
-    case v1::FLOAT16:
-      return inference::TYPE_FP16;
-    case v1::BFLOAT16:
-      return inference::TYPE_BF16;
-    case v1::BOOL:
-      return inference::TYPE_BOOL;
-    case v1::INT32:
-      return inference::TYPE_INT32;
-    default:
-      return inference::TYPE_INVALID;
+  inference::DataType type = inference::TYPE_INVALID;
+  const std::string name = codec::OipDatatypeName(dtype);
+  if (name.empty() || !inference::DataType_Parse("TYPE_" + name, &type)) {
+    return inference::TYPE_INVALID;
   }
+  return type;
 }
 
 void FillTensorMetadata(const TensorSpec& spec,
                         inference::ModelMetadataResponse::TensorMetadata* out) {
   out->set_name(spec.name);
-  out->set_datatype(DatatypeName(spec.dtype));
+  out->set_datatype(codec::OipDatatypeName(spec.dtype));
   for (int64_t d : spec.shape) out->add_shape(d);
 }
 

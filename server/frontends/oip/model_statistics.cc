@@ -1,7 +1,5 @@
 #include "server/frontends/oip/model_statistics.h"
 
-#include <prometheus/histogram.h>
-
 #include <cstdint>
 
 namespace mha::serve::oip {
@@ -13,33 +11,29 @@ void SetDuration(uint64_t count, uint64_t ns, inference::StatisticDuration* out)
 }
 
 // A histogram's observation count and the sum of its observations (seconds) in nanoseconds.
-void SetDuration(const prometheus::Histogram* seconds, inference::StatisticDuration* out) {
-  if (seconds == nullptr) return;
-  const prometheus::ClientMetric metric = seconds->Collect();
-  SetDuration(metric.histogram.sample_count,
-              static_cast<uint64_t>(metric.histogram.sample_sum * 1e9), out);
+void SetDuration(const AtomicHistogram::Snapshot& seconds, inference::StatisticDuration* out) {
+  SetDuration(seconds.count, static_cast<uint64_t>(seconds.sum * 1e9), out);
 }
 
 }  // namespace
 
-void FillModelStatistics(const ModelEntry& entry, const ModelMetrics& metrics,
+StatsSnapshot VersionSnapshot(const Metrics& metrics, const ModelEntry& entry) {
+  const StatsAggregator* aggregator = metrics.StatsFor(entry.name, entry.version);
+  return aggregator ? aggregator->Read() : StatsSnapshot();
+}
+
+void FillModelStatistics(const ModelEntry& entry, const StatsSnapshot& s,
                          inference::ModelStatistics* out) {
   out->set_name(entry.name);
   out->set_version(entry.version);
-  const ModelMetrics::RequestTotals totals = metrics.totals();
-  out->set_last_inference(totals.last_request_ms);
-  if (metrics.batch_rows != nullptr) {
-    out->set_inference_count(
-        static_cast<uint64_t>(metrics.batch_rows->Collect().histogram.sample_sum));
-  }
-  if (metrics.batch_size != nullptr) {
-    out->set_execution_count(metrics.batch_size->Collect().histogram.sample_count);
-  }
+  out->set_last_inference(static_cast<uint64_t>(s.last_inference_ms));
+  out->set_inference_count(static_cast<uint64_t>(s.batch_rows.sum));
+  out->set_execution_count(s.batch_size.count);
   inference::InferStatistics* stats = out->mutable_inference_stats();
-  SetDuration(totals.success_count, totals.success_ns, stats->mutable_success());
-  SetDuration(totals.fail_count, totals.fail_ns, stats->mutable_fail());
-  SetDuration(metrics.queue_duration, stats->mutable_queue());
-  SetDuration(metrics.compute_duration, stats->mutable_compute_infer());
+  SetDuration(s.ok_calls, s.ok_ns, stats->mutable_success());
+  SetDuration(s.failed_calls, s.failed_ns, stats->mutable_fail());
+  SetDuration(s.queue, stats->mutable_queue());
+  SetDuration(s.compute, stats->mutable_compute_infer());
   // Present with zeros, as Triton sends them: clients read these without checking presence.
   stats->mutable_compute_input();
   stats->mutable_compute_output();
@@ -47,21 +41,20 @@ void FillModelStatistics(const ModelEntry& entry, const ModelMetrics& metrics,
   stats->mutable_cache_miss();
 }
 
-Status FillStatisticsResponse(const ModelRepository& repository, Metrics& metrics,
+Status FillStatisticsResponse(const ModelRepository& repository, const Metrics& metrics,
                               const std::string& name, const std::string& version,
                               inference::ModelStatisticsResponse* out) {
   if (!name.empty()) {
     auto entry = repository.Resolve(name, version);
     if (!entry.ok()) return entry.status();
     const ModelEntry& e = *entry.value();
-    FillModelStatistics(e, *metrics.ForVersion(e.name, e.version), out->add_model_stats());
+    FillModelStatistics(e, VersionSnapshot(metrics, e), out->add_model_stats());
     return Status::Ok();
   }
   for (const auto& entry : repository.entries()) {  // "" = every READY model
     if (entry->state != ModelState::kReady) continue;
     if (!version.empty() && entry->version != version) continue;
-    FillModelStatistics(*entry, *metrics.ForVersion(entry->name, entry->version),
-                        out->add_model_stats());
+    FillModelStatistics(*entry, VersionSnapshot(metrics, *entry), out->add_model_stats());
   }
   return Status::Ok();
 }

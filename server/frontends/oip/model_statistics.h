@@ -1,5 +1,5 @@
-// Triton's ModelStatistics for one model, from its metrics
-// (server/serving/observability/metrics.h):
+// Triton's ModelStatistics for one model version, from its statistics aggregator
+// (server/serving/observability/stats_aggregator.h; the numbers are that version's alone):
 //   inference_stats.success / fail  requests answered OK / with an error: count and whole-call
 //                                   time (handler start -> answer), as mha_requests_total counts
 //   inference_stats.queue           queue time of requests that reached a scheduler
@@ -7,7 +7,7 @@
 //                                   counts once per request in it)
 //   inference_count                 batch rows computed (sum of B), as Triton counts batch items
 //   execution_count                 forward passes (a merged batch is one)
-//   last_inference                  when the last request was answered, ms since the epoch
+//   last_inference                  when the version last answered a request, ms since the epoch
 // compute_input, compute_output, cache_hit and cache_miss stay 0 (no separate phases, no cache);
 // batch_stats, memory_usage and response_stats are left empty.
 #pragma once
@@ -21,12 +21,14 @@
 
 namespace mha::serve::oip {
 
-void FillModelStatistics(const ModelEntry& entry, const ModelMetrics& metrics,
+void FillModelStatistics(const ModelEntry& entry, const StatsSnapshot& stats,
                          inference::ModelStatistics* out);
+// The version's statistics; zeros when it never had any (reading creates nothing).
+StatsSnapshot VersionSnapshot(const Metrics& metrics, const ModelEntry& entry);
 
 // ModelStatistics' answer (gRPC and REST): `name` "" = every READY model (of `version` when it is
 // not ""); a named model resolves as ModelMetadata does (NOT_FOUND / UNAVAILABLE / ...).
-Status FillStatisticsResponse(const ModelRepository& repository, Metrics& metrics,
+Status FillStatisticsResponse(const ModelRepository& repository, const Metrics& metrics,
                               const std::string& name, const std::string& version,
                               inference::ModelStatisticsResponse* out);
 

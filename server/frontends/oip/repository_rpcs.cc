@@ -14,9 +14,8 @@
 #include <vector>
 
 #include "mha/text.h"
-#include "server/frontends/grpc_v1/admin_auth.h"
+#include "server/frontends/common/grpc_call.h"
 #include "server/frontends/oip/inference_service.h"
-#include "server/frontends/raw_call.h"
 
 namespace mha::serve::oip {
 namespace {
@@ -51,23 +50,18 @@ Status NoController(const char* rpc) {
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryIndex(
     grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, "RepositoryIndex");
-  Status status = AuthorizeAdmin(*context, options_.admin_token);
-  if (status.ok()) {
+  return AdminUnary(context, "RepositoryIndex", options_.admin_token, [&] {
     StatusOr<std::vector<IndexEntry>> index = NoController("RepositoryIndex");
     if (options_.controller != nullptr) index = options_.controller->RepositoryIndex();
     if (!index.ok() && index.status().code() == StatusCode::kFailedPrecondition) {
       index = LoadedEntries(*core_->repository());  // mode none
     }
-    status = index.status();
     for (const IndexEntry& row : index.ok() ? *index : std::vector<IndexEntry>()) {
       if (request->ready() && row.state != ModelState::kReady) continue;
       FillModelIndex(row, response->add_models());
     }
-  }
-  FinishCall(reactor, log, status);
-  return reactor;
+    return index.status();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryModelLoad(
@@ -88,19 +82,12 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryModelUnload(
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ControlModel(
     grpc::CallbackServerContext* context, const char* rpc, const std::string& model,
     Status parameters, ControlAction action) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RequestLog log = StartRequest(context, rpc);
-  Status status = AuthorizeAdmin(*context, options_.admin_token);
-  if (status.ok()) status = std::move(parameters);
-  if (status.ok() && options_.controller == nullptr) status = NoController(rpc);
-  if (!status.ok()) {
-    FinishCall(reactor, log, status);
-    return reactor;
-  }
-  const std::string detail = "model=" + Abbreviate(model);
-  (options_.controller->*action)(
-      model, [reactor, log, detail](Status done) { FinishCall(reactor, log, done, detail); });
-  return reactor;
+  return AdminUnary(context, rpc, options_.admin_token, [&](const UnaryFinish& finish) {
+    if (!parameters.ok()) return finish(parameters);
+    if (options_.controller == nullptr) return finish(NoController(rpc));
+    const std::string detail = "model=" + Abbreviate(model);
+    (options_.controller->*action)(model, [finish, detail](Status done) { finish(done, detail); });
+  });
 }
 
 }  // namespace mha::serve::oip

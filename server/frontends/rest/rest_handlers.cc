@@ -7,7 +7,6 @@
 #include "server/frontends/oip/model_statistics.h"
 #include "server/frontends/rest/http_status.h"
 #include "server/frontends/rest/proto_json.h"
-#include "server/frontends/trace_context.h"
 
 namespace mha::serve::rest {
 namespace {
@@ -30,16 +29,11 @@ std::string Dump(const nlohmann::json& j) {
 }  // namespace
 
 RequestLog BeginRequest(const httplib::Request& req, httplib::Response& res, const char* method) {
-  RequestLog log;
-  log.method = method;
-  log.start = Clock::now();
-  log.peer = "http:" + req.remote_addr + ":" + std::to_string(req.remote_port);
-  const std::string id = req.get_header_value(kRequestIdHeader);
-  log.request_id = id.empty() ? GenerateRequestId() : id.substr(0, 128);
+  RequestLog log = NewRequestLog(method, req.get_header_value(kRequestIdHeader),
+                                 "http:" + req.remote_addr + ":" + std::to_string(req.remote_port),
+                                 req.get_header_value(kTraceParentKey));
   res.set_header(kRequestIdHeader, log.request_id);
-  const std::string traceparent = req.get_header_value(kTraceParentKey);
-  log.trace_id = TraceIdOf(traceparent);
-  if (!log.trace_id.empty()) res.set_header(kTraceParentKey, traceparent);
+  if (!log.traceparent.empty()) res.set_header(kTraceParentKey, log.traceparent);
   return log;
 }
 

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/frontends/grpc_v1/request_log.h"
+#include "server/frontends/common/request_log.h"
 #include "server/frontends/rest/rest_server.h"
 
 namespace mha::serve::rest {

@@ -8,10 +8,11 @@
 //   {"unload_dependents": bool}}? -> {}
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "mha/text.h"
-#include "server/frontends/grpc_v1/admin_auth.h"
+#include "server/frontends/common/admin_auth.h"
 #include "server/frontends/oip/model_metadata.h"
 #include "server/frontends/rest/proto_json.h"
 #include "server/frontends/rest/rest_handlers.h"
@@ -20,9 +21,9 @@ namespace mha::serve::rest {
 namespace {
 
 Status Authorize(const RestContext& c, const httplib::Request& req) {
-  if (!req.has_header("Authorization")) return AuthorizeAdminValue(nullptr, c.options->admin_token);
+  if (!req.has_header("Authorization")) return AuthorizeAdmin(std::nullopt, c.options->admin_token);
   const std::string value = req.get_header_value("Authorization");
-  return AuthorizeAdminValue(&value, c.options->admin_token);
+  return AuthorizeAdmin(value, c.options->admin_token);
 }
 
 // The request body: empty, or a JSON object of at most a few keys (bounded like infer bodies).

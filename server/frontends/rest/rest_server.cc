@@ -5,8 +5,10 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <utility>
 
+#include "server/frontends/common/request_limits.h"
 #include "server/frontends/rest/http_status.h"
 #include "server/frontends/rest/rest_handlers.h"
 #include "server/serving/observability/metrics_http.h"
@@ -37,8 +39,14 @@ void FillErrorBody(const httplib::Request& req, httplib::Response& res, int64_t 
   if (res.status == 404) {
     status = NotFound("no such endpoint: " + req.method + " " + req.path.substr(0, 128));
   } else if (res.status == 413) {
-    status = ResourceExhausted("request body is " + req.get_header_value("Content-Length") +
-                               " bytes, over --max-message-bytes " + std::to_string(max_bytes));
+    // The limit's own message (request_limits.h); a body without Content-Length (chunked) was
+    // cut off past the limit, so its size is not known.
+    const std::string length = req.get_header_value("Content-Length");
+    status = CheckMessageBytes(std::strtoull(length.c_str(), nullptr, 10), max_bytes);
+    if (status.ok()) {
+      status = ResourceExhausted("request body is over --max-message-bytes " +
+                                 std::to_string(max_bytes));
+    }
   } else if (res.status == 405) {
     status = InvalidArgument("method " + req.method + " is not allowed on " + req.path);
   } else {

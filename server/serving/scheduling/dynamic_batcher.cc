@@ -27,7 +27,7 @@ Status ForwardSafely(const BatchForwardFn& forward, const ForwardInputs& in, For
 }  // namespace
 
 DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, BatchForwardFn forward,
-                               BatcherOptions options, ModelMetrics* metrics)
+                               BatcherOptions options, StatsAggregator* metrics)
     : model_name_(std::move(model_name)),
       info_(info),
       forward_(std::move(forward)),
@@ -42,7 +42,7 @@ DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, Batc
 std::unique_ptr<DynamicBatcher> DynamicBatcher::ForModel(std::shared_ptr<const MhaModel> model,
                                                          std::string model_name,
                                                          BatcherOptions options,
-                                                         ModelMetrics* metrics,
+                                                         StatsAggregator* metrics,
                                                          int64_t debug_forward_delay_ms) {
   const BatchModelInfo info = MakeBatchModelInfo(*model);
   // Tasks were validated by ServerCore and merged batches are valid by construction.

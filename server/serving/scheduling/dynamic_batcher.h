@@ -34,7 +34,7 @@
 
 namespace mha::serve {
 
-class ModelMetrics;
+class StatsAggregator;
 
 struct BatcherOptions {
   // false: one request per pass (the merging limits below do not apply); true: merged passes.
@@ -71,11 +71,11 @@ class DynamicBatcher final : public ModelRunner {
  public:
   // `metrics` may be null; `model_name` labels the metrics and logs.
   DynamicBatcher(std::string model_name, BatchModelInfo info, BatchForwardFn forward,
-                 BatcherOptions options, ModelMetrics* metrics = nullptr);
+                 BatcherOptions options, StatsAggregator* metrics = nullptr);
   // The batcher of a real model: its ForwardValidated and BatchModelInfo.
   static std::unique_ptr<DynamicBatcher> ForModel(std::shared_ptr<const MhaModel> model,
                                                   std::string model_name, BatcherOptions options,
-                                                  ModelMetrics* metrics = nullptr,
+                                                  StatsAggregator* metrics = nullptr,
                                                   int64_t debug_forward_delay_ms = 0);
   ~DynamicBatcher() override;
 
@@ -116,7 +116,7 @@ class DynamicBatcher final : public ModelRunner {
   const BatchModelInfo info_;
   const BatchForwardFn forward_;
   const BatcherOptions options_;
-  ModelMetrics* const metrics_;
+  StatsAggregator* const metrics_;
   int64_t debug_delay_ms_ = 0;  // test-only (ForModel): session passes sleep first, as forward_
 
   mutable std::mutex mu_;

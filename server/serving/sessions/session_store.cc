@@ -25,7 +25,7 @@ const char* KvFullPolicyName(KvFullPolicy policy) {
 
 SessionStore::SessionStore(SessionOptions options, std::shared_ptr<const MhaModel> model,
                            SessionLocation location, std::shared_ptr<SessionDirectory> directory,
-                           ModelRunner* runner, ModelMetrics* metrics)
+                           ModelRunner* runner, StatsAggregator* metrics)
     : options_(options),
       model_(std::move(model)),
       location_(std::move(location)),
@@ -76,7 +76,7 @@ void SessionStore::SweepLocked(Clock::time_point now) {
 
 void SessionStore::SweepExpired() {
   std::lock_guard<std::mutex> lock(mu_);
-  SweepLocked(Clock::now());
+  SweepLocked(options_.clock->Now());
 }
 
 // Frees `blocks` blocks under evict-lru by ending idle sessions (never `keep`), least recently
@@ -143,7 +143,7 @@ StatusOr<SessionInfo> SessionStore::Open(const OpenSessionParams& params) {
   session->info.max_tokens = params.max_tokens;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    SweepLocked(Clock::now());
+    SweepLocked(options_.clock->Now());
     MHA_RETURN_IF_ERROR(EnsurePoolLocked());
     session->info.block_tokens = pool_->block_tokens();
     session->cache = std::make_unique<KvCache>(pool_, params.batch_size);
@@ -163,7 +163,7 @@ StatusOr<SessionInfo> SessionStore::Open(const OpenSessionParams& params) {
   // atomically (the session's blocks go back to the pool with `session`).
   MHA_RETURN_IF_ERROR(directory_->Add(session->info.id, location_));
   session->info.blocks = session->cache->blocks_held();
-  session->last_used = Clock::now();
+  session->last_used = options_.clock->Now();
   sessions_[session->info.id] = session;
   PublishLocked();
   return session->info;
@@ -174,7 +174,7 @@ StatusOr<SessionInfo> SessionStore::Close(const std::string& id) {
   SessionInfo info;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    SweepLocked(Clock::now());
+    SweepLocked(options_.clock->Now());
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return directory_->NotFoundFor(id);
     SessionPtr session = it->second;
@@ -247,7 +247,7 @@ void SessionStore::Step(const std::string& id, InferenceTask task, DoneCallback 
   action.pending = Pending{std::move(task), std::move(done)};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    SweepLocked(Clock::now());
+    SweepLocked(options_.clock->Now());
     auto it = sessions_.find(id);
     if (it == sessions_.end()) {
       action.status = directory_->NotFoundFor(id);
@@ -305,7 +305,7 @@ void SessionStore::OnStepDone(const SessionPtr& session, int64_t tokens, Inferen
     std::lock_guard<std::mutex> lock(mu_);
     Session& s = *session;
     if (result.status.ok()) s.info.tokens += tokens;
-    s.last_used = Clock::now();
+    s.last_used = options_.clock->Now();
     result.session_tokens = s.info.tokens;
     has_next = NextLocked(session, &next);
     PublishLocked();

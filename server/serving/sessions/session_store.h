@@ -29,7 +29,7 @@
 
 namespace mha::serve {
 
-class ModelMetrics;
+class StatsAggregator;
 
 enum class KvFullPolicy {
   kRefuse,    // new sessions and steps that need blocks get RESOURCE_EXHAUSTED
@@ -42,6 +42,7 @@ const char* KvFullPolicyName(KvFullPolicy policy);
 struct SessionOptions {
   KvPoolOptions pool;            // per model version: --kv-cache-bytes, --kv-block-tokens
   int64_t idle_timeout_s = 600;  // --session-idle-timeout-s: idle longer ends it; 0 = never
+  const ClockSource* clock = &RealClock();           // idle time is read here (tests: a FakeClock)
   KvFullPolicy full_policy = KvFullPolicy::kRefuse;  // --kv-cache-full-policy
   size_t max_pending_steps = 16;  // steps of one session waiting behind the one in flight
   // A step's estimated working memory and response (server/serving/budget.h), as for any request:
@@ -71,7 +72,7 @@ class SessionStore {
   // `runner` (the version's scheduler) and `metrics` (may be null) outlive the store.
   SessionStore(SessionOptions options, std::shared_ptr<const MhaModel> model,
                SessionLocation location, std::shared_ptr<SessionDirectory> directory,
-               ModelRunner* runner, ModelMetrics* metrics);
+               ModelRunner* runner, StatsAggregator* metrics);
   ~SessionStore();  // ends every session: "its model version was unloaded"
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
@@ -133,7 +134,7 @@ class SessionStore {
   const SessionLocation location_;
   const std::shared_ptr<SessionDirectory> directory_;
   ModelRunner* const runner_;
-  ModelMetrics* const metrics_;
+  StatsAggregator* const metrics_;
 
   mutable std::mutex mu_;
   std::shared_ptr<KvBlockPool> pool_;  // made on the first Open

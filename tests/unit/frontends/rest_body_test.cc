@@ -6,11 +6,11 @@
 #include <cstring>
 #include <string>
 
+#include "server/frontends/common/trace_context.h"
 #include "server/frontends/rest/http_status.h"
 #include "server/frontends/rest/infer_body.h"
 #include "server/frontends/rest/infer_response.h"
 #include "server/frontends/rest/proto_json.h"
-#include "server/frontends/trace_context.h"
 
 namespace mha::serve::rest {
 namespace {

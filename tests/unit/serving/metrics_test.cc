@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "batch_test_util.h"
 #include "server/serving/observability/metrics_http.h"
@@ -185,6 +187,66 @@ TEST(MetricsTest, UnbatchedSchedulerRecordsEachPassAsABatchOfOne) {
   EXPECT_EQ(Sample(text, R"(mha_batch_rows_sum{model="enc"})"), 4);
   EXPECT_EQ(Sample(text, R"(mha_padding_efficiency_sum{model="enc"})"), 2);
   EXPECT_EQ(Sample(text, R"(mha_queue_depth{model="enc"})"), 0);
+}
+
+// One aggregator per model version: each version's statistics are its own, /metrics sums them per
+// model, and reading (StatsFor, Serialize) never creates an aggregator or a series.
+TEST(StatsAggregatorTest, VersionsKeepTheirOwnNumbersAndReadingCreatesNothing) {
+  Metrics metrics(TestBuild());
+  StatsAggregator* one = metrics.ForVersion("enc", "1");
+  StatsAggregator* two = metrics.ForVersion("enc", "2");
+  one->RecordRequest(StatusCode::kOk, 0.001);
+  one->RecordOutcome(true, 2, 10, 20);
+  two->RecordRequest(StatusCode::kInvalidArgument, 0.002, Protocol::kOip);
+  two->RecordOutcome(false, 0, 0, 0);
+  const StatsSnapshot a = one->Read(), b = two->Read();
+  EXPECT_EQ(a.success_count, 1);
+  EXPECT_EQ(a.failure_count, 0);
+  EXPECT_EQ(a.inference_count, 2);
+  EXPECT_EQ(a.queue_ns, 10000);
+  EXPECT_EQ(a.compute_ns, 20000);
+  EXPECT_EQ(a.ok_calls, 1u);
+  EXPECT_EQ(b.success_count, 0);
+  EXPECT_EQ(b.failure_count, 1);
+  EXPECT_EQ(b.failed_calls, 1u);
+  EXPECT_EQ(b.Calls(StatusCode::kInvalidArgument), 1u);
+
+  EXPECT_EQ(metrics.StatsFor("enc", "3"), nullptr);
+  EXPECT_EQ(metrics.StatsFor("nope", ""), nullptr);
+  const std::string text = metrics.Serialize();
+  EXPECT_EQ(metrics.StatsFor("nope", ""), nullptr);
+  EXPECT_EQ(text.find("model=\"nope\""), std::string::npos);
+  EXPECT_EQ(Sample(text, R"(mha_requests_total{code="OK",model="enc"})"), 1);
+  EXPECT_EQ(Sample(text, R"(mha_requests_total{code="INVALID_ARGUMENT",model="enc"})"), 1);
+  EXPECT_EQ(Sample(text, R"(mha_protocol_requests_total{code="INVALID_ARGUMENT",protocol="oip"})"),
+            1);
+  EXPECT_EQ(Sample(text, R"(mha_sessions_open{model="enc",version="2"})"), 0);
+}
+
+// Recording takes no lock and loses nothing: threads recording at once add up exactly.
+TEST(StatsAggregatorTest, ConcurrentRecordingAddsUpExactly) {
+  StatsAggregator stats("enc", "1");
+  constexpr int kThreads = 4, kEach = 20000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&stats] {
+      for (int i = 0; i < kEach; ++i) {
+        stats.RecordRequest(StatusCode::kOk, 0.5);
+        stats.RecordBatch(2, 3, 4, 8);
+        stats.AddInflight(1);
+        stats.AddInflight(-1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const StatsSnapshot s = stats.Read();
+  EXPECT_EQ(s.ok_calls, static_cast<uint64_t>(kThreads * kEach));
+  EXPECT_EQ(s.request.count, static_cast<uint64_t>(kThreads * kEach));
+  EXPECT_EQ(s.request.sum, 0.5 * kThreads * kEach);
+  EXPECT_EQ(s.execution_count, kThreads * kEach);
+  EXPECT_EQ(s.batch_rows.sum, 3.0 * kThreads * kEach);
+  EXPECT_EQ(s.padded_tokens, 8.0 * kThreads * kEach);
+  EXPECT_EQ(s.inflight, 0);
 }
 
 }  // namespace

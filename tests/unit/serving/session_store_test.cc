@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "mha/loader.h"
+#include "server/serving/observability/stats_aggregator.h"
 #include "test_util.h"
 
 namespace mha::serve {
@@ -119,6 +120,40 @@ TEST(SessionStore, StepsOfOneSessionWaitBehindTheOneInFlightAndApplyInOrder) {
     EXPECT_TRUE(TensorsNear(r.outputs.output, f.c.expected_output.narrow(1, p, 1), 1e-5));
   }
   EXPECT_EQ(runner.queue_depth(), 0u);
+}
+
+// Idle expiry on a fake clock (no sleeping): a session idle up to the timeout keeps stepping; past
+// it, the next call finds it expired and its KV blocks are back in the pool.
+TEST(SessionStore, IdleSessionsExpireWhenTheClockPassesTheTimeout) {
+  const Fixture f = Load();
+  HeldRunner runner;
+  FakeClock clock;
+  SessionOptions o = Options(8);
+  o.idle_timeout_s = 1;
+  o.clock = &clock;
+  StatsAggregator stats("m", "1");
+  SessionStore store(o, f.model, {"m", "1"}, std::make_shared<SessionDirectory>(), &runner, &stats);
+  auto info = store.Open(OpenSessionParams{2, 12, {}, {}});
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  Answers answers;
+  store.Step(info->id, StepTask(f, 0), answers.Callback());
+  runner.RunOldest();
+  ASSERT_EQ(answers.results.size(), 1u);
+  EXPECT_EQ(stats.Read().kv_blocks_used, 2);  // one block per row
+  clock.Advance(std::chrono::milliseconds(999));
+  store.Step(info->id, StepTask(f, 1), answers.Callback());
+  runner.RunOldest();
+  ASSERT_EQ(answers.results.size(), 2u);
+  EXPECT_TRUE(answers.results[1].status.ok()) << answers.results[1].status.ToString();
+  clock.Advance(std::chrono::milliseconds(1001));
+  store.Step(info->id, StepTask(f, 2), answers.Callback());
+  ASSERT_EQ(answers.results.size(), 3u);  // refused at once: nothing reached the runner
+  EXPECT_EQ(answers.results[2].status.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(answers.results[2].status.message(),
+                       "expired: idle for more than --session-idle-timeout-s 1 s"))
+      << answers.results[2].status.message();
+  EXPECT_EQ(stats.Read().kv_blocks_used, 0);
+  EXPECT_EQ(stats.Read().sessions_open, 0);
 }
 
 TEST(SessionStore, CloseAnswersWaitingStepsAndGivesBlocksBackAfterTheStepInFlight) {

@@ -1,12 +1,12 @@
-// ServerCore's reload of one model: rescan, plan (what stays, what loads), load beside what
-// serves, switch, retire. See "Lifecycle" in server_core.h.
+// ModelLifecycle's reload of one model: rescan, plan (what stays, what loads), load beside what
+// serves, switch, retire (model_lifecycle.h).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 
-#include "server/serving/server_core.h"
+#include "server/serving/lifecycle/model_lifecycle.h"
 
 namespace fs = std::filesystem;
 
@@ -92,7 +92,7 @@ static ReloadPlan PlanReload(
   return plan;
 }
 
-Status ServerCore::ReloadModel(const std::string& name, bool retry_failed) {
+Status ModelLifecycle::ReloadModel(const std::string& name, bool retry_failed) {
   std::error_code ec;
   if (!fs::is_directory(fs::path(options_.model_repository) / name, ec)) {
     return NotFound("model '" + name + "' has no folder in --model-repository (models: " +
@@ -133,19 +133,19 @@ Status ServerCore::ReloadModel(const std::string& name, bool retry_failed) {
                       std::move(plan.to_load), std::move(plan.failed), std::move(old_handles));
 }
 
-Status ServerCore::FinishReload(const std::string& name, std::vector<EntryPtr> entries,
-                                HandleMap handles, std::vector<ModelEntry> loaded,
-                                std::vector<ModelEntry> failed, HandleMap old_handles) {
+Status ModelLifecycle::FinishReload(const std::string& name, std::vector<EntryPtr> entries,
+                                    HandleMap handles, std::vector<ModelEntry> loaded,
+                                    std::vector<ModelEntry> failed, HandleMap old_handles) {
   Status result;
   for (auto& e : failed) {
     LogModel(e, false);
-    metrics_.RecordModelLoad(name, false, 0);
+    metrics_->RecordModelLoad(name, false, 0);
     loaded.push_back(std::move(e));
   }
   for (auto& e : loaded) {
     const auto key = std::make_pair(name, e.version);
     if (e.state == ModelState::kReady) {
-      handles[key] = MakeHandle(std::move(e));
+      handles[key] = make_handle_(std::move(e));
       entries.push_back(handles[key]->entry);
       continue;
     }

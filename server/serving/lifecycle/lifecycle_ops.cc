@@ -1,5 +1,5 @@
-// ServerCore's model lifecycle: load / reload / unload on the lifecycle thread, repository
-// polling, warmup, the repository index. See "Lifecycle" in server_core.h.
+// ModelLifecycle's operations after the start-up load: load / unload on the lifecycle thread,
+// repository polling, retiring replaced handles, the repository index (model_lifecycle.h).
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "server/serving/server_core.h"
+#include "server/serving/lifecycle/model_lifecycle.h"
 
 namespace fs = std::filesystem;
 
@@ -24,31 +24,6 @@ Status CheckModelName(const std::string& name) {
                            name.substr(0, 128) + "'");
   }
   return Status::Ok();
-}
-
-// Warmup passes on a freshly loaded version (config.json "warmup"): FAILED when one fails.
-void Warmup(ModelEntry* entry) {
-  if (entry->state != ModelState::kReady || entry->config.warmup.empty()) return;
-  const Clock::time_point start = Clock::now();
-  const int64_t embed = entry->model->options().embed_dim;
-  for (size_t i = 0; i < entry->config.warmup.size(); ++i) {
-    const WarmupShape& shape = entry->config.warmup[i];
-    ForwardInputs in;
-    in.query = at::linspace(-1, 1, shape.batch * shape.seq * embed)
-                   .reshape({shape.batch, shape.seq, embed});
-    in.need_weights = shape.need_weights;
-    ForwardOutputs out;
-    Status status = entry->model->Forward(in, &out);
-    if (!status.ok()) {
-      entry->state = ModelState::kFailed;
-      entry->error = "warmup[" + std::to_string(i) + "] (batch " + std::to_string(shape.batch) +
-                     ", seq " + std::to_string(shape.seq) + ") failed: " + status.ToString();
-      entry->model.reset();
-      return;
-    }
-  }
-  spdlog::info("model {} v{} warmup: {} passes in {:.1f} ms", entry->name, entry->version,
-               entry->config.warmup.size(), MicrosBetween(start, Clock::now()) / 1000.0);
 }
 
 }  // namespace
@@ -72,15 +47,7 @@ StatusOr<ModelControlMode> ParseModelControlMode(const std::string& text) {
   return InvalidArgument("--model-control-mode must be none, poll or explicit, got '" + text + "'");
 }
 
-void ServerCore::LoadAndWarm(ModelEntry* entry) {
-  const Clock::time_point start = Clock::now();
-  LoadModelEntry(options_.overrides, entry);
-  Warmup(entry);
-  const double seconds = MicrosBetween(start, Clock::now()) * 1e-6;
-  metrics_.RecordModelLoad(entry->name, entry->state == ModelState::kReady, seconds);
-}
-
-Status ServerCore::ControlAllowed(bool loads) const {
+Status ModelLifecycle::ControlAllowed(bool loads) const {
   switch (options_.model_control) {
     case ModelControlMode::kNone:
       return FailedPrecondition(
@@ -98,7 +65,7 @@ Status ServerCore::ControlAllowed(bool loads) const {
   return Internal("unknown model control mode");
 }
 
-void ServerCore::Enqueue(std::function<void()> op, const Callback& refused) {
+void ModelLifecycle::Enqueue(std::function<void()> op, const Callback& refused) {
   {
     std::lock_guard<std::mutex> lock(ops_mu_);
     if (!stopping_) {
@@ -110,7 +77,7 @@ void ServerCore::Enqueue(std::function<void()> op, const Callback& refused) {
   refused(Unavailable("server is shutting down"));
 }
 
-void ServerCore::LoadModel(const std::string& name, Callback done) {
+void ModelLifecycle::LoadModel(const std::string& name, Callback done) {
   Status allowed = ControlAllowed(true);
   if (allowed.ok()) allowed = CheckModelName(name);
   if (!allowed.ok()) return done(allowed);
@@ -121,7 +88,7 @@ void ServerCore::LoadModel(const std::string& name, Callback done) {
       done);
 }
 
-void ServerCore::UnloadModel(const std::string& name, Callback done) {
+void ModelLifecycle::UnloadModel(const std::string& name, Callback done) {
   Status allowed = ControlAllowed(true);
   if (allowed.ok()) allowed = CheckModelName(name);
   if (!allowed.ok()) return done(allowed);
@@ -130,7 +97,7 @@ void ServerCore::UnloadModel(const std::string& name, Callback done) {
           done);
 }
 
-void ServerCore::LifecycleLoop() {
+void ModelLifecycle::LifecycleLoop() {
   Clock::time_point next_poll = Clock::now() + options_.poll_interval;
   std::unique_lock<std::mutex> lock(ops_mu_);
   auto wake = [this] { return stopping_ || !ops_.empty(); };
@@ -152,7 +119,7 @@ void ServerCore::LifecycleLoop() {
   }
 }
 
-void ServerCore::PollRepository() {
+void ModelLifecycle::PollRepository() {
   auto folders = ListModelFolders(options_.model_repository);
   if (!folders.ok()) {  // keep serving what is loaded; the folder may be back next time
     spdlog::error("repository poll: {}", folders.status().ToString());
@@ -170,10 +137,10 @@ void ServerCore::PollRepository() {
   }
 }
 
-void ServerCore::PublishModel(const std::string& name, std::vector<EntryPtr> entries,
-                              HandleMap handles) {
+void ModelLifecycle::PublishModel(const std::string& name, std::vector<EntryPtr> entries,
+                                  HandleMap handles) {
   auto current = Current();
-  auto state = std::make_shared<State>();
+  auto state = std::make_shared<ServingState>();
   for (const auto& e : current->repository->entries()) {
     if (e->name != name) entries.push_back(e);
   }
@@ -186,16 +153,16 @@ void ServerCore::PublishModel(const std::string& name, std::vector<EntryPtr> ent
   Publish(std::move(state));
 }
 
-void ServerCore::RetireAndDrain(const std::string& name, std::vector<EntryPtr> entries,
-                                HandleMap handles,
-                                std::vector<std::shared_ptr<ModelHandle>> retired) {
+void ModelLifecycle::RetireAndDrain(const std::string& name, std::vector<EntryPtr> entries,
+                                    HandleMap handles,
+                                    std::vector<std::shared_ptr<ModelHandle>> retired) {
   bool ready = false;
-  for (const auto& h : retired) metrics_.SetVersionReady(name, h->entry->version, false);
+  for (const auto& h : retired) metrics_->SetVersionReady(name, h->entry->version, false);
   for (const auto& e : entries) {
     ready = ready || e->state == ModelState::kReady;
-    metrics_.SetVersionReady(name, e->version, e->state == ModelState::kReady);
+    metrics_->SetVersionReady(name, e->version, e->state == ModelState::kReady);
   }
-  metrics_.SetModelLoaded(name, ready);
+  metrics_->SetModelLoaded(name, ready);
   if (retired.empty()) return PublishModel(name, std::move(entries), std::move(handles));
   std::vector<EntryPtr> shown = entries;
   for (const auto& handle : retired) {
@@ -217,13 +184,13 @@ void ServerCore::RetireAndDrain(const std::string& name, std::vector<EntryPtr> e
   for (const auto& handle : retired_) {
     spdlog::info("model {} v{} unloaded (its requests were answered)", handle->entry->name,
                  handle->entry->version);
-    metrics_.RecordModelUnload(handle->entry->name);
+    metrics_->RecordModelUnload(handle->entry->name);
   }
   retired_.clear();  // ~ModelHandle: the idle schedulers stop, on this thread
   PublishModel(name, std::move(entries), std::move(handles));
 }
 
-Status ServerCore::Unload(const std::string& name) {
+Status ModelLifecycle::Unload(const std::string& name) {
   std::vector<std::shared_ptr<ModelHandle>> retired;
   {  // no reference to the current state may outlive this block: it holds the handles
     auto current = Current();
@@ -236,11 +203,11 @@ Status ServerCore::Unload(const std::string& name) {
     }
   }
   RetireAndDrain(name, {}, {}, std::move(retired));
-  metrics_.RemoveModelLoaded(name);
+  metrics_->RemoveModelLoaded(name);
   return Status::Ok();
 }
 
-StatusOr<std::vector<IndexEntry>> ServerCore::RepositoryIndex() const {
+StatusOr<std::vector<IndexEntry>> ModelLifecycle::RepositoryIndex() const {
   MHA_RETURN_IF_ERROR(ControlAllowed(false));
   auto folders = ListModelFolders(options_.model_repository);
   if (!folders.ok()) return folders.status();

@@ -1,11 +1,10 @@
-#include "server/frontends/grpc_v1/admin_auth.h"
+#include "server/frontends/common/admin_auth.h"
 
 #include <fstream>
 
 namespace mha::serve {
 namespace {
 
-constexpr char kAuthorization[] = "authorization";
 constexpr char kBearer[] = "Bearer ";
 
 // Compares in time independent of where the strings differ.
@@ -25,26 +24,18 @@ std::string Trim(const std::string& s) {
 
 }  // namespace
 
-Status AuthorizeAdmin(const grpc::CallbackServerContext& context, const std::string& token) {
+Status AuthorizeAdmin(std::optional<std::string_view> authorization, const std::string& token) {
   if (token.empty()) return Status::Ok();
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kAuthorization);
-  if (it == metadata.end()) return AuthorizeAdminValue(nullptr, token);
-  const std::string value(it->second.data(), it->second.size());
-  return AuthorizeAdminValue(&value, token);
-}
-
-Status AuthorizeAdminValue(const std::string* value, const std::string& token) {
-  if (token.empty()) return Status::Ok();
-  if (value == nullptr) {
+  if (!authorization) {
     return Unauthenticated(
         "model control needs 'authorization: Bearer <token>' metadata (--admin-token-file is "
         "set)");
   }
-  if (value->rfind(kBearer, 0) != 0) {
+  const std::string value(*authorization);
+  if (value.rfind(kBearer, 0) != 0) {
     return Unauthenticated("authorization metadata must be 'Bearer <token>'");
   }
-  if (!SameToken(value->substr(sizeof(kBearer) - 1), token)) {
+  if (!SameToken(value.substr(sizeof(kBearer) - 1), token)) {
     return PermissionDenied("the admin token does not match --admin-token-file");
   }
   return Status::Ok();

@@ -10,8 +10,6 @@
 
 namespace mha::serve {
 
-inline constexpr char kTraceParentKey[] = "traceparent";
-
 // The trace id of a valid traceparent; "" when `value` is not one (wrong length or shape,
 // upper-case or non-hex digits, version ff, an all-zero trace or parent id). Versions above 00
 // may append fields ("-..."), which are allowed.

@@ -1,0 +1,132 @@
+// What the gRPC front ends share around a call: the request log and admin token read from the
+// call's metadata (the protocol-neutral parts are request_log.h and admin_auth.h), raw
+// (ByteBuffer) messages parsed and serialized by the handler itself (so that bytes that do not
+// parse get a precise INVALID_ARGUMENT instead of gRPC's empty UNIMPLEMENTED), and the frame of
+// every unary handler (Unary, AdminUnary): start the log, check the admin token, run the body,
+// finish with the converted status and one log line.
+#pragma once
+
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
+#include <grpcpp/support/server_callback.h>
+
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "mha/status.h"
+#include "proto/wire/status_convert.h"
+#include "server/frontends/common/admin_auth.h"
+#include "server/frontends/common/request_log.h"
+
+namespace mha::serve {
+
+// Reads or generates the request id and adds it to the call's initial metadata, with the
+// client's traceparent when it is valid (call before the first write or Finish).
+RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method);
+
+// Every x-session-id value the call carries must equal `body_id` (CheckSessionHeader).
+Status CheckSessionHeader(const grpc::CallbackServerContext* context, const std::string& body_id);
+
+// The call's deadline on the steady clock (time_point::max() when it has none).
+Clock::time_point SteadyDeadline(const grpc::CallbackServerContext* context);
+
+// AuthorizeAdmin on the call's "authorization" metadata.
+Status AuthorizeAdmin(const grpc::CallbackServerContext& context, const std::string& token);
+
+// Parses `bytes` into `message` without copying the slices.
+template <typename Message>
+bool ParseRawMessage(const grpc::ByteBuffer& bytes, Message* message) {
+  grpc::ByteBuffer shared(bytes);  // shares the slices, no copy
+  grpc::ProtoBufferReader reader(&shared);
+  return message->ParseFromZeroCopyStream(&reader);
+}
+
+// ParseRawMessage for a request: INVALID_ARGUMENT "request is not a valid <message's full name>
+// (N bytes)" when the bytes do not parse.
+template <typename Message>
+Status ParseRawRequest(const grpc::ByteBuffer& bytes, Message* message) {
+  if (ParseRawMessage(bytes, message)) return Status::Ok();
+  return InvalidArgument("request is not a valid " + Message::descriptor()->full_name() + " (" +
+                         std::to_string(bytes.Length()) + " bytes)");
+}
+
+template <typename Message>
+Status SerializeRawMessage(const Message& message, grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  const grpc::Status s = grpc::SerializationTraits<Message>::Serialize(message, out, &own_buffer);
+  return s.ok() ? Status::Ok() : Internal("encoding the response failed: " + s.error_message());
+}
+
+// Logs the outcome (LogOutcome) and finishes the call with the converted status.
+inline void FinishCall(grpc::ServerUnaryReactor* reactor, const RequestLog& log,
+                       const Status& status, const std::string& detail = "") {
+  LogOutcome(log, status, detail);
+  reactor->Finish(codec::ToGrpcStatus(status));
+}
+
+// A unary body's answer with the detail its success log line carries ("model=...").
+struct UnaryAnswer {
+  Status status;
+  std::string detail;
+};
+
+// Finishes one unary call (FinishCall); copyable, so that a callback can answer later. Call once.
+class UnaryFinish {
+ public:
+  UnaryFinish(grpc::ServerUnaryReactor* reactor, RequestLog log)
+      : reactor_(reactor), log_(std::move(log)) {}
+  const RequestLog& log() const { return log_; }
+  void operator()(const Status& status, const std::string& detail = "") const {
+    FinishCall(reactor_, log_, status, detail);
+  }
+  void operator()(const UnaryAnswer& answer) const { (*this)(answer.status, answer.detail); }
+
+ private:
+  grpc::ServerUnaryReactor* reactor_;
+  RequestLog log_;
+};
+
+namespace internal {
+
+template <class F>
+grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context, const char* method,
+                                   const std::string* admin_token, F&& body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  UnaryFinish finish(reactor, StartRequest(context, method));
+  if (admin_token != nullptr) {
+    if (Status denied = AuthorizeAdmin(*context, *admin_token); !denied.ok()) {
+      finish(denied);
+      return reactor;
+    }
+  }
+  if constexpr (std::is_invocable_v<F>) {
+    finish(std::forward<F>(body)());  // answers now: returns Status or UnaryAnswer
+  } else {
+    std::forward<F>(body)(finish);  // answers now or later by calling `finish` once
+  }
+  return reactor;
+}
+
+}  // namespace internal
+
+// The frame of a unary handler. `body` is either `Status()` / `UnaryAnswer()` (the call is
+// answered with what it returns) or `void(const UnaryFinish&)` (it calls the finish once, now or
+// from a callback; the log is finish.log()).
+template <class F>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const char* method,
+                                F&& body) {
+  return internal::RunUnary(context, method, nullptr, std::forward<F>(body));
+}
+
+// Unary behind the admin token (admin_auth.h): a call without it is answered with the denial
+// and `body` does not run.
+template <class F>
+grpc::ServerUnaryReactor* AdminUnary(grpc::CallbackServerContext* context, const char* method,
+                                     const std::string& admin_token, F&& body) {
+  return internal::RunUnary(context, method, &admin_token, std::forward<F>(body));
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,325 @@
+// The state machine of a pipelined inference stream (mha.v1 ForwardStream, the Open Inference
+// Protocol's ModelStreamInfer), written once: messages are read and decoded one at a time, up to
+// `window` of them are in the core at once (the next is read while earlier ones compute), answers
+// are written strictly in message order, a session's steps reach Infer in stream order (the next
+// read waits until the step is submitted), and the stream ends OK on half-close once every answer
+// is written, CANCELLED when a write fails or the call is cancelled.
+//
+// A failed message (decoding, or encoding its answer) is the policy's choice:
+//   kErrorsEndStream = true   (mha.v1) the first failing message (index N) ends the stream once
+//                             the answers before it are written: status = its code, message
+//                             "message N: ...". Outcomes are counted here, once each: every
+//                             answer written, and the failure that ends the stream; messages after
+//                             it are never answered nor counted.
+//   kErrorsEndStream = false  (OIP) the failure is answered in its place (Policy::ErrorAnswer) and
+//                             the stream goes on; the core counts what it answers, a message that
+//                             does not decode is counted here.
+// Finish is always the last thing a method does, after unlocking, and only once no core callback
+// is outstanding, so OnDone can delete the reactor safely.
+//
+// Policy: types Request, Response, Pending (what encoding an answer needs; copyable); constants
+// kMethod (the log's method), kProtocol, kErrorsEndStream; members
+//   InferenceServer* core() const;  int window() const;
+//   static const std::string& ModelOf(const Request&);
+//   StatusOr<InferenceRequest> Decode(const Request&, grpc::CallbackServerContext*,
+//                                     const RequestLog&, Pending*) const;
+//   Status Encode(const Request&, const Pending&, const InferenceResponse&, Response*) const;
+//                 (may be static; runs on the core's callback thread, once per decoded message)
+//   static std::unique_ptr<Response> ErrorAnswer(const Request&, const Status&);  //
+//   !kErrorsEndStream
+// Each message is kept until its answer: Decode may borrow its bytes.
+#pragma once
+
+#include <grpcpp/support/server_callback.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "mha/status.h"
+#include "server/frontends/common/grpc_call.h"
+#include "server/serving/inference_server.h"
+
+namespace mha::serve {
+
+template <class Policy>
+class OrderedStreamReactor final
+    : public grpc::ServerBidiReactor<typename Policy::Request, typename Policy::Response> {
+ public:
+  using Request = typename Policy::Request;
+  using Response = typename Policy::Response;
+  using Pending = typename Policy::Pending;
+
+  OrderedStreamReactor(Policy policy, grpc::CallbackServerContext* context)
+      : policy_(std::move(policy)),
+        context_(context),
+        log_(StartRequest(context, Policy::kMethod)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    MaybeStartReadLocked();
+  }
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override {
+    { std::lock_guard<std::mutex> lock(mu_); }  // let the thread that called Finish unlock first
+    delete this;
+  }
+
+ private:
+  // An answer waiting to be written, with what counting it needs once it is.
+  struct Answer {
+    std::unique_ptr<Response> response;
+    std::string model;  // as the message asked
+    Clock::time_point start;
+  };
+
+  // Decodes message `index` and submits it; its outcome arrives through Settle.
+  void Submit(int64_t index, std::shared_ptr<const Request> request);
+  void OnResult(int64_t index, const Request& request, const Pending& pending,
+                const InferenceResponse& result, Clock::time_point start);
+  // Message `index` failed (decoding when `decoding`, else encoding its answer).
+  void Fail(int64_t index, const Request& request, const Status& status, Clock::time_point start,
+            bool decoding);
+  // Message `index` is done: `answer` to write, or `failure` (ends the stream). `decoding`: it
+  // was still being decoded (reads resume).
+  void Settle(int64_t index, Answer answer, const Status* failure, bool decoding);
+  // Each returns with mu_ held; they start reads and writes and record failures.
+  void MaybeStartReadLocked();
+  void MaybeWriteLocked();
+  void RecordFailureLocked(int64_t index, const Status& status, const std::string& model,
+                           Clock::time_point start);
+  // The final status when the stream should be finished now (sets finishing_); the caller then
+  // calls FinishNow with it after unlocking, as its last statement.
+  std::optional<Status> ShouldFinishLocked();
+  void FinishNow(const Status& status);
+
+  const Policy policy_;
+  grpc::CallbackServerContext* const context_;
+  const RequestLog log_;
+
+  std::mutex mu_;
+  std::shared_ptr<Request> read_buffer_;  // the outstanding read's message
+  bool reading_ = false;                  // a StartRead is outstanding
+  bool processing_ = false;   // a message is being decoded (or a session step submitted)
+  bool read_closed_ = false;  // client half-closed, or we stopped reading
+  bool broken_ = false;       // a write failed or the call was cancelled
+  bool finishing_ = false;
+  int64_t next_read_index_ = 0;
+  int64_t next_write_index_ = 0;
+  int in_flight_ = 0;  // read, outcome not settled yet
+  std::map<int64_t, Answer> ready_;
+  Answer writing_;  // the outstanding write (response null when none)
+  std::optional<int64_t> failure_index_;
+  Status failure_;
+  std::string failure_model_;
+  Clock::time_point failure_start_;
+  int64_t answered_ = 0;
+};
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::OnReadDone(bool ok) {
+  std::shared_ptr<const Request> request;
+  int64_t index = -1;
+  std::optional<Status> finish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reading_ = false;
+    if (!ok || finishing_ || failure_index_ || broken_) {
+      read_closed_ = true;
+      finish = ShouldFinishLocked();
+    } else {
+      index = next_read_index_++;
+      request = std::move(read_buffer_);
+      processing_ = true;  // no StartRead until it is decoded
+      ++in_flight_;        // and the stream cannot finish under us
+    }
+  }
+  if (index >= 0) return Submit(index, std::move(request));
+  if (finish) FinishNow(*finish);
+}
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::Submit(int64_t index, std::shared_ptr<const Request> request) {
+  RequestLog message_log = log_;
+  message_log.start = Clock::now();
+  message_log.request_id += "#" + std::to_string(index);
+  const Clock::time_point start = message_log.start;
+  Pending pending{};
+  auto decoded = policy_.Decode(*request, context_, message_log, &pending);
+  if (!decoded.ok()) return Fail(index, *request, decoded.status(), start, /*decoding=*/true);
+  if constexpr (Policy::kErrorsEndStream) decoded->count_outcome = false;  // counted here
+  // A session's steps must reach Infer in stream order (docs/sessions.md): the next read waits
+  // until this step is submitted; its answer still comes asynchronously.
+  const bool in_order = !decoded->session_id.empty();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_order) {
+      ++in_flight_;  // the submission itself: the stream cannot finish during Infer
+    } else {
+      processing_ = false;
+      MaybeStartReadLocked();  // pipelining: read the next message while this one runs
+    }
+  }
+  // Outside the lock: a refused request calls back inline. OnResult settles in_flight_.
+  policy_.core()->Infer(std::move(decoded.value()),
+                        [this, index, request, pending, start](InferenceResponse result) {
+                          OnResult(index, *request, pending, result, start);
+                        });
+  if (!in_order) return;  // OnResult (maybe already run) takes it from here
+  std::optional<Status> finish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    processing_ = false;
+    --in_flight_;
+    MaybeStartReadLocked();
+    finish = ShouldFinishLocked();
+  }
+  if (finish) FinishNow(*finish);
+}
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::OnResult(int64_t index, const Request& request,
+                                            const Pending& pending, const InferenceResponse& result,
+                                            Clock::time_point start) {
+  auto response = std::make_unique<Response>();  // on the worker thread
+  const Status status = policy_.Encode(request, pending, result, response.get());
+  if (!status.ok()) return Fail(index, request, status, start, /*decoding=*/false);
+  Settle(index, Answer{std::move(response), Policy::ModelOf(request), start}, nullptr, false);
+}
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::Fail(int64_t index, const Request& request, const Status& status,
+                                        Clock::time_point start, bool decoding) {
+  const std::string& model = Policy::ModelOf(request);
+  if constexpr (Policy::kErrorsEndStream) {
+    Settle(index, Answer{nullptr, model, start}, &status, decoding);
+  } else {
+    // The core counted what it answered; a message it never saw is counted here.
+    if (decoding) policy_.core()->RecordOutcome(model, status, start, Policy::kProtocol);
+    Settle(index, Answer{Policy::ErrorAnswer(request, status), model, start}, nullptr, decoding);
+  }
+}
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::Settle(int64_t index, Answer answer, const Status* failure,
+                                          bool decoding) {
+  std::optional<Status> finish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    if (decoding) processing_ = false;
+    if (failure != nullptr) {
+      RecordFailureLocked(index, *failure, answer.model, answer.start);
+    } else if (!failure_index_ || index < *failure_index_) {
+      ready_.emplace(index, std::move(answer));
+    }
+    MaybeWriteLocked();
+    MaybeStartReadLocked();
+    finish = ShouldFinishLocked();
+  }
+  if (finish) FinishNow(*finish);  // last statement: OnDone may delete `this` right after
+}
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::OnWriteDone(bool ok) {
+  std::optional<Status> finish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ok) {
+      if constexpr (Policy::kErrorsEndStream) {
+        policy_.core()->RecordOutcome(writing_.model, Status::Ok(), writing_.start,
+                                      Policy::kProtocol);
+      }
+      ++next_write_index_;
+      ++answered_;
+    } else {
+      broken_ = true;  // the client went away; nothing more can be written
+      read_closed_ = true;
+    }
+    writing_ = Answer();
+    MaybeWriteLocked();
+    MaybeStartReadLocked();
+    finish = ShouldFinishLocked();
+  }
+  if (finish) FinishNow(*finish);
+}
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::OnCancel() {
+  std::optional<Status> finish;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_ = true;
+    read_closed_ = true;
+    finish = ShouldFinishLocked();
+  }
+  if (finish) FinishNow(*finish);
+}
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::MaybeStartReadLocked() {
+  if (reading_ || processing_ || read_closed_ || broken_ || finishing_ || failure_index_) return;
+  const int64_t pending =
+      in_flight_ + static_cast<int64_t>(ready_.size()) + (writing_.response ? 1 : 0);
+  if (pending >= policy_.window()) return;  // resumed when answers go out
+  reading_ = true;
+  read_buffer_ = std::make_shared<Request>();
+  this->StartRead(read_buffer_.get());
+}
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::MaybeWriteLocked() {
+  if (writing_.response || broken_ || finishing_) return;
+  if (failure_index_ && next_write_index_ >= *failure_index_) return;
+  auto it = ready_.find(next_write_index_);
+  if (it == ready_.end()) return;
+  writing_ = std::move(it->second);
+  ready_.erase(it);
+  this->StartWrite(writing_.response.get());
+}
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::RecordFailureLocked(int64_t index, const Status& status,
+                                                       const std::string& model,
+                                                       Clock::time_point start) {
+  if (failure_index_ && *failure_index_ <= index) return;  // an earlier failure wins
+  failure_index_ = index;
+  failure_model_ = model;
+  failure_start_ = start;
+  failure_ = Status(status.code(), "message " + std::to_string(index) + ": " + status.message());
+  read_closed_ = true;  // stop reading; messages after the failure are not answered
+  ready_.erase(ready_.upper_bound(index), ready_.end());
+}
+
+template <class Policy>
+std::optional<Status> OrderedStreamReactor<Policy>::ShouldFinishLocked() {
+  if (finishing_ || in_flight_ > 0 || writing_.response) return std::nullopt;
+  Status status = Status::Ok();
+  if (failure_index_) {
+    if (next_write_index_ < *failure_index_ && !broken_) return std::nullopt;
+    status = failure_;
+  } else if (broken_) {
+    status = Cancelled("stream cancelled after " + std::to_string(answered_) + " answers");
+  } else if (!read_closed_ || reading_ || !ready_.empty()) {
+    return std::nullopt;
+  }
+  finishing_ = true;
+  return status;
+}
+
+template <class Policy>
+void OrderedStreamReactor<Policy>::FinishNow(const Status& status) {
+  // The failure that ends the stream is the one outcome counted besides the answers written.
+  if (failure_index_) {
+    policy_.core()->RecordOutcome(failure_model_, failure_, failure_start_, Policy::kProtocol);
+  }
+  LogOutcome(log_, status, "answers=" + std::to_string(answered_));
+  this->Finish(codec::ToGrpcStatus(status));
+}
+
+}  // namespace mha::serve

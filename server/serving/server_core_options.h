@@ -1,0 +1,35 @@
+// The serving core's options, their defaults in one place: mha-server's flags bind to these
+// fields (server/app/config.cc), and every test that builds a ServerCore starts from them.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "server/serving/inference.h"
+#include "server/serving/model_controller.h"
+#include "server/serving/repository/model_repository.h"
+#include "server/serving/scheduling/dynamic_batcher.h"
+#include "server/serving/sessions/session_store.h"
+
+namespace mha::serve {
+
+struct ServerCoreOptions {
+  std::string model_repository;  // "" = the built-in default model
+  std::string default_model;
+  LoadOverrides overrides;  // --dtype / --device over every config.json
+  RequestLimits limits;
+  bool batching = true;    // false: the same scheduler, one request per pass
+  BatcherOptions batcher;  // server-wide; config.json keys override them per model
+  // Batching off: instances (worker threads) per model. 1: OpenBLAS threads each GEMM over every
+  // core; measured on 2 cores, B=8 T=128: 2 workers = 26 req/s, 1 worker = 37 req/s.
+  int workers = 1;
+  int load_threads = 0;                // models loaded at once; 0 = min(cores, 4)
+  int64_t debug_forward_delay_ms = 0;  // test-only: each pass first sleeps this long
+  ModelControlMode model_control = ModelControlMode::kNone;
+  std::vector<std::string> startup_models;         // explicit mode: loaded at start (empty = all)
+  std::chrono::milliseconds poll_interval{15000};  // poll mode: between repository scans
+  SessionOptions sessions;  // decoding sessions: KV cache pool per model version, timeouts
+};
+
+}  // namespace mha::serve
