@@ -10,7 +10,7 @@ for mode in off on; do
   work=$(mktemp -d)
   "$build/server/mha-server" --grpc-address 127.0.0.1:0 --port-file "$work/port" \
     --metrics-address 127.0.0.1:0 --metrics-port-file "$work/mport" --log-level warn \
-    --batching "$mode" "$@" >"$work/server.log" 2>&1 &
+    --http-address 127.0.0.1:0 --batching "$mode" "$@" >"$work/server.log" 2>&1 &
   pid=$!
   for _ in $(seq 240); do [ -s "$work/port" ] && [ -s "$work/mport" ] && break; sleep 0.5; done
   echo "== batching $mode"

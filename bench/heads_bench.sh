@@ -19,7 +19,7 @@ json.dump({"num_heads": 16}, open(sys.argv[1] + "/config.json", "w"))
 PY
 )
 "$build/server/mha-server" --model-repository "$work/models" --grpc-address 127.0.0.1:0 \
-  --port-file "$work/port" --metrics-address "" --log-level warn >"$work/server.log" 2>&1 &
+  --port-file "$work/port" --metrics-address "" --http-address "" --log-level warn >"$work/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 240); do [ -s "$work/port" ] && break; sleep 0.5; done
 client=("$build/client/mha-client" --target "127.0.0.1:$(cat "$work/port")" --timeout-ms 600000)

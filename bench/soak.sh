@@ -12,7 +12,7 @@ work=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 "$build/server/mha-server" --grpc-address 127.0.0.1:0 --port-file "$work/port" \
   --metrics-address 127.0.0.1:0 --metrics-port-file "$work/mport" --log-level warn \
-  --max-queue-size "$((clients * 2))" "$@" >"$work/server.log" 2>&1 &
+  --http-address 127.0.0.1:0 --max-queue-size "$((clients * 2))" "$@" >"$work/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 240); do [ -s "$work/port" ] && [ -s "$work/mport" ] && break; sleep 0.5; done
 [ -s "$work/port" ] || { cat "$work/server.log"; exit 1; }

@@ -29,7 +29,8 @@ for flag, value in (("--device", a.device), ("--dtype", a.dtype)):
 client = os.path.join(a.build, "client", "mha-client")
 port_file = os.path.join(tempfile.mkdtemp(), "port")
 server = subprocess.Popen([os.path.join(a.build, "server", "mha-server"), "--grpc-address",
-                           "127.0.0.1:0", "--port-file", port_file, "--log-level", "warn"] +
+                           "127.0.0.1:0", "--port-file", port_file, "--log-level", "warn",
+                           "--http-address", "127.0.0.1:0"] +
                           placement + a.server_args)
 shape = ["-b", "8", "-t", "128"] if a.mode == "big" else ["-b", "1", "-t", "16"]
 calls = ["-c", "2"] if a.mode == "big" else ["-c", "1"]

@@ -196,7 +196,7 @@ servebench() {
     grep -E '^== batching|throughput|latency|metrics:'
   local work; work=$(mktemp -d)
   "$build"/server/mha-server --grpc-address 127.0.0.1:0 --port-file "$work/port" --log-level warn \
-    "${gpu[@]}" > "$work/server.log" 2>&1 &
+    --http-address 127.0.0.1:0 "${gpu[@]}" > "$work/server.log" 2>&1 &
   local pid=$! i
   for i in $(seq 120); do [ -s "$work/port" ] && break; sleep 0.5; done
   for sessions in 1 64; do

@@ -13,7 +13,7 @@ build_pkgs=(
   libpng-dev
 )
 test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps python3-yaml
-  clang-format clang-tidy python3-jsonschema nginx)
+  clang-format clang-tidy python3-jsonschema nginx python3-requests)
 # kubectl (kustomize) for tests/deploy, unless one is installed already: dpkg refuses a second
 # owner of /usr/bin/kubectl.
 command -v kubectl >/dev/null || test_pkgs+=(kubernetes-client)

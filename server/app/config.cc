@@ -181,6 +181,16 @@ void AddOperationFlags(CLI::App& app, ServerConfig* c) {
       "--metrics-port-file); empty = no endpoint");
   Add(app, "--metrics-port-file", &c->metrics_port_file,
       "Write the metrics port to this file once the endpoint listens");
+  Add(app, "--http-address", &c->http_address,
+      "KServe v2 HTTP/REST host:port (/v2/...: health, metadata, config, stats, infer with JSON "
+      "or binary tensors); HTTPS with --tls-cert-file/--tls-key-file; port 0 picks one "
+      "(written to --http-port-file); empty = off");
+  Add(app, "--http-port-file", &c->http_port_file,
+      "Write the HTTP/REST port to this file once the endpoint listens");
+  Add(app, "--http-threads", &c->http_threads,
+      "HTTP/REST connections served at once (a thread each, also while a slow client sends); "
+      "more wait for a free thread")
+      ->check(CLI::Range(4, 4096));
   Add(app, "--log-format", &c->log_format, "text or json (one JSON object per line)")
       ->check(CLI::IsMember({"text", "json"}));
   Add(app, "--log-level", &c->log_level,

@@ -34,6 +34,10 @@ struct ServerConfig {
   std::string tls_client_ca_file;
   std::string metrics_address = "0.0.0.0:8502";  // "" = no HTTP endpoint
   std::string metrics_port_file;
+  // KServe v2 HTTP/REST (server/frontends/rest): same TLS files as gRPC; "" = off.
+  std::string http_address = "0.0.0.0:8501";
+  std::string http_port_file;
+  int http_threads = 192;
   std::string log_format = "text";
   std::string log_level = "info";
   double grace_period_s = 10.0;

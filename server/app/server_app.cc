@@ -21,6 +21,7 @@
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "server/frontends/grpc_v1/model_control_service.h"
 #include "server/frontends/oip/inference_service.h"
+#include "server/frontends/rest/rest_server.h"
 #include "server/serving/observability/metrics_http.h"
 #include "server/serving/server_core.h"
 
@@ -57,6 +58,7 @@ class ServerApp {
  private:
   Status StartHttp();
   Status StartGrpc();
+  Status StartRest();
   void SetServing(bool serving);
   std::unique_ptr<oip::GrpcInferenceServiceImpl> MakeOipService();
 
@@ -68,6 +70,7 @@ class ServerApp {
   std::unique_ptr<AttentionServiceImpl> service_;
   std::unique_ptr<ModelControlServiceImpl> control_;
   std::unique_ptr<oip::GrpcInferenceServiceImpl> oip_service_;  // Open Inference Protocol v2
+  std::unique_ptr<rest::RestServer> rest_;                      // the same over HTTP/REST
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> loaded_{false};
@@ -88,7 +91,37 @@ Status ServerApp::Start(const ServerCoreOptions& options) {
     spdlog::info("dynamic batching off: one forward pass per request");
   }
   MHA_RETURN_IF_ERROR(StartHttp());
-  return StartGrpc();
+  MHA_RETURN_IF_ERROR(StartGrpc());
+  return StartRest();
+}
+
+// KServe v2 HTTP/REST: the same core, limits, health, metrics and TLS files as gRPC.
+Status ServerApp::StartRest() {
+  if (c_.http_address.empty()) {
+    spdlog::info("HTTP/REST off (--http-address is empty)");
+    return Status::Ok();
+  }
+  rest::RestFrontendOptions options;
+  options.max_message_bytes = c_.max_message_bytes;
+  options.scheduling.batching = core_->options().batching;
+  options.scheduling.batcher = core_->options().batcher;
+  options.scheduling.workers = core_->options().workers;
+  options.server_ready = [this] { return ready_.load(); };
+  options.metrics = core_->metrics();
+  options.threads = c_.http_threads;
+  options.controller = core_.get();
+  options.admin_token = admin_token_;
+  options.tls_cert_file = c_.tls_cert_file;
+  options.tls_key_file = c_.tls_key_file;
+  options.tls_client_ca_file = c_.tls_client_ca_file;
+  rest_ = std::make_unique<rest::RestServer>(core_.get(), std::move(options));
+  MHA_RETURN_IF_ERROR(rest_->Start(c_.http_address));
+  spdlog::info("HTTP/REST (KServe v2) on {}://{} (port {})", rest_->tls() ? "https" : "http",
+               c_.http_address, rest_->port());
+  if (!c_.http_port_file.empty() && !WritePortFile(c_.http_port_file, rest_->port())) {
+    spdlog::error("cannot write --http-port-file {}", c_.http_port_file);
+  }
+  return Status::Ok();
 }
 
 Status ServerApp::StartHttp() {
@@ -192,8 +225,10 @@ int ServerApp::LoadModels(SignalWatcher& signals) {
 void ServerApp::Stop(int sig) {
   spdlog::info("signal {}: NOT_SERVING, finishing in-flight calls (grace period {} s)", sig,
                c_.grace_period_s);
+  if (server_) SetServing(false);
+  // REST first: it stops accepting and answers what it has (the core still runs).
+  if (rest_) rest_->Stop();
   if (server_) {
-    SetServing(false);
     const auto grace = std::chrono::milliseconds(static_cast<int64_t>(c_.grace_period_s * 1000));
     server_->Shutdown(std::chrono::system_clock::now() + grace);
   }

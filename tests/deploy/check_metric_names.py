@@ -129,6 +129,7 @@ def main():
     env = {k: v for k, v in os.environ.items() if not k.startswith("MHA_")}
     cmd = [args.server, "--grpc-address", "127.0.0.1:0", "--port-file", port_file,
            "--metrics-address", "127.0.0.1:0", "--metrics-port-file", metrics_port_file,
+           "--http-address", "127.0.0.1:0",
            "--model-repository", os.path.join(work, "models"), "--log-level", "info"]
     print("starting: " + " ".join(cmd))
     log = open(log_path, "w")

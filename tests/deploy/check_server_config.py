@@ -100,6 +100,8 @@ def main():
                "--port-file", port_file]
         if "--metrics-address" in flags:
             cmd += ["--metrics-address", "127.0.0.1:0"]
+        if "--http-address" in flags:
+            cmd += ["--http-address", "127.0.0.1:0"]
         log_path = os.path.join(tmp, "log")
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -112,7 +112,7 @@ def run(args, work):
         server = subprocess.Popen(
             [args.server, "--grpc-address", "127.0.0.1:0", "--port-file", port_file,
              "--metrics-address", "127.0.0.1:0", "--metrics-port-file", metrics_port_file,
-             "--max-queue-delay-us", "2000"],
+             "--http-address", "127.0.0.1:0", "--max-queue-delay-us", "2000"],
             stdout=server_log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         grpc_port = wait_for_file(port_file, server, 120, "mha-server")
         metrics_port = wait_for_file(metrics_port_file, server, 10, "mha-server")

@@ -53,7 +53,8 @@ TEST(ServerConfig, UnknownDefaultModelStopsTheServerWithTheModelNames) {
   std::string out;
   const int code = RunCommand(
       ServerProcess::BinaryPath() +
-          " --grpc-address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --model-repository " +
+          " --grpc-address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --http-address 127.0.0.1:0 "
+          "--model-repository " +
           repository.path() + " --default-model nope",
       &out);
   EXPECT_EQ(code, 1) << out;

@@ -28,7 +28,7 @@ for m in $models decode_causal; do ln -s "$src/tests/fixtures/cases/$m" "$work/r
 start_server() {
   rm -f "$work/port"
   "$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
-    --model-repository "$work/repo" --default-model format_safetensors "$@" \
+    --http-address 127.0.0.1:0 --http-port-file "$work/http_port" --model-repository "$work/repo" --default-model format_safetensors "$@" \
     >"$work/server.log" 2>&1 &
   pid=$!
   i=0
@@ -39,6 +39,7 @@ start_server() {
     sleep 0.05
   done
   port=$(cat "$work/port")
+  http_port=$(cat "$work/http_port")
 }
 start_server
 
@@ -64,6 +65,12 @@ echo "== decoding session: decode_causal"
 PYTHONPATH="$work/stubs" "$python" "$src/client/python/session_example.py" \
   --target "127.0.0.1:$port" --model decode_causal \
   --weights "$work/repo/decode_causal/model.safetensors" --batch 2 --seq 20 --prefill 5 || status=1
+
+# KServe v2 REST with python3-requests: JSON, binary tensors and a sequence, each == PyTorch.
+echo "== REST (python3-requests): format_safetensors"
+PYTHONPATH="$work/stubs" "$python" "$src/client/python/rest_client_example.py" \
+  --url "http://127.0.0.1:$http_port" --model format_safetensors \
+  --weights "$work/repo/format_safetensors/model.safetensors" || status=1
 
 stop_server() {
   kill -TERM "$pid"
@@ -96,6 +103,22 @@ elif grep -q "StatusCode.UNAVAILABLE" "$work/no-cert.log"; then
 else
   echo "FAIL: the example without a client certificate failed otherwise:"; cat "$work/no-cert.log"
   status=1
+fi
+# The REST port serves HTTPS with the same files, client certificate required.
+echo "== mTLS on the REST port"
+code=$(curl -s -o "$work/rest-tls.json" -w '%{http_code}' --cacert "$c/ca.pem" --cert "$c/client.pem" \
+  --key "$c/client.key" --resolve "localhost:$http_port:127.0.0.1" \
+  "https://localhost:$http_port/v2/health/ready" || true)
+if [ "$code" = 200 ] && grep -q '"ready":true' "$work/rest-tls.json"; then
+  echo "OK: HTTPS /v2/health/ready with a client certificate: 200"
+else
+  echo "FAIL: HTTPS /v2/health/ready with a client certificate: HTTP $code"; status=1
+fi
+if curl -s -o /dev/null --cacert "$c/ca.pem" --resolve "localhost:$http_port:127.0.0.1" \
+  "https://localhost:$http_port/v2/health/ready"; then
+  echo "FAIL: HTTPS without a client certificate was served"; status=1
+else
+  echo "OK: HTTPS without a client certificate was refused"
 fi
 stop_server
 exit $status

@@ -87,16 +87,22 @@ int ServerProcess::PickFreePort() {
   const std::string port_file = work_dir() + "/port";
   const std::string log_file = work_dir() + "/server.log";
   std::vector<std::string> argv_strings = {BinaryPath(), "--port-file", port_file};
-  bool has_address = false, has_metrics_address = false;
+  bool has_address = false, has_metrics_address = false, has_http_address = false;
   for (const auto& a : args) {
     has_address = has_address || a == "--grpc-address";
     has_metrics_address = has_metrics_address || a == "--metrics-address";
+    has_http_address = has_http_address || a == "--http-address";
   }
   if (!has_address) argv_strings.insert(argv_strings.end(), {"--grpc-address", "127.0.0.1:0"});
   // Not the default 0.0.0.0:8502: servers of concurrent tests must not collide.
   if (!has_metrics_address) {
     argv_strings.insert(argv_strings.end(), {"--metrics-address", "127.0.0.1:0"});
   }
+  // Nor the default 0.0.0.0:8501 (HTTP/REST); its port goes to a file of its own.
+  if (!has_http_address) {
+    argv_strings.insert(argv_strings.end(), {"--http-address", "127.0.0.1:0"});
+  }
+  argv_strings.insert(argv_strings.end(), {"--http-port-file", work_dir() + "/http_port"});
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& s : argv_strings) argv.push_back(s.data());
@@ -203,5 +209,10 @@ ServerProcess::~ServerProcess() {
 }
 
 std::string ServerProcess::log() const { return ReadFile(work_dir() + "/server.log"); }
+
+int ServerProcess::http_port() const {
+  const std::string text = ReadFile(work_dir() + "/http_port");
+  return !text.empty() && text.back() == '\n' ? std::atoi(text.c_str()) : 0;
+}
 
 }  // namespace mha::testing

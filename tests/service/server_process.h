@@ -56,6 +56,8 @@ class ServerProcess {
   int port() const { return port_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string log() const;  // everything the server wrote to stdout/stderr
+  // The HTTP/REST port (written before the gRPC port file); 0 when REST is off or not yet up.
+  int http_port() const;
   const std::string& work_dir() const { return dir_.path(); }
 
   // Path of the mha-server binary under test.

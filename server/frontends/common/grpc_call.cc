@@ -13,9 +13,12 @@ std::string_view View(const grpc::string_ref& ref) { return {ref.data(), ref.len
 RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method) {
   const auto& metadata = context->client_metadata();
   auto it = metadata.find(kRequestIdKey);
+  auto trace = metadata.find(kTraceParentKey);
   RequestLog log =
-      NewRequestLog(method, it != metadata.end() ? View(it->second) : "", context->peer());
+      NewRequestLog(method, it != metadata.end() ? View(it->second) : "", context->peer(),
+                    trace != metadata.end() ? View(trace->second) : "");
   context->AddInitialMetadata(kRequestIdKey, log.request_id);
+  if (!log.traceparent.empty()) context->AddInitialMetadata(kTraceParentKey, log.traceparent);
   return log;
 }
 

@@ -23,8 +23,8 @@
 
 namespace mha::serve {
 
-// Reads or generates the request id and adds it to the call's initial metadata (call before the
-// first write or Finish).
+// Reads or generates the request id and adds it to the call's initial metadata, with the
+// client's traceparent when it is valid (call before the first write or Finish).
 RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method);
 
 // Every x-session-id value the call carries must equal `body_id` (CheckSessionHeader).

@@ -23,7 +23,8 @@
 //   static const std::string& ModelOf(const Request&);
 //   StatusOr<InferenceRequest> Decode(const Request&, grpc::CallbackServerContext*,
 //                                     const RequestLog&, Pending*) const;
-//   static Status Encode(const Request&, const Pending&, const InferenceResponse&, Response*);
+//   Status Encode(const Request&, const Pending&, const InferenceResponse&, Response*) const;
+//                 (may be static; runs on the core's callback thread, once per decoded message)
 //   static std::unique_ptr<Response> ErrorAnswer(const Request&, const Status&);  //
 //   !kErrorsEndStream
 // Each message is kept until its answer: Decode may borrow its bytes.
@@ -186,7 +187,7 @@ void OrderedStreamReactor<Policy>::OnResult(int64_t index, const Request& reques
                                             const Pending& pending, const InferenceResponse& result,
                                             Clock::time_point start) {
   auto response = std::make_unique<Response>();  // on the worker thread
-  const Status status = Policy::Encode(request, pending, result, response.get());
+  const Status status = policy_.Encode(request, pending, result, response.get());
   if (!status.ok()) return Fail(index, request, status, start, /*decoding=*/false);
   Settle(index, Answer{std::move(response), Policy::ModelOf(request), start}, nullptr, false);
 }

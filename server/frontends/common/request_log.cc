@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "mha/text.h"
+#include "server/frontends/common/trace_context.h"
 
 namespace mha::serve {
 namespace {
@@ -21,7 +22,8 @@ std::string GenerateRequestId() {
 
 }  // namespace
 
-RequestLog NewRequestLog(const char* method, std::string_view client_id, std::string peer) {
+RequestLog NewRequestLog(const char* method, std::string_view client_id, std::string peer,
+                         std::string_view traceparent) {
   RequestLog log;
   log.method = method;
   log.start = Clock::now();
@@ -30,6 +32,11 @@ RequestLog NewRequestLog(const char* method, std::string_view client_id, std::st
     log.request_id.assign(client_id.data(), std::min<size_t>(client_id.length(), 128));
   } else {
     log.request_id = GenerateRequestId();
+  }
+  // W3C trace context: a valid traceparent's trace id is logged; the adapter echoes the value.
+  if (traceparent.length() <= kMaxTraceParentBytes) {
+    log.trace_id = TraceIdOf(traceparent);
+    if (!log.trace_id.empty()) log.traceparent.assign(traceparent.data(), traceparent.length());
   }
   return log;
 }
@@ -48,13 +55,15 @@ Status CheckSessionHeader(std::string_view header, const std::string& body_id) {
 
 void LogOutcome(const RequestLog& log, const Status& status, const std::string& detail) {
   const int64_t us = MicrosBetween(log.start, Clock::now());
+  const std::string trace = log.trace_id.empty() ? "" : " trace_id=" + log.trace_id;
   if (status.ok()) {
-    spdlog::debug("{} ok request_id={} peer={} latency_us={}{}{}", log.method, log.request_id,
-                  log.peer, us, detail.empty() ? "" : " ", detail);
+    spdlog::debug("{} ok request_id={}{} peer={} latency_us={}{}{}", log.method, log.request_id,
+                  trace, log.peer, us, detail.empty() ? "" : " ", detail);
     return;
   }
-  spdlog::warn("{} failed code={} request_id={} peer={} latency_us={} message=\"{}\"", log.method,
-               StatusCodeName(status.code()), log.request_id, log.peer, us, status.message());
+  spdlog::warn("{} failed code={} request_id={}{} peer={} latency_us={} message=\"{}\"", log.method,
+               StatusCodeName(status.code()), log.request_id, trace, log.peer, us,
+               status.message());
 }
 
 Clock::time_point SteadyDeadline(std::chrono::system_clock::time_point deadline) {

@@ -202,6 +202,7 @@ StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& 
   MHA_RETURN_IF_ERROR(CheckModelVersion(r.model_version()));
   call.request.model_version = r.model_version();
   call.request.protocol = Protocol::kOip;
+  MHA_RETURN_IF_ERROR(DecodeControlParameters(r, &call));
   ForwardInputs& in = call.request.inputs;
   MHA_RETURN_IF_ERROR(DecodeInputs(r, options.borrow, &in));
   auto is_causal = BoolParameter(r, kIsCausal);

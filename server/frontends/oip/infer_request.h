@@ -13,7 +13,11 @@
 //            weights_query_begin, weights_query_end, weights_top_k: int64_param;
 //            weights_heads: string_param "2,0" (or int64_param for one head);
 //            weights_dtype ("FP32", "FP16", "BF16"), weights_topk_indices_dtype ("INT32",
-//            "INT64"): string_param. Others are ignored.
+//            "INT64"): string_param. Triton's reserved `timeout` (int64/uint64, microseconds:
+//            the request's deadline) and `priority` (accepted, ignored: one priority level), and
+//            the sequence extension's sequence_id (int64/uint64 or string), sequence_start,
+//            sequence_end (bool) (infer_parameters.cc). Any other request, input or output
+//            parameter is INVALID_ARGUMENT naming it: none is silently ignored.
 //   outputs  output [B,T,E]; attn_weights [B,T,S'] (averaged) or [B,H,T,S'] (per head), or with
 //            weights_top_k attn_weights_topk_values and attn_weights_topk_indices [..,k];
 //            head_entropy and head_max_weight [B,H,T] FP32 with head_stats
@@ -66,11 +70,20 @@ enum class OutputTensor {
 };
 const char* OutputName(OutputTensor output);
 
+// Triton's sequence extension: a request of a sequence is a step of a decoding session.
+struct SequenceControl {
+  std::string id;  // sequence_id as text; "" = not part of a sequence (also sequence_id 0 / "")
+  bool start = false;
+  bool end = false;
+};
+
 // A decoded ModelInfer call: the request for ServerCore::Infer and what the answer must carry.
 struct InferCall {
   InferenceRequest request;
   std::vector<OutputTensor> outputs;  // the response's outputs, in this order
   std::string id;                     // echoed in the response
+  std::optional<int64_t> timeout_us;  // parameters.timeout
+  SequenceControl sequence;
 };
 
 struct DecodeOptions {
@@ -82,6 +95,13 @@ struct DecodeOptions {
 
 StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& request,
                                             const DecodeOptions& options);
+
+// The parameters no tensor option reads (infer_parameters.cc): timeout, priority and the
+// sequence extension; INVALID_ARGUMENT for a request, input or output parameter not known.
+Status DecodeControlParameters(const inference::ModelInferRequest& request, InferCall* call);
+
+// The request's deadline becomes the earlier of its own and start + parameters.timeout.
+void ApplyTimeout(InferCall* call);
 
 // The head parameters (infer_heads.cc): weights_heads, weights_query_begin/end, weights_top_k,
 // weights_dtype, weights_topk_indices_dtype, head_stats. With weights_heads and no

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "server/frontends/oip/sequence.h"
+
 namespace mha::serve::oip {
 
 std::unique_ptr<inference::ModelStreamInferResponse> StreamError(
@@ -16,16 +18,21 @@ std::unique_ptr<inference::ModelStreamInferResponse> StreamError(
 StatusOr<InferenceRequest> InferStreamPolicy::Decode(const Request& request,
                                                      grpc::CallbackServerContext* context,
                                                      const RequestLog& log,
-                                                     Pending* outputs) const {
+                                                     Pending* pending) const {
   auto decoded = DecodeCall(request, options, *server, context, log);
   if (!decoded.ok()) return decoded.status();
-  *outputs = std::move(decoded->outputs);
+  MHA_RETURN_IF_ERROR(BeginSequence(server, &decoded.value()));  // sequence.h
+  pending->outputs = std::move(decoded->outputs);
+  pending->sequence = std::move(decoded->sequence);
+  pending->session_id = decoded->request.session_id;
   return std::move(decoded->request);
 }
 
-Status InferStreamPolicy::Encode(const Request& request, const Pending& outputs,
-                                 const InferenceResponse& result, Response* out) {
-  return EncodeModelInferResponse(result, outputs, request.id(), out->mutable_infer_response());
+Status InferStreamPolicy::Encode(const Request& request, const Pending& pending,
+                                 const InferenceResponse& result, Response* out) const {
+  EndSequence(server, pending.sequence, pending.session_id, result.status);
+  return EncodeModelInferResponse(result, pending.outputs, request.id(),
+                                  out->mutable_infer_response());
 }
 
 std::unique_ptr<InferStreamPolicy::Response> InferStreamPolicy::ErrorAnswer(const Request& request,

@@ -21,7 +21,12 @@ namespace mha::serve::oip {
 struct InferStreamPolicy {
   using Request = inference::ModelInferRequest;
   using Response = inference::ModelStreamInferResponse;
-  using Pending = std::vector<OutputTensor>;  // the answer's outputs
+  // What the answer needs: its outputs, and the sequence step to end (sequence.h).
+  struct Pending {
+    std::vector<OutputTensor> outputs;
+    SequenceControl sequence;
+    std::string session_id;  // "" = not a session step
+  };
   static constexpr char kMethod[] = "ModelStreamInfer";
   static constexpr Protocol kProtocol = Protocol::kOip;
   static constexpr bool kErrorsEndStream = false;
@@ -31,8 +36,9 @@ struct InferStreamPolicy {
   static const std::string& ModelOf(const Request& request) { return request.model_name(); }
   StatusOr<InferenceRequest> Decode(const Request& request, grpc::CallbackServerContext* context,
                                     const RequestLog& log, Pending* outputs) const;
-  static Status Encode(const Request& request, const Pending& outputs,
-                       const InferenceResponse& result, Response* out);
+  // Ends the request's sequence step (EndSequence), then encodes its answer.
+  Status Encode(const Request& request, const Pending& pending, const InferenceResponse& result,
+                Response* out) const;
   static std::unique_ptr<Response> ErrorAnswer(const Request& request, const Status& status);
 
   InferenceServer* server;  // not owned; outlives the stream

@@ -8,6 +8,7 @@
 #include "mha/text.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/oip/infer_stream.h"
+#include "server/frontends/oip/sequence.h"
 #include "server/serving/observability/metrics.h"
 
 namespace mha::serve::oip {
@@ -46,6 +47,7 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
   if (!decoded.ok()) return decoded.status();
   decoded->request.start = log.start;
   decoded->request.deadline = SteadyDeadline(context);
+  ApplyTimeout(&decoded.value());  // parameters.timeout, when it is sooner
   decoded->request.is_cancelled = [context] { return context->IsCancelled(); };
   decoded->request.request_id = log.request_id;
   return decoded;
@@ -94,6 +96,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerMetadata(
                                                           : options_.server_version);
     response->add_extensions("model_configuration");
     if (options_.metrics != nullptr) response->add_extensions("statistics");
+    response->add_extensions("sequence");
     return Status::Ok();
   });
 }
@@ -119,15 +122,20 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
       return finish(parsed);
     }
     auto decoded = DecodeCall(call->request, options_, *core_, context, log);
-    if (!decoded.ok()) {
-      core_->RecordOutcome(call->request.model_name(), decoded.status(), log.start, Protocol::kOip);
-      return finish(decoded.status());
+    Status begun = decoded.status();
+    if (begun.ok()) begun = BeginSequence(core_, &decoded.value());  // sequence.h
+    if (!begun.ok()) {
+      core_->RecordOutcome(call->request.model_name(), begun, log.start, Protocol::kOip);
+      return finish(begun);
     }
     InferCall& infer = decoded.value();
+    std::string session = infer.request.session_id;
     // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
     core_->Infer(std::move(infer.request),
                  [finish, response_bytes, call, outputs = std::move(infer.outputs),
-                  id = std::move(infer.id)](InferenceResponse result) {
+                  id = std::move(infer.id), core = core_, sequence = std::move(infer.sequence),
+                  session = std::move(session)](InferenceResponse result) {
+                   EndSequence(core, sequence, session, result.status);
                    Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
                    if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
                    finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
@@ -159,22 +167,8 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
     if (options_.metrics == nullptr) {
       return Unimplemented("ModelStatistics: this server keeps no metrics");
     }
-    auto repository = core_->repository();
-    if (!request->name().empty()) {
-      auto entry = ResolveVersion(*repository, request->name(), request->version());
-      if (entry.ok()) {
-        FillModelStatistics(*entry.value(), VersionSnapshot(*options_.metrics, *entry.value()),
-                            response->add_model_stats());
-      }
-      return entry.status();
-    }
-    for (const auto& entry : repository->entries()) {  // "" = every READY model
-      if (entry->state != ModelState::kReady) continue;
-      if (!request->version().empty() && entry->version != request->version()) continue;
-      FillModelStatistics(*entry, VersionSnapshot(*options_.metrics, *entry),
-                          response->add_model_stats());
-    }
-    return Status::Ok();
+    return FillStatisticsResponse(*core_->repository(), *options_.metrics, request->name(),
+                                  request->version(), response);
   });
 }
 

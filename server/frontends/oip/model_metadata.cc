@@ -94,6 +94,13 @@ void FillParameters(const ModelEntry& entry, inference::ModelConfig* out) {
   p["format"].set_string_value(entry.format);
   p["layout"].set_string_value(entry.layout);
   p["parameter_count"].set_string_value(std::to_string(entry.model->parameter_count()));
+  // Triton's reserved request parameters (infer_parameters.cc), so that clients can see them.
+  p["request_priority"].set_string_value("accepted and ignored: one priority level");
+  p["request_timeout"].set_string_value("microseconds: the request's deadline");
+  // Triton's sequence extension (sequence.h). ModelConfig's sequence_batching section is not in
+  // our proto (it shares a oneof with dynamic_batching, which steps still go through).
+  p["sequence_batching"].set_string_value(
+      "sequence_id/sequence_start/sequence_end: a sequence is a decoding session 'seq-<id>'");
 }
 
 }  // namespace

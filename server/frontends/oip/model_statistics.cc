@@ -41,4 +41,22 @@ void FillModelStatistics(const ModelEntry& entry, const StatsSnapshot& s,
   stats->mutable_cache_miss();
 }
 
+Status FillStatisticsResponse(const ModelRepository& repository, const Metrics& metrics,
+                              const std::string& name, const std::string& version,
+                              inference::ModelStatisticsResponse* out) {
+  if (!name.empty()) {
+    auto entry = repository.Resolve(name, version);
+    if (!entry.ok()) return entry.status();
+    const ModelEntry& e = *entry.value();
+    FillModelStatistics(e, VersionSnapshot(metrics, e), out->add_model_stats());
+    return Status::Ok();
+  }
+  for (const auto& entry : repository.entries()) {  // "" = every READY model
+    if (entry->state != ModelState::kReady) continue;
+    if (!version.empty() && entry->version != version) continue;
+    FillModelStatistics(*entry, VersionSnapshot(metrics, *entry), out->add_model_stats());
+  }
+  return Status::Ok();
+}
+
 }  // namespace mha::serve::oip

@@ -12,7 +12,10 @@
 // batch_stats, memory_usage and response_stats are left empty.
 #pragma once
 
+#include <string>
+
 #include "inference/grpc_service.pb.h"
+#include "mha/status.h"
 #include "server/serving/observability/metrics.h"
 #include "server/serving/repository/model_repository.h"
 
@@ -22,5 +25,11 @@ void FillModelStatistics(const ModelEntry& entry, const StatsSnapshot& stats,
                          inference::ModelStatistics* out);
 // The version's statistics; zeros when it never had any (reading creates nothing).
 StatsSnapshot VersionSnapshot(const Metrics& metrics, const ModelEntry& entry);
+
+// ModelStatistics' answer (gRPC and REST): `name` "" = every READY model (of `version` when it is
+// not ""); a named model resolves as ModelMetadata does (NOT_FOUND / UNAVAILABLE / ...).
+Status FillStatisticsResponse(const ModelRepository& repository, const Metrics& metrics,
+                              const std::string& name, const std::string& version,
+                              inference::ModelStatisticsResponse* out);
 
 }  // namespace mha::serve::oip

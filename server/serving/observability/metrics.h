@@ -5,7 +5,7 @@
 // against them):
 //   mha_requests_total{model,code}              counter, code = gRPC status name (OK, ...)
 //   mha_protocol_requests_total{protocol,code}  counter, the same requests by front end:
-//                                               protocol = mha.v1 or oip
+//                                               protocol = mha.v1, oip or rest
 //                                               (server/serving/protocol.h)
 //   mha_request_duration_seconds{model}         histogram, whole call (handler start -> finish)
 //   mha_queue_duration_seconds{model}           histogram, enqueue -> forward pass start

@@ -67,9 +67,9 @@ void ExportCalls(const std::map<std::string, ModelSum>& models, std::vector<Metr
   MetricFamily requests =
       Family("mha_requests_total", "Forward calls answered, by model and gRPC status code",
              MetricType::Counter);
-  MetricFamily protocols =
-      Family("mha_protocol_requests_total",
-             "Forward calls answered, by front end (mha.v1, oip) and code", MetricType::Counter);
+  MetricFamily protocols = Family(
+      "mha_protocol_requests_total",
+      "Forward calls answered, by front end (mha.v1, oip, rest) and code", MetricType::Counter);
   std::array<uint64_t, kProtocolCount * kStatusCodeCount> by_protocol{};
   for (const auto& [model, sum] : models) {
     for (int c = 0; c < kStatusCodeCount; ++c) {

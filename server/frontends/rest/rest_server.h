@@ -1,0 +1,89 @@
+// The KServe v2 HTTP/REST front end (Open Inference Protocol over HTTP, with Triton's
+// binary_tensor_data, model_configuration and statistics extensions) on its own port
+// (--http-address, default 0.0.0.0:8501). It translates like the gRPC OIP front end and shares
+// its code: a request body becomes an inference::ModelInferRequest (infer_body.h) that
+// oip::DecodeModelInferRequest decodes, the same ServerCore::Infer answers it, and metadata,
+// config and statistics are the OIP protos written as JSON (proto_json.h). Errors are
+// {"error": "<the gRPC message>"} with the HTTP status of http_status.h.
+//
+//   GET  /v2/health/live, /v2/health/ready, /v2
+//   GET  /v2/models/stats                                     every READY model's statistics
+//   GET  /v2/models/{m}[/versions/{v}]                        metadata
+//   GET  /v2/models/{m}[/versions/{v}]/ready | /config | /stats
+//   POST /v2/models/{m}[/versions/{v}]/infer
+//   POST /v2/repository/index, /v2/repository/models/{m}/load | /unload   (admin token)
+//
+// Sequences (Triton's sequence extension: sequence_id/_start/_end) are decoding sessions, as on
+// gRPC (oip/sequence.h).
+//
+// cpp-httplib (Debian's libcpp-httplib-dev, as the metrics endpoint): a thread per connection
+// from a fixed pool, so slow clients are bounded by the read timeout and the pool's size. Bodies
+// above --max-message-bytes are refused (413) before they are read, compressed ones (415) too;
+// keep-alive is on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "mha/status.h"
+#include "server/frontends/oip/model_metadata.h"
+#include "server/serving/inference_server.h"
+#include "server/serving/model_controller.h"
+#include "server/serving/observability/metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace mha::serve::rest {
+
+struct RestFrontendOptions {
+  int64_t max_message_bytes = 64 << 20;  // request bodies above it: 413
+  oip::SchedulingDefaults scheduling;    // what /config shows
+  // /v2/health/ready; empty = no model is LOADING and one is READY.
+  std::function<bool()> server_ready;
+  std::string server_version;  // /v2 version ("" = the build's)
+  Metrics* metrics = nullptr;  // /stats reads it (not owned); null = 501
+  // The repository extension's load / unload / index (not owned); null = 400 as gRPC's
+  // FAILED_PRECONDITION. With an admin token they need "Authorization: Bearer <token>".
+  ModelController* controller = nullptr;
+  std::string admin_token;
+  // Connections served at once (each holds a thread while open, also while it trickles in a
+  // request or waits for its answer); more wait for a free thread.
+  int threads = 192;
+  int read_timeout_s = 5;  // one read of a request (header line or body chunk)
+  // TLS (as gRPC's --tls-*-file): HTTPS when both are set; a CA makes client certificates
+  // mandatory.
+  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
+};
+
+class RestServer {
+ public:
+  // `core` (and options.metrics) are not owned and must outlive Stop().
+  RestServer(InferenceServer* core, RestFrontendOptions options);
+  ~RestServer();  // Stop()
+  RestServer(const RestServer&) = delete;
+  RestServer& operator=(const RestServer&) = delete;
+
+  // Binds "host:port" (port 0 picks one) and serves on threads of its own. UNAVAILABLE when the
+  // address cannot be bound, INVALID_ARGUMENT for a malformed address or unusable TLS files.
+  Status Start(const std::string& address);
+  int port() const { return port_; }
+  bool tls() const;
+  // Stops accepting, finishes the requests being answered, joins the threads. Idempotent.
+  void Stop();
+
+ private:
+  void Route();
+
+  InferenceServer* const core_;
+  const RestFrontendOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace mha::serve::rest

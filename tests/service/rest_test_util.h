@@ -1,0 +1,143 @@
+// A KServe v2 REST client written here from the specification (cpp-httplib's client), for the
+// service tests of server/frontends/rest: request bodies in JSON (flattened or nested `data`) and
+// in the binary tensor extension, and the answer's outputs read back as tensors.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "test_util.h"
+
+namespace mha::testing {
+
+inline std::string RestDatatype(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return "FP32";
+    case at::kHalf:
+      return "FP16";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kBool:
+      return "BOOL";
+    default:
+      ADD_FAILURE() << "tensor of dtype " << c10::toString(type);
+      return "";
+  }
+}
+
+// `t` (on the CPU, contiguous) as nested JSON arrays of its values, row-major.
+inline nlohmann::json NestedData(const at::Tensor& t) {
+  if (t.dim() == 0) {
+    return t.scalar_type() == at::kBool ? nlohmann::json(t.item<bool>())
+                                        : nlohmann::json(t.item<double>());
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (int64_t i = 0; i < t.size(0); ++i) out.push_back(NestedData(t[i]));
+  return out;
+}
+
+// The values of `t` flattened, row-major.
+inline nlohmann::json FlatData(const at::Tensor& t) {
+  return NestedData(t.cpu().contiguous().reshape({-1}));
+}
+
+enum class TensorForm { kFlat, kNested, kBinary };
+
+// Adds input `name` to body["inputs"]; binary bytes go to *binary.
+inline void AddRestInput(const char* name, const at::Tensor& tensor, TensorForm form,
+                         nlohmann::json* body, std::string* binary) {
+  if (!tensor.defined()) return;
+  const at::Tensor t = tensor.cpu().contiguous();
+  nlohmann::json input = {
+      {"name", name}, {"datatype", RestDatatype(t.scalar_type())}, {"shape", t.sizes().vec()}};
+  if (form == TensorForm::kBinary) {
+    const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
+    input["parameters"] = {{"binary_data_size", n}};
+    binary->append(static_cast<const char*>(t.data_ptr()), n);
+  } else {
+    input["data"] = form == TensorForm::kFlat ? FlatData(t) : NestedData(t);
+  }
+  (*body)["inputs"].push_back(std::move(input));
+}
+
+struct RestAnswer {
+  int status = 0;  // 0 = no HTTP answer
+  nlohmann::json json;
+  std::string binary;  // bytes after the JSON (binary outputs)
+  httplib::Headers headers;
+};
+
+// One request on `client`; the body's JSON is the first `header_length` bytes when set.
+inline RestAnswer RestCall(httplib::Client& client, const std::string& method,
+                           const std::string& path, const std::string& body = "",
+                           std::optional<size_t> header_length = std::nullopt,
+                           httplib::Headers headers = {}) {
+  if (header_length) {
+    headers.emplace("Inference-Header-Content-Length", std::to_string(*header_length));
+  }
+  auto result = method == "GET"
+                    ? client.Get(path.c_str(), headers)
+                    : client.Post(path.c_str(), headers, body,
+                                  header_length ? "application/octet-stream" : "application/json");
+  RestAnswer answer;
+  if (!result) return answer;
+  answer.status = result->status;
+  answer.headers = result->headers;
+  size_t json_length = result->body.size();
+  if (result->has_header("Inference-Header-Content-Length")) {
+    json_length = std::stoul(result->get_header_value("Inference-Header-Content-Length"));
+  }
+  answer.json = nlohmann::json::parse(result->body.substr(0, json_length), nullptr, false);
+  answer.binary = result->body.substr(std::min(json_length, result->body.size()));
+  return answer;
+}
+
+// Output `name` of an infer answer as a float tensor (from `data` or from the binary part);
+// undefined when the answer has no such output.
+inline at::Tensor RestOutput(const RestAnswer& a, const std::string& name) {
+  if (!a.json.contains("outputs")) return {};
+  size_t offset = 0;
+  for (const auto& o : a.json["outputs"]) {
+    const size_t size = o.contains("parameters") && o["parameters"].contains("binary_data_size")
+                            ? o["parameters"]["binary_data_size"].get<size_t>()
+                            : 0;
+    if (o["name"] != name) {
+      offset += size;
+      continue;
+    }
+    EXPECT_EQ(o["datatype"], "FP32") << name;
+    const auto shape = o["shape"].get<std::vector<int64_t>>();
+    at::Tensor out = at::empty(shape, at::kFloat);
+    if (o.contains("data")) {
+      const auto values = o["data"].get<std::vector<float>>();
+      EXPECT_EQ(static_cast<int64_t>(values.size()), out.numel()) << name;
+      if (static_cast<int64_t>(values.size()) != out.numel()) return {};
+      std::memcpy(out.data_ptr(), values.data(), values.size() * sizeof(float));
+      return out;
+    }
+    EXPECT_EQ(size, static_cast<size_t>(out.numel()) * sizeof(float)) << name;
+    if (size != static_cast<size_t>(out.numel()) * sizeof(float) ||
+        offset + size > a.binary.size()) {
+      return {};
+    }
+    std::memcpy(out.data_ptr(), a.binary.data() + offset, size);
+    return out;
+  }
+  return {};
+}
+
+// The message of an {"error": ...} answer ("" when it is not one).
+inline std::string RestError(const RestAnswer& a) {
+  return a.json.is_object() && a.json.contains("error") && a.json["error"].is_string()
+             ? a.json["error"].get<std::string>()
+             : "";
+}
+
+}  // namespace mha::testing
