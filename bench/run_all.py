@@ -67,7 +67,8 @@ class Server:
         port_file = os.path.join(self.dir, "port")
         self.log = open(os.path.join(self.dir, "server.log"), "w")
         self.proc = subprocess.Popen(
-            [server_bin, "--grpc-address", "127.0.0.1:0", "--port-file", port_file,
+            [server_bin, "--grpc-address", "127.0.0.1:0", "--http-address", "",  # REST off
+             "--port-file", port_file,
              "--log-level", "warn", *placement, *flags, *a.server_args],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 300
