@@ -11,7 +11,6 @@
 
 #include "batch_test_util.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
-#include "server/serving/scheduling/pass_time_estimator.h"
 
 namespace mha::serve {
 namespace {
@@ -379,24 +378,6 @@ TEST(DynamicBatcherTest, MergesOnlyWhatTheEstimatedPassTimeAllows) {
   EXPECT_EQ(calls[2].max_id, 2.0f);
   for (const auto& call : calls) EXPECT_NE(call.max_id, 3.0f);
   for (int id : {1, 2, 3, 4, 100}) EXPECT_EQ(results.Callbacks(id), 1) << id;
-}
-
-// The batcher's own estimate: an EWMA per power-of-two bucket of padded tokens, forward and
-// session passes apart, leaning low where a bucket has no measurement.
-TEST(PassTimeEstimatorTest, AveragesPerBucketAndLeansLowElsewhere) {
-  PassTimeEstimator e;
-  EXPECT_EQ(e.EstimateUs(false, 100), 0.0);  // nothing measured: no estimate
-  e.Record(false, 100, 1000);
-  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 100), 1000);
-  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 120), 1000);   // same bucket [64, 128)
-  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 50), 500);     // a larger bucket's, scaled down by tokens
-  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 1000), 1000);  // a smaller bucket's, unscaled
-  EXPECT_EQ(e.EstimateUs(true, 100), 0.0);            // session passes apart
-  e.Record(false, 100, 2000);
-  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 100), 1000 + PassTimeEstimator::kAlpha * 1000);
-  e.Record(false, 0, 5000);  // ignored
-  e.Record(false, 100, -1);  // ignored
-  EXPECT_DOUBLE_EQ(e.EstimateUs(false, 100), 1000 + PassTimeEstimator::kAlpha * 1000);
 }
 
 }  // namespace
