@@ -2,9 +2,10 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 
 #include <ctime>
+
+#include "mha/runtime.h"
 
 namespace mha::client::cli {
 namespace {
@@ -14,11 +15,6 @@ double ProcessCpuSeconds() {
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
-
-// OpenBLAS keeps its own thread pool, which at::set_num_threads does not reach; found at run time
-// so that another BLAS (or none) links as well.
-using SetThreads = void (*)(int);
-using GetThreads = int (*)();
 
 }  // namespace
 
@@ -32,11 +28,9 @@ double AttentionFlops(int64_t batch, int64_t seq, int64_t kv_seq, int64_t embed,
 }
 
 double MeasureMatmulFlopsPerCpuSecond(double seconds) {
-  auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  auto get_blas = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  const int blas_threads = get_blas != nullptr ? get_blas() : 0;
+  const int blas_threads = BlasThreads();  // its own pool: at::set_num_threads does not reach it
   const int aten_threads = at::get_num_threads();
-  if (set_blas != nullptr) set_blas(1);
+  SetBlasThreads(1);
   at::set_num_threads(1);
   constexpr int64_t n = 512;
   const at::Tensor a = at::rand({n, n});
@@ -51,7 +45,7 @@ double MeasureMatmulFlopsPerCpuSecond(double seconds) {
     passes += 8;
     used = ProcessCpuSeconds() - start;
   }
-  if (set_blas != nullptr && blas_threads > 0) set_blas(blas_threads);
+  if (blas_threads > 0) SetBlasThreads(blas_threads);
   at::set_num_threads(aten_threads);
   return used > 0 ? 2.0 * n * n * n * static_cast<double>(passes) / used : 0;
 }

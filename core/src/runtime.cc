@@ -2,10 +2,41 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
 namespace mha {
+namespace {
+
+using SetThreadsFn = void (*)(int);
+using GetThreadsFn = int (*)();
+
+SetThreadsFn BlasSetter() {
+  static const auto fn =
+      reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  return fn;
+}
+
+GetThreadsFn BlasGetter() {
+  static const auto fn =
+      reinterpret_cast<GetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return fn;
+}
+
+}  // namespace
+
+bool SetBlasThreads(int threads) {
+  const SetThreadsFn set = BlasSetter();
+  if (set == nullptr || threads < 1) return false;
+  set(threads);
+  return true;
+}
+
+int BlasThreads() {
+  const GetThreadsFn get = BlasGetter();
+  return get != nullptr ? get() : -1;
+}
 
 Status ConfigureThreads(const ThreadingOptions& options) {
   if (options.intra_op_threads > 0) {
@@ -32,7 +63,8 @@ std::string RuntimeSummary() {
   return std::string("LibTorch ") + TORCH_VERSION + ", " +
          (at::hasCUDA() ? "CUDA available" : "no CUDA") + ", " +
          std::to_string(at::get_num_threads()) + " intra-op thread(s), " +
-         std::to_string(at::get_num_interop_threads()) + " inter-op thread(s)";
+         std::to_string(at::get_num_interop_threads()) + " inter-op thread(s), BLAS " +
+         (BlasThreads() > 0 ? std::to_string(BlasThreads()) + " thread(s)" : "threads unknown");
 }
 
 }  // namespace mha

@@ -113,8 +113,15 @@ void AddServingFlags(CLI::App& app, ServerConfig* c) {
   Add(app, "--dtype", &c->dtype,
       "float32, float16 or bfloat16 for every model; empty = each model's config.json");
   Add(app, "--intra-op-threads", &c->intra_op_threads,
-      "ATen threads per forward pass (1 is best on small boxes: BLAS threads itself)")
+      "ATen's own threads (elementwise ops, softmax) per forward pass; 1 is best on small boxes. "
+      "GEMMs run on OpenBLAS's threads, which this does not reach: see --blas-threads")
       ->check(CLI::Range(1, 256));
+  Add(app, "--blas-threads", &c->core.batcher.blas.threads,
+      "OpenBLAS threads per forward pass. 0 = auto: all cores for a pass that is the only work "
+      "(one request, nothing queued, no other pass running), 1 under load (OpenBLAS's idle threads "
+      "spin and take cores from the rest); N = every pass N; -1 = leave OpenBLAS's setting "
+      "(OPENBLAS_NUM_THREADS) alone")
+      ->check(CLI::Range(-1, 256));
   Add(app, "--inter-op-threads", &c->inter_op_threads, "ATen inter-op threads")
       ->check(CLI::Range(1, 256));
   Add(app, "--workers", &c->core.workers,

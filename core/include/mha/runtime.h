@@ -18,6 +18,13 @@ struct ThreadingOptions {
 // sandbox without /proc makes at::set_num_threads throw), with LibTorch's reason.
 Status ConfigureThreads(const ThreadingOptions& options);
 
+// OpenBLAS's own thread pool, which at::set_num_threads does not reach. Found at run time
+// (dlsym), so another BLAS (or none) links as well: SetBlasThreads returns false and BlasThreads
+// -1 where the BLAS has no such call. OpenBLAS's helper threads spin (sched_yield) for a while
+// after every threaded GEMM; a GEMM run at 1 thread wakes none of them.
+bool SetBlasThreads(int threads);
+int BlasThreads();
+
 // "LibTorch 1.13.0, CPU, 1 intra-op thread(s), OpenMP/OpenBLAS ..." for start-up logs.
 std::string RuntimeSummary();
 

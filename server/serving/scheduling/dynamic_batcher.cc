@@ -57,6 +57,7 @@ DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, Batc
       forward_(std::move(forward)),
       options_(options),
       metrics_(metrics),
+      blas_(options.blas),
       completions_(options.completion_threads, options.inline_completion_max_bytes) {
   const int n = std::max(1, options_.instances);
   workers_.reserve(n);
@@ -220,6 +221,7 @@ void DynamicBatcher::WorkerLoop() {
     std::vector<Dropped> dropped;
     std::vector<Entry> batch;
     bool exit = false;
+    bool lone = false;  // one request in the pass and nothing else queued (blas_policy.h)
     {
       std::unique_lock<std::mutex> lock(mu_);
       for (;;) {
@@ -245,6 +247,7 @@ void DynamicBatcher::WorkerLoop() {
             batch.push_back(std::move(*it));
             queue_.erase(it);
           }
+          lone = batch.size() == 1 && queue_.empty();
           PublishDepthLocked();
           break;
         }
@@ -257,7 +260,10 @@ void DynamicBatcher::WorkerLoop() {
       result.queue_us = MicrosBetween(d.entry.task.enqueue_time, Clock::now());
       Answer(d.entry, std::move(result));
     }
-    if (!batch.empty()) RunBatch(batch);
+    if (!batch.empty()) {
+      const BlasPassPolicy::Pass pass(blas_, lone);
+      RunBatch(batch);
+    }
     if (exit) return;
   }
 }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "server/serving/scheduling/batch_assembly.h"
+#include "server/serving/scheduling/blas_policy.h"
 #include "server/serving/scheduling/completion_executor.h"
 #include "server/serving/scheduling/pass_time_estimator.h"
 #include "server/serving/scheduling/runner.h"
@@ -73,6 +74,9 @@ struct BatcherOptions {
   // session steps); unset = the batcher's own PassTimeEstimator over its measured passes. Tests
   // inject a fake one; 0 = no estimate (nothing is refused on it).
   std::function<double(bool session, int64_t padded_tokens)> estimate_pass_us;
+  // OpenBLAS threads per pass (blas_policy.h): by default all cores for a lone request, 1 under
+  // load.
+  BlasPolicyOptions blas;
 };
 
 // The forward pass a batcher runs: MhaModel::ForwardValidated for a real model, anything in tests.
@@ -132,6 +136,7 @@ class DynamicBatcher final : public ModelRunner {
   const BatchForwardFn forward_;
   const BatcherOptions options_;
   StatsAggregator* const metrics_;
+  const BlasPassPolicy blas_;
   int64_t debug_delay_ms_ = 0;  // test-only (ForModel): session passes sleep first, as forward_
 
   mutable std::mutex mu_;

@@ -1,0 +1,96 @@
+// BlasPassPolicy: the OpenBLAS threads a pass gets (blas_policy.h), as a pure rule and as what
+// OpenBLAS itself reports inside the passes of a real DynamicBatcher.
+#include "server/serving/scheduling/blas_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <mutex>
+#include <vector>
+
+#include "mha/runtime.h"
+#include "server/serving/scheduling/dynamic_batcher.h"
+
+namespace mha::serve {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(BlasPassPolicyTest, AutoThreadsOnlyTheOnlyWork) {
+  const BlasPassPolicy policy({.threads = 0, .cores = 3});
+  EXPECT_EQ(policy.ThreadsFor(1, true), 3);   // one request, nothing queued, no other pass
+  EXPECT_EQ(policy.ThreadsFor(1, false), 1);  // merged requests or a queue behind it
+  EXPECT_EQ(policy.ThreadsFor(2, true), 1);   // another pass runs
+}
+
+TEST(BlasPassPolicyTest, FixedAndLeaveAlone) {
+  EXPECT_EQ(BlasPassPolicy({.threads = 2, .cores = 3}).ThreadsFor(5, false), 2);
+  EXPECT_EQ(BlasPassPolicy({.threads = -1, .cores = 3}).ThreadsFor(1, true), 0);
+}
+
+TEST(BlasPassPolicyTest, PassCountsRunningPasses) {
+  const BlasPassPolicy policy({.threads = -1, .cores = 2});
+  const int before = BlasPassPolicy::Running();
+  {
+    const BlasPassPolicy::Pass a(policy, true);
+    EXPECT_EQ(BlasPassPolicy::Running(), before + 1);
+    const BlasPassPolicy::Pass b(policy, true);
+    EXPECT_EQ(BlasPassPolicy::Running(), before + 2);
+    EXPECT_EQ(b.threads(), 0);
+  }
+  EXPECT_EQ(BlasPassPolicy::Running(), before);
+}
+
+// The batcher's passes, as OpenBLAS sees them: a lone request gets every core, a merged pass one
+// thread. Skipped where the BLAS is not OpenBLAS.
+TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
+  if (BlasThreads() < 0) GTEST_SKIP() << "not OpenBLAS";
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int>> seen;  // (rows, OpenBLAS threads) per pass
+  std::promise<void> entered, release;
+  std::shared_future<void> gate = release.get_future().share();
+  bool first = true;
+  auto forward = [&](const ForwardInputs& in, ForwardOutputs* out) {
+    bool hold = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.emplace_back(in.query.size(0), BlasThreads());
+      hold = std::exchange(first, false);
+    }
+    if (hold) {
+      entered.set_value();
+      gate.wait();
+    }
+    out->output = in.query.clone();
+    return Status::Ok();
+  };
+  BatcherOptions o;
+  o.instances = 1;
+  o.blas = {.threads = 0, .cores = 3};
+  DynamicBatcher batcher("fake", BatchModelInfo{1, 0, at::kFloat}, forward, o);
+  std::promise<void> all_done;
+  std::atomic<int> answered{0};
+  auto done = [&](InferenceResult r) {
+    EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+    if (++answered == 4) all_done.set_value();
+  };
+  auto task = [] {
+    InferenceTask t;
+    t.model_name = "fake";
+    t.inputs.query = at::ones({1, 2, 4});
+    t.enqueue_time = Clock::now();
+    return t;
+  };
+  batcher.Submit(task(), done);  // alone: every core
+  entered.get_future().wait();
+  for (int i = 0; i < 3; ++i) batcher.Submit(task(), done);  // queued behind it: one pass of 3
+  release.set_value();
+  ASSERT_EQ(all_done.get_future().wait_for(10s), std::future_status::ready);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], std::make_pair(int64_t{1}, 3));
+  EXPECT_EQ(seen[1], std::make_pair(int64_t{3}, 1));
+}
+
+}  // namespace
+}  // namespace mha::serve
