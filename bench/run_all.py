@@ -12,7 +12,7 @@ the machine's load average before and after.
 Rows: echo, c32, c1, big, decode64, long, batching. Speed is measured here, never asserted: the
 exit code is 0 when every run answered without errors, whatever the table says.
 """
-import argparse, json, os, subprocess, sys, tempfile, time
+import argparse, json, os, re, subprocess, sys, tempfile, time, urllib.request
 
 ROWS = ["echo", "c32", "c1", "big", "decode64", "long", "batching"]
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -65,10 +65,12 @@ class Server:
     def __init__(self, *flags):
         self.dir = tempfile.mkdtemp(prefix="mha-run-all-")
         port_file = os.path.join(self.dir, "port")
+        metrics_port_file = os.path.join(self.dir, "metrics-port")
         self.log = open(os.path.join(self.dir, "server.log"), "w")
         self.proc = subprocess.Popen(
             [server_bin, "--grpc-address", "127.0.0.1:0", "--http-address", "",  # REST off
-             "--port-file", port_file,
+             "--port-file", port_file, "--metrics-address", "127.0.0.1:0",
+             "--metrics-port-file", metrics_port_file,
              "--log-level", "warn", *placement, *flags, *a.server_args],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 300
@@ -82,6 +84,29 @@ class Server:
                 sys.exit(f"mha-server never said SERVING: {open(self.log.name).read()[-2000:]}")
             time.sleep(0.2)
         self.pid = self.proc.pid
+        self.metrics_url = f"http://127.0.0.1:{open(metrics_port_file).read().strip()}/metrics"
+
+    def stages(self):
+        """The server's per-stage sums (mha_request_stage_seconds_total) and their count."""
+        text = urllib.request.urlopen(self.metrics_url, timeout=10).read().decode()
+        out = {}
+        for m in re.finditer(r'^mha_request_stage_seconds_total\{model="default",stage="(\w+)"\} '
+                             r'(\S+)$', text, re.M):
+            out[m.group(1)] = float(m.group(2))
+        m = re.search(r'^mha_staged_requests_total\{model="default"\} (\S+)$', text, re.M)
+        out["_n"] = float(m.group(1)) if m else 0.0
+        return out
+
+    def bench_staged(self, name, *args):
+        """bench(), plus the mean per-stage server time (µs) of the requests it sent."""
+        before = self.stages()
+        r = self.bench(*args)
+        after = self.stages()
+        n = after["_n"] - before["_n"]
+        if r and n > 0:
+            res[f"{name}_stages_us"] = {k: (after[k] - before.get(k, 0)) / n * 1e6
+                                        for k in after if k != "_n"}
+        return r
 
     def bench(self, *args):
         return run_json([client, "-a", self.target, "bench", *args, "--server-pid", str(self.pid),
@@ -114,14 +139,14 @@ if "echo" in rows or "c1" in rows:
 on = Server()
 small = ["-b", "1", "-t", "16"]
 if "c32" in rows:
-    r = on.bench(*small, "-c", "32", "-d", dur)
+    r = on.bench_staged("c32", *small, "-c", "32", "-d", dur)
     if r:
         c = r["server_cpu"]
         res.update(c32_rps=r["throughput_rps"], c32_cpu_us=c["cpu_us_per_request"],
                    c32_efficiency=c["efficiency"], matmul_gflops=c["matmul_flops_per_s"] / 1e9,
                    small_mflop=c["flops_per_request"] / 1e6)
 if "c1" in rows:
-    s, l = on.bench(*small, "-c", "1", "-d", dur), local(*small)
+    s, l = on.bench_staged("c1", *small, "-c", "1", "-d", dur), local(*small)
     if s and l:
         res.update(c1_served_p50_us=s["latency_us"]["p50"], c1_local_p50_us=l["latency_us"]["p50"],
                    c1_cpu_us=s["server_cpu"]["cpu_us_per_request"])
@@ -220,6 +245,18 @@ print("| figure | measured | goal | met |")
 print("|---|---|---|---|")
 for figure, value, goal, ok in table:
     print(f"| {figure} | {value} | {goal} | {ok} |")
+STAGES = ["decode", "queue", "merge", "forward", "split", "handoff", "respond"]
+staged = [k for k in ("c1", "c32") if f"{k}_stages_us" in res]
+if staged:
+    print("\n# where a small request's time goes in the server (mean µs per request, from "
+          "mha_request_stage_seconds_total; gRPC's parse and send are outside: see the echo floor)")
+    print("| stage | " + " | ".join(staged) + " |")
+    print("|---|" + "---|" * len(staged))
+    for st in STAGES:
+        print(f"| {st} | " + " | ".join(f"{res[k + '_stages_us'].get(st, 0):.0f}" for k in staged)
+              + " |")
+    print("| server CPU per request | " + " | ".join(
+        f"{res[k + '_cpu_us']:.0f}" if f"{k}_cpu_us" in res else "—" for k in staged) + " |")
 for f in failures:
     print(f"# error: {f}")
 if a.json:

@@ -5,9 +5,34 @@
 
 namespace mha::serve::internal {
 
+namespace {
+
+int64_t NanosBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
+}
+
+// The computed request's stages but `respond` (timed around the front end's `done`).
+StageTimes StagesOf(const InferenceResult& r, Clock::time_point start, Clock::time_point submitted,
+                    Clock::time_point completing) {
+  StageTimes ns{};
+  auto set = [&ns](Stage s, int64_t v) { ns[static_cast<size_t>(s)] = v; };
+  set(Stage::kDecode, NanosBetween(start, submitted));
+  set(Stage::kQueue, r.queue_us * 1000);
+  set(Stage::kMerge, r.merge_us * 1000);
+  set(Stage::kForward, (r.compute_us - r.merge_us - r.split_us) * 1000);
+  set(Stage::kSplit, r.split_us * 1000);
+  if (r.answered_at != Clock::time_point{}) {
+    set(Stage::kHandoff, NanosBetween(r.answered_at, completing));
+  }
+  return ns;
+}
+
+}  // namespace
+
 void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_point start,
-              std::optional<Protocol> count_as, int64_t rows, InferenceResult result,
-              const InferDone& done) {
+              Clock::time_point submitted, std::optional<Protocol> count_as, int64_t rows,
+              InferenceResult result, const InferDone& done) {
+  const Clock::time_point completing = Clock::now();
   StatsAggregator& m = *handle.metrics;
   const bool computed = result.status.ok() || result.compute_us > 0;
   const bool refused = result.status.code() == StatusCode::kResourceExhausted ||
@@ -19,6 +44,8 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
     m.RecordRequest(result.status.code(), MicrosBetween(start, Clock::now()) * 1e-6, *count_as);
   }
   m.RecordOutcome(result.status.ok(), rows, result.queue_us, result.compute_us);
+  StageTimes stages{};
+  if (computed) stages = StagesOf(result, start, submitted, completing);
   InferenceResponse response;
   response.status = std::move(result.status);
   response.outputs = std::move(result.outputs);
@@ -30,7 +57,12 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
   response.compute_us = result.compute_us;
   response.session_tokens = result.session_tokens;
   if (result.session_tokens >= 0) m.RecordStep(MicrosBetween(start, Clock::now()) * 1e-6);
+  const Clock::time_point responding = Clock::now();
   done(std::move(response));
+  if (computed) {
+    stages[static_cast<size_t>(Stage::kRespond)] = NanosBetween(responding, Clock::now());
+    m.RecordStages(stages);
+  }
 }
 
 void Refuse(InferenceRequest* request, const InferDone& done, StatsAggregator* metrics,
@@ -62,9 +94,10 @@ Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* req
   const std::optional<Protocol> count_as =
       request->count_outcome ? std::optional<Protocol>(request->protocol) : std::nullopt;
   handle->metrics->AddInflight(1);
-  d.finish = [handle = std::move(handle), dtypes, start, count_as, rows,
+  const Clock::time_point submitted = d.task.enqueue_time;
+  d.finish = [handle = std::move(handle), dtypes, start, submitted, count_as, rows,
               done = std::move(done)](InferenceResult result) {
-    Complete(*handle, dtypes, start, count_as, rows, std::move(result), done);
+    Complete(*handle, dtypes, start, submitted, count_as, rows, std::move(result), done);
   };
   return d;
 }

@@ -12,9 +12,10 @@ struct ResponseDTypes {
 
 // A scheduler's answer: the request's metrics on its handle, then the front end's `done`.
 // `count_as`: the protocol to count the outcome under; nullopt = the front end counts it.
+// `submitted`: when the scheduler got the task (the end of the decode stage, StageTimes).
 void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_point start,
-              std::optional<Protocol> count_as, int64_t rows, InferenceResult result,
-              const InferDone& done);
+              Clock::time_point submitted, std::optional<Protocol> count_as, int64_t rows,
+              InferenceResult result, const InferDone& done);
 
 // Answers `request` with `status` before any scheduler saw it: counts the outcome on `metrics`
 // (when the core counts it), drops the inputs (they may borrow the wire message), then `done`.

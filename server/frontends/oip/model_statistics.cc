@@ -1,6 +1,7 @@
 #include "server/frontends/oip/model_statistics.h"
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace mha::serve::oip {
 namespace {
@@ -33,10 +34,18 @@ void FillModelStatistics(const ModelEntry& entry, const StatsSnapshot& s,
   SetDuration(s.ok_calls, s.ok_ns, stats->mutable_success());
   SetDuration(s.failed_calls, s.failed_ns, stats->mutable_fail());
   SetDuration(s.queue, stats->mutable_queue());
-  SetDuration(s.compute, stats->mutable_compute_infer());
+  // The computed requests' stages (Stage): input = decode + merge, infer = the forward pass,
+  // output = split + handoff + respond.
+  auto ns = [&s](std::initializer_list<Stage> stages) {
+    uint64_t sum = 0;
+    for (Stage st : stages) sum += s.stage_ns[static_cast<size_t>(st)];
+    return sum;
+  };
+  SetDuration(s.staged, ns({Stage::kDecode, Stage::kMerge}), stats->mutable_compute_input());
+  SetDuration(s.staged, ns({Stage::kForward}), stats->mutable_compute_infer());
+  SetDuration(s.staged, ns({Stage::kSplit, Stage::kHandoff, Stage::kRespond}),
+              stats->mutable_compute_output());
   // Present with zeros, as Triton sends them: clients read these without checking presence.
-  stats->mutable_compute_input();
-  stats->mutable_compute_output();
   stats->mutable_cache_hit();
   stats->mutable_cache_miss();
 }

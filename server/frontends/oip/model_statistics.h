@@ -3,12 +3,16 @@
 //   inference_stats.success / fail  requests answered OK / with an error: count and whole-call
 //                                   time (handler start -> answer), as mha_requests_total counts
 //   inference_stats.queue           queue time of requests that reached a scheduler
-//   inference_stats.compute_infer   forward-pass time of computed requests (a merged pass's time
+//   inference_stats.compute_input   computed requests: decode (front end -> scheduler) + merging
+//                                   a batch's inputs
+//   inference_stats.compute_infer   computed requests: the forward pass (a merged pass's time
 //                                   counts once per request in it)
+//   inference_stats.compute_output  computed requests: splitting the outputs, the hop to the
+//                                   completion thread, the front end's encode/serialize/Finish
 //   inference_count                 batch rows computed (sum of B), as Triton counts batch items
 //   execution_count                 forward passes (a merged batch is one)
 //   last_inference                  when the version last answered a request, ms since the epoch
-// compute_input, compute_output, cache_hit and cache_miss stay 0 (no separate phases, no cache);
+// cache_hit and cache_miss stay 0 (no cache);
 // batch_stats, memory_usage and response_stats are left empty.
 #pragma once
 

@@ -93,6 +93,8 @@ void StatsSnapshot::Add(const StatsSnapshot& o) {
   sessions_open += o.sessions_open, kv_blocks_used += o.kv_blocks_used;
   kv_blocks_total += o.kv_blocks_total, kv_bytes_used += o.kv_bytes_used;
   session_evictions += o.session_evictions;
+  for (size_t i = 0; i < stage_ns.size(); ++i) stage_ns[i] += o.stage_ns[i];
+  staged += o.staged;
 }
 
 uint64_t StatsSnapshot::Calls(StatusCode code) const {
@@ -156,6 +158,19 @@ void StatsAggregator::SetSessionUsage(int64_t sessions, int64_t used, int64_t to
   bytes_used_.store(used * block_bytes, kRelaxed);
 }
 
+const char* StageName(Stage stage) {
+  static constexpr const char* kNames[kStageCount] = {"decode", "queue",   "merge",  "forward",
+                                                      "split",  "handoff", "respond"};
+  return kNames[static_cast<int>(stage)];
+}
+
+void StatsAggregator::RecordStages(const StageTimes& ns) {
+  for (size_t i = 0; i < ns.size(); ++i) {
+    stage_ns_[i].fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, ns[i])), kRelaxed);
+  }
+  staged_.fetch_add(1, kRelaxed);
+}
+
 StatsSnapshot StatsAggregator::Read() const {
   StatsSnapshot s;
   s.inference_count = inference_count_.load(kRelaxed);
@@ -178,6 +193,8 @@ StatsSnapshot StatsAggregator::Read() const {
   s.sessions_open = sessions_.load(kRelaxed), s.kv_blocks_used = blocks_used_.load(kRelaxed);
   s.kv_blocks_total = blocks_total_.load(kRelaxed), s.kv_bytes_used = bytes_used_.load(kRelaxed);
   s.session_evictions = evictions_.load(kRelaxed);
+  for (size_t i = 0; i < s.stage_ns.size(); ++i) s.stage_ns[i] = stage_ns_[i].load(kRelaxed);
+  s.staged = staged_.load(kRelaxed);
   return s;
 }
 

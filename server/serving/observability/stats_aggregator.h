@@ -46,6 +46,17 @@ const std::vector<double>& CountBounds();       // requests / rows per pass
 const std::vector<double>& TokenBounds();       // 16 .. 2^20 tokens per pass
 const std::vector<double>& EfficiencyBounds();  // real / padded tokens
 
+// Where a computed request's time goes on the server (issue 26's breakdown; Triton's
+// compute_input/compute_infer/compute_output, finer): decode (the front end received it -> the
+// scheduler has it: decoding tensors, validating), queue, merge (a merged pass's inputs), forward,
+// split (its outputs), handoff (the worker's answer -> the completion thread), respond (the front
+// end's encode, serialize and Finish call). gRPC's own parse and send are not in it: the echo
+// floor (bench/echo_floor.cc) measures those.
+enum class Stage { kDecode, kQueue, kMerge, kForward, kSplit, kHandoff, kRespond };
+inline constexpr int kStageCount = 7;
+const char* StageName(Stage stage);
+using StageTimes = std::array<int64_t, kStageCount>;  // nanoseconds, by Stage
+
 // What a reader sees of one aggregator (or the sum of several).
 struct StatsSnapshot {
   // Triton's ModelStatistics / mha.v1 ModelStatistics.
@@ -63,6 +74,8 @@ struct StatsSnapshot {
   int64_t queue_depth = 0, inflight = 0;
   int64_t sessions_open = 0, kv_blocks_used = 0, kv_blocks_total = 0, kv_bytes_used = 0;
   uint64_t session_evictions = 0;
+  std::array<uint64_t, kStageCount> stage_ns{};  // summed over `staged` requests
+  uint64_t staged = 0;
   void Add(const StatsSnapshot& other);
   uint64_t Calls(StatusCode code) const;  // over every protocol
 };
@@ -88,6 +101,8 @@ class StatsAggregator {
                        int64_t block_bytes);
   void RecordSessionEviction() { evictions_.fetch_add(1, std::memory_order_relaxed); }
   void RecordStep(double seconds) { step_.Observe(seconds); }
+  // One computed request's breakdown.
+  void RecordStages(const StageTimes& ns);
 
   StatsSnapshot Read() const;
 
@@ -104,6 +119,8 @@ class StatsAggregator {
   std::atomic<int64_t> queue_depth_{0}, inflight_{0};
   std::atomic<int64_t> sessions_{0}, blocks_used_{0}, blocks_total_{0}, bytes_used_{0};
   std::atomic<uint64_t> evictions_{0};
+  std::array<std::atomic<uint64_t>, kStageCount> stage_ns_{};
+  std::atomic<uint64_t> staged_{0};
 };
 
 }  // namespace mha::serve

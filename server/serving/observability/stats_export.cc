@@ -177,6 +177,28 @@ void ExportSessions(const std::map<std::string, ModelSum>& models, std::vector<M
   for (auto* f : {&open, &used, &total, &bytes}) out->push_back(std::move(*f));
 }
 
+// mha_request_stage_seconds_total{model,stage} over mha_staged_requests_total{model}: where a
+// computed request's time goes in the server (Stage), for bench/breakdown.py and dashboards.
+void ExportStages(const std::map<std::string, ModelSum>& models, std::vector<MetricFamily>* out) {
+  MetricFamily seconds = Family("mha_request_stage_seconds_total",
+                                "Time of the computed requests in each stage of the server "
+                                "(decode, queue, merge, forward, split, handoff, respond)",
+                                MetricType::Counter);
+  MetricFamily staged =
+      Family("mha_staged_requests_total",
+             "Computed requests counted in mha_request_stage_seconds_total", MetricType::Counter);
+  for (const auto& [model, sum] : models) {
+    if (!sum.has_version) continue;
+    for (int i = 0; i < kStageCount; ++i) {
+      AddCounter(seconds, {{"model", model}, {"stage", StageName(static_cast<Stage>(i))}},
+                 static_cast<double>(sum.all.stage_ns[static_cast<size_t>(i)]) * 1e-9);
+    }
+    AddCounter(staged, {{"model", model}}, static_cast<double>(sum.all.staged));
+  }
+  out->push_back(std::move(seconds));
+  out->push_back(std::move(staged));
+}
+
 }  // namespace
 
 std::vector<MetricFamily> ExportStats(const std::vector<const StatsAggregator*>& aggregators) {
@@ -194,6 +216,7 @@ std::vector<MetricFamily> ExportStats(const std::vector<const StatsAggregator*>&
   ExportCalls(models, &out);
   ExportModelSeries(models, &out);
   ExportSessions(models, &out);
+  ExportStages(models, &out);
   return out;
 }
 

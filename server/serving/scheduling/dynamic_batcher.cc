@@ -311,12 +311,17 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
   }
   Status status;
   std::vector<ForwardOutputs> outputs;
+  int64_t merge_us = 0, split_us = 0;
   try {
     c10::InferenceMode inference;  // no autograd bookkeeping for the merge and the slices
     MergedBatch merged = MergeInputs(inputs, info_);
+    const auto merged_at = Clock::now();
+    merge_us = MicrosBetween(start, merged_at);
     ForwardOutputs out;
     status = ForwardSafely(forward_, merged.inputs, &out);
+    const auto forwarded_at = Clock::now();
     if (status.ok()) outputs = SplitOutputs(merged, out, info_);
+    split_us = MicrosBetween(forwarded_at, Clock::now());
   } catch (const std::exception& e) {
     status = Internal(std::string("merging the batch failed: ") + e.what());
   }
@@ -341,6 +346,8 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
     result.outputs = std::move(outputs[i]);
     result.queue_us = MicrosBetween(batch[i].task.enqueue_time, start);
     result.compute_us = compute_us;
+    result.merge_us = merge_us;
+    result.split_us = split_us;
     Answer(batch[i], std::move(result));
   }
 }
@@ -381,6 +388,7 @@ void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
 
 void DynamicBatcher::Answer(Entry& entry, InferenceResult result) {
   entry.task = InferenceTask();  // free the inputs (they may borrow the request) before answering
+  result.answered_at = Clock::now();
   completions_.Complete(std::move(entry.done), std::move(result));
 }
 

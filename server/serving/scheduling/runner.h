@@ -42,10 +42,13 @@ struct InferenceTask {
 
 struct InferenceResult {
   Status status;
-  ForwardOutputs outputs;       // set when status is OK
-  int64_t queue_us = 0;         // enqueue -> compute start (or -> drop)
-  int64_t compute_us = 0;       // Forward itself
-  int64_t session_tokens = -1;  // a session step: tokens in the session after it (else -1)
+  ForwardOutputs outputs;  // set when status is OK
+  int64_t queue_us = 0;    // enqueue -> compute start (or -> drop)
+  int64_t compute_us = 0;  // the pass: merge + Forward + split
+  // Parts of compute_us (a merged pass): merging the inputs, splitting the outputs (0 alone).
+  int64_t merge_us = 0, split_us = 0;
+  Clock::time_point answered_at{};  // when the worker handed the answer over (the completion hop)
+  int64_t session_tokens = -1;      // a session step: tokens in the session after it (else -1)
 };
 
 using DoneCallback = std::function<void(InferenceResult)>;

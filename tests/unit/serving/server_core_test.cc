@@ -295,5 +295,31 @@ TEST(ServerCoreTest, RecordsEachAnsweredRequestOnce) {
   EXPECT_EQ(f.Sample(R"(mha_model_loaded{model="self_basic"})"), 1);
 }
 
+// Issue 26's breakdown: every computed request's stages are counted once; refused ones are not;
+// the stages before the answer fit in the time the server counts for the request (it stops the
+// clock before the front end's respond stage).
+TEST(ServerCoreTest, RecordsWhereEachComputedRequestSpendsItsTime) {
+  CoreFixture f({"self_basic"});
+  ForwardInputs good;
+  good.query = at::ones({2, 5, 16});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(f.Run("", good).status.ok());
+  ForwardInputs bad;
+  bad.query = at::ones({2, 5, 15});  // wrong embed dim: refused by validation
+  ASSERT_FALSE(f.Run("", bad).status.ok());
+  EXPECT_EQ(f.Sample(R"(mha_staged_requests_total{model="self_basic"})"), 3);
+  double staged_seconds = 0;
+  for (const char* stage : {"decode", "queue", "merge", "forward", "split", "handoff", "respond"}) {
+    const double v =
+        f.Sample(std::string("mha_request_stage_seconds_total{model=\"self_basic\",stage=\"") +
+                 stage + "\"}");
+    EXPECT_GE(v, 0) << stage;
+    if (std::string(stage) != "respond") staged_seconds += v;
+  }
+  EXPECT_GT(f.Sample(R"(mha_request_stage_seconds_total{model="self_basic",stage="forward"})"), 0);
+  EXPECT_LE(staged_seconds,
+            f.Sample(R"(mha_request_duration_seconds_sum{model="self_basic"})") + 3 * 2e-6)
+      << "request durations are whole microseconds; the stages nanoseconds";
+}
+
 }  // namespace
 }  // namespace mha::serve
