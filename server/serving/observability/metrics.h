@@ -26,6 +26,9 @@
 //   mha_kv_cache_bytes_used{model,version}      gauge, bytes of the KV blocks in use
 //   mha_session_evictions_total{model}          counter, sessions evicted (evict-lru policy)
 //   mha_session_step_duration_seconds{model}    histogram, session steps (handler start -> finish)
+//   mha_request_stage_seconds_total{model,stage} counter, computed requests' time by stage
+//                                               (decode queue merge forward split handoff respond)
+//   mha_staged_requests_total{model}            counter, the requests counted in it
 //   mha_build_info{version,torch_version,device} gauge = 1
 //   process_resident_memory_bytes, process_cpu_seconds_total       read from /proc at scrape
 //   mha_gpu_memory_allocated_bytes{device}, mha_gpu_memory_reserved_bytes{device}  (CUDA only)
