@@ -4,6 +4,7 @@
 # deadline each. Starts its own mha-server (built-in model, shipped defaults + "$@").
 #   DEADLINE_MS=20 B=4 T=64 C=64 DUR=10 MHA_BUILD_DIR=build [MHA_SERVER=path/to/mha-server] \
 #   bench/deadline_waste.sh [server flags]
+#   DEADLINE_RANGE=1:80 bench/deadline_waste.sh   # each call's deadline uniform in 1..80 ms
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${MHA_BUILD_DIR:-build}
@@ -21,8 +22,13 @@ ok_count() {
     awk '/^mha_requests_total\{/ && /code="OK"/ {s += $NF} END {print s + 0}'
 }
 before=$(ok_count)
+deadlines=()  # DEADLINE_RANGE=1:80: each call's deadline uniform in [1, 80] ms (issue 26 item 4)
+if [ -n "${DEADLINE_RANGE:-}" ]; then
+  deadlines=(--deadline-min-ms "${DEADLINE_RANGE%%:*}" --deadline-max-ms "${DEADLINE_RANGE##*:}")
+fi
 "$build/client/mha-client" -a "$target" --timeout-ms "${DEADLINE_MS:-20}" bench -b "${B:-4}" \
-  -t "${T:-64}" -c "${C:-64}" -d "${DUR:-10}" --warmup 0 --json >"$work/bench.json" || true
+  -t "${T:-64}" -c "${C:-64}" -d "${DUR:-10}" --warmup 0 "${deadlines[@]}" --json \
+  >"$work/bench.json" || true
 after=$(ok_count)
 /usr/bin/python3 - "$work/bench.json" "$before" "$after" <<'PY'
 import json, sys

@@ -21,6 +21,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// One call's deadline: the fixed timeout, or drawn from [deadline_min, deadline_max].
+std::chrono::microseconds CallTimeout(const BenchOptions& o, std::mt19937_64& rng) {
+  if (o.deadline_max.count() <= 0) return o.timeout;
+  const auto lo = std::chrono::duration_cast<std::chrono::microseconds>(o.deadline_min).count();
+  const auto hi = std::chrono::duration_cast<std::chrono::microseconds>(o.deadline_max).count();
+  return std::chrono::microseconds(
+      std::uniform_int_distribution<int64_t>(std::min(lo, hi), std::max(lo, hi))(rng));
+}
+
 // Serialized once: every call sends the same bytes (the server still parses each one). With
 // --protocol oip each request is sent as the ModelInferRequest that oip_translate makes of it (an
 // untranslatable one is sent empty, and its error counted).
@@ -79,8 +88,8 @@ class ClosedLoop {
     Clock::time_point start;
   };
 
-  // Claims the next request slot (and picks its request); false when the run is over.
-  bool Claim(size_t* pick) {
+  // Claims the next request slot (and picks its request and deadline); false when the run is over.
+  bool Claim(size_t* pick, std::chrono::microseconds* timeout) {
     std::lock_guard<std::mutex> lock(mu_);
     if (options_.requests > 0) {
       if (issued_ >= options_.requests) return false;
@@ -89,12 +98,14 @@ class ClosedLoop {
     }
     ++issued_;
     *pick = requests_.size() > 1 ? rng_() % requests_.size() : 0;
+    *timeout = CallTimeout(options_, rng_);
     return true;
   }
 
   void Issue(Lane* lane) {
     size_t pick = 0;
-    if (!Claim(&pick)) {
+    std::chrono::microseconds timeout{0};
+    if (!Claim(&pick, &timeout)) {
       std::lock_guard<std::mutex> lock(mu_);
       if (--active_ == 0) cv_.notify_all();
       return;
@@ -108,7 +119,7 @@ class ClosedLoop {
       client_.GetModelAsync(lane->context.get(), &ping_request_, &lane->info, options_.timeout,
                             std::move(done));
     } else {
-      lane->context->set_deadline(std::chrono::system_clock::now() + options_.timeout);
+      lane->context->set_deadline(std::chrono::system_clock::now() + timeout);
       generic_.UnaryCall(lane->context.get(), method_, grpc::StubOptions(), &requests_[pick],
                          &lane->response, std::move(done));
     }
@@ -164,7 +175,7 @@ class OpenLoop {
       calls_.emplace_back();
       Call* call = &calls_.back();  // std::deque: stays put while more are added
       call->intended = when;
-      call->context.set_deadline(std::chrono::system_clock::now() + options_.timeout);
+      call->context.set_deadline(std::chrono::system_clock::now() + CallTimeout(options_, rng));
       const size_t pick = requests_.size() > 1 ? rng() % requests_.size() : 0;
       {
         std::lock_guard<std::mutex> lock(mu_);

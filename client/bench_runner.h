@@ -21,6 +21,9 @@ struct BenchOptions {
   int64_t requests = 0;      // total timed requests; 0 = run for duration_s
   int64_t warmup = 4;        // untimed requests first (sequential)
   std::chrono::milliseconds timeout{60000};
+  // deadline_max > 0: each call's deadline is drawn uniformly from [deadline_min, deadline_max]
+  // instead (clients with short, varied deadlines: bench/deadline_waste.sh).
+  std::chrono::milliseconds deadline_min{0}, deadline_max{0};
   bool ping = false;    // time GetModel round trips instead: the RPC cost without a forward pass
   double rate = 0;      // > 0: open loop at this many requests per second
   bool poisson = true;  // open loop: exponential gaps (Poisson arrivals), else fixed 1/rate

@@ -138,6 +138,12 @@ void BenchCommand::Add(CLI::App& app) {
   cmd->add_option("--arrival", arrival, "Open loop: poisson (exponential gaps) or fixed")
       ->check(CLI::IsMember({"poisson", "fixed"}))
       ->capture_default_str();
+  cmd->add_option("--deadline-min-ms", options.deadline_min,
+                  "With --deadline-max-ms: each call's deadline is uniform in [min, max] ms "
+                  "(instead of --timeout-ms)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--deadline-max-ms", options.deadline_max, "See --deadline-min-ms")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seq-min", seq_min, "Random query length per request: smallest T");
   cmd->add_option("--seq-max", seq_max,
                   "Random query length per request: largest T (uniform in [min, max])");
