@@ -77,6 +77,15 @@ StatusOr<at::Tensor> DecodeTensorBytes(int dtype, const std::vector<int64_t>& sh
 }
 
 Status EncodeTensor(const at::Tensor& tensor, v1::DataType dtype, v1::Tensor* out) {
+  auto t = EncodeTensorHeader(tensor, dtype, out);
+  if (!t.ok()) return t.status();
+  const size_t bytes = static_cast<size_t>(t->numel()) * t->element_size();
+  out->mutable_data()->assign(static_cast<const char*>(t->data_ptr()), bytes);
+  return Status::Ok();
+}
+
+StatusOr<at::Tensor> EncodeTensorHeader(const at::Tensor& tensor, v1::DataType dtype,
+                                        v1::Tensor* out) {
   if (!tensor.defined()) return Internal("EncodeTensor: undefined tensor");
   if (!HostIsLittleEndian()) return Unimplemented("big-endian hosts are not supported");
   try {
@@ -95,9 +104,7 @@ Status EncodeTensor(const at::Tensor& tensor, v1::DataType dtype, v1::Tensor* ou
     out->set_dtype(dtype);
     out->clear_shape();
     for (int64_t d : t.sizes()) out->add_shape(d);
-    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-    out->mutable_data()->assign(static_cast<const char*>(t.data_ptr()), bytes);
-    return Status::Ok();
+    return t;
   } catch (const std::exception& e) {
     return Internal(std::string("cannot encode tensor: ") + e.what());
   }

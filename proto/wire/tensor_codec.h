@@ -34,5 +34,10 @@ StatusOr<at::ScalarType> ToScalarType(int dtype);
 // Writes `tensor` (any device) as `dtype` (DATA_TYPE_UNSPECIFIED = the tensor's own dtype).
 // INVALID_ARGUMENT for dtypes the wire cannot carry.
 Status EncodeTensor(const at::Tensor& tensor, v1::DataType dtype, v1::Tensor* out);
+// EncodeTensor but the data: `out` gets the dtype and shape; the result is the contiguous CPU
+// tensor in that dtype whose memory is the data (for writers that send it without a copy:
+// server/frontends/common/borrowed_bytes.h).
+StatusOr<at::Tensor> EncodeTensorHeader(const at::Tensor& tensor, v1::DataType dtype,
+                                        v1::Tensor* out);
 
 }  // namespace mha::codec

@@ -15,7 +15,6 @@ namespace {
 
 struct UnaryCall {
   v1::ForwardRequest request;
-  v1::ForwardResponse response;
 };
 
 }  // namespace
@@ -57,8 +56,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerCont
     // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
     core_->Infer(std::move(decoded.value()),
                  [finish, response_bytes, need_weights, call](InferenceResponse result) {
-                   Status status = EncodeForwardResponse(result, need_weights, &call->response);
-                   if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
+                   // The output's bytes go to gRPC without a copy (borrowed_bytes.h).
+                   const Status status = WriteForwardResponse(result, need_weights, response_bytes);
                    finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
                  });
   });

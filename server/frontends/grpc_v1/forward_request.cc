@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "proto/wire/tensor_codec.h"
+#include "server/frontends/common/borrowed_bytes.h"
 #include "server/frontends/common/request_limits.h"
 #include "server/frontends/grpc_v1/head_options.h"
 
@@ -68,10 +69,16 @@ StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& r,
 }
 
 Status EncodeForwardResponse(const InferenceResponse& r, bool need_weights,
-                             v1::ForwardResponse* out) {
+                             v1::ForwardResponse* out, at::Tensor* output_bytes) {
   if (!r.status.ok()) return r.status;
   const v1::DataType dtype = codec::ToProtoDType(r.output_dtype);
-  MHA_RETURN_IF_ERROR(codec::EncodeTensor(r.outputs.output, dtype, out->mutable_output()));
+  if (output_bytes != nullptr) {
+    auto bytes = codec::EncodeTensorHeader(r.outputs.output, dtype, out->mutable_output());
+    if (!bytes.ok()) return bytes.status();
+    *output_bytes = std::move(bytes).value();
+  } else {
+    MHA_RETURN_IF_ERROR(codec::EncodeTensor(r.outputs.output, dtype, out->mutable_output()));
+  }
   if (need_weights && !r.outputs.attn_weights.defined() && !r.outputs.topk_values.defined()) {
     return Internal("need_weights was set but the model returned no attention weights");
   }
@@ -84,6 +91,16 @@ Status EncodeForwardResponse(const InferenceResponse& r, bool need_weights,
   out->set_compute_us(r.compute_us);
   if (r.session_tokens >= 0) out->set_session_tokens(r.session_tokens);
   return Status::Ok();
+}
+
+Status WriteForwardResponse(const InferenceResponse& r, bool need_weights, grpc::ByteBuffer* out) {
+  v1::ForwardResponse head;
+  at::Tensor output;
+  MHA_RETURN_IF_ERROR(EncodeForwardResponse(r, need_weights, &head, &output));
+  constexpr int kOutput = v1::ForwardResponse::kOutputFieldNumber;
+  constexpr int kData = v1::Tensor::kDataFieldNumber;
+  return SerializeWithBorrowedBytes(head, {BorrowedField{{kOutput, kData}, std::move(output)}},
+                                    out);
 }
 
 StatusOr<OpenSessionRequest> DecodeOpenSessionRequest(const v1::OpenSessionRequest& r,

@@ -4,6 +4,8 @@
 // ServerCore's to validate, once.
 #pragma once
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <cstdint>
 
 #include "mha/v1/attention.pb.h"
@@ -19,8 +21,15 @@ StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& reques
                                                 int64_t max_message_bytes, bool borrow);
 
 // Encodes an OK response: output, attn_weights (when need_weights), model, version, timings.
+// With `output_bytes`, the output's data is left out of `out` and returned there instead (the
+// contiguous CPU tensor to send without a copy: WriteForwardResponse).
 Status EncodeForwardResponse(const InferenceResponse& response, bool need_weights,
-                             v1::ForwardResponse* out);
+                             v1::ForwardResponse* out, at::Tensor* output_bytes = nullptr);
+
+// The unary Forward's answer as raw bytes: EncodeForwardResponse with the output's data borrowed
+// from the tensor (server/frontends/common/borrowed_bytes.h), no copy of it in the server.
+Status WriteForwardResponse(const InferenceResponse& response, bool need_weights,
+                            grpc::ByteBuffer* out);
 
 // OpenSession's request: size, version length, key and value both or neither, tensor headers.
 // Shapes against the model are ServerCore's to check.
