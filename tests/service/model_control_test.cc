@@ -3,6 +3,9 @@
 // the admin token.
 #include <gtest/gtest.h>
 
+#include <future>
+
+#include "hold_gate.h"
 #include "lifecycle_util.h"
 
 namespace mha::testing {
@@ -124,18 +127,22 @@ TEST(ModelControl, ReloadUnderLoadSwapsVersionsWithoutFailedRequests) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-// Every request accepted before UnloadModel is answered OK; new ones get NOT_FOUND.
+// Every request accepted before UnloadModel is answered OK; new ones get NOT_FOUND. The passes
+// wait at a hold gate until the unload is draining them.
 TEST(ModelControl, UnloadDrainsAcceptedRequests) {
   ExplicitRepository repo;
   ServerProcess server;
+  HoldGate gate;
+  gate.Attach(&server);
   const std::string metrics_port_file = server.work_dir() + "/metrics-port";
   ASSERT_TRUE(
-      server.Start({"--model-repository", repo.path(), "--model-control-mode", "explicit",
-                    "--batching", "off", "--workers", "1", "--debug-forward-delay-ms", "1000",
-                    "--metrics-address", "127.0.0.1:0", "--metrics-port-file", metrics_port_file}));
+      server.Start(gate.Args({"--model-repository", repo.path(), "--model-control-mode", "explicit",
+                              "--batching", "off", "--workers", "1", "--metrics-address",
+                              "127.0.0.1:0", "--metrics-port-file", metrics_port_file})));
   const int metrics_port = ReadPort(metrics_port_file);
   ASSERT_GT(metrics_port, 0);
   client::TensorClient client({server.target(), 120s});
+  gate.Hold();
   constexpr int kCalls = 6;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<v1::ForwardResponse> responses(kCalls);
@@ -150,7 +157,7 @@ TEST(ModelControl, UnloadDrainsAcceptedRequests) {
     });
   }
   // Every call accepted before the unload: answered + in flight = all (answers read first, so a
-  // call finishing between the two reads can only make the sum smaller). Passes take 1 s each.
+  // call finishing between the two reads can only make the sum smaller). Passes are held.
   const std::string inflight = R"(mha_inflight_requests{model="a"})";
   auto answered = [&] {
     std::lock_guard<std::mutex> lock(mu);
@@ -164,7 +171,19 @@ TEST(ModelControl, UnloadDrainsAcceptedRequests) {
     std::this_thread::sleep_for(10ms);
   }
   ASSERT_GE(in_flight, 2) << "the calls were answered before the unload: nothing to drain";
-  ASSERT_TRUE(client.UnloadModel("a").ok());
+  EXPECT_TRUE(gate.WaitEntered(1));
+  // The unload waits for the held calls: the index shows the version UNLOADING meanwhile. Then
+  // the passes are let through and the unload ends. (No ASSERT until the gate is open: the
+  // future's destructor would wait for an unload that waits for the gate.)
+  auto unloaded = std::async(std::launch::async, [&] { return client.UnloadModel("a"); });
+  bool draining = false;
+  for (int i = 0; i < 6000 && !draining; ++i) {
+    draining = IndexText(client).find("a:1:UNLOADING") != std::string::npos;
+    if (!draining) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(draining) << IndexText(client);
+  gate.ReleaseAll();
+  ASSERT_TRUE(unloaded.get().ok());
   EXPECT_EQ(ScrapeMetric(metrics_port, inflight), 0) << "UnloadModel answered before the drain";
   auto refused = client.ForwardRaw(request);
   EXPECT_EQ(refused.status().code(), StatusCode::kNotFound) << refused.status().ToString();

@@ -46,6 +46,10 @@ double DynamicBatcher::EstimatePassUs(bool session, int64_t padded_tokens) const
   return pass_times_.EstimateUs(session, padded_tokens);
 }
 
+Status DynamicBatcher::RunPass(const std::function<Status()>& pass) const {
+  return options_.pass_hook ? options_.pass_hook(pass) : pass();
+}
+
 void DynamicBatcher::RecordPass(bool session, int64_t padded_tokens, int64_t micros) const {
   pass_times_.Record(session, padded_tokens, static_cast<double>(micros));
 }
@@ -55,9 +59,9 @@ DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, Batc
     : model_name_(std::move(model_name)),
       info_(info),
       forward_(std::move(forward)),
-      options_(options),
+      options_(std::move(options)),
       metrics_(metrics),
-      completions_(options.completion_threads, options.inline_completion_max_bytes) {
+      completions_(options_.completion_threads, options_.inline_completion_max_bytes) {
   const int n = std::max(1, options_.instances);
   workers_.reserve(n);
   for (int i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -66,20 +70,14 @@ DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, Batc
 std::unique_ptr<DynamicBatcher> DynamicBatcher::ForModel(std::shared_ptr<const MhaModel> model,
                                                          std::string model_name,
                                                          BatcherOptions options,
-                                                         StatsAggregator* metrics,
-                                                         int64_t debug_forward_delay_ms) {
+                                                         StatsAggregator* metrics) {
   const BatchModelInfo info = MakeBatchModelInfo(*model);
   // Tasks were validated by ServerCore and merged batches are valid by construction.
-  auto forward = [model, debug_forward_delay_ms](const ForwardInputs& in, ForwardOutputs* out) {
-    if (debug_forward_delay_ms > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(debug_forward_delay_ms));
-    }
+  auto forward = [model](const ForwardInputs& in, ForwardOutputs* out) {
     return model->ForwardValidated(in, out);
   };
-  auto batcher = std::make_unique<DynamicBatcher>(std::move(model_name), info, std::move(forward),
-                                                  options, metrics);
-  batcher->debug_delay_ms_ = debug_forward_delay_ms;
-  return batcher;
+  return std::make_unique<DynamicBatcher>(std::move(model_name), info, std::move(forward),
+                                          std::move(options), metrics);
 }
 
 DynamicBatcher::~DynamicBatcher() { Shutdown(); }
@@ -267,11 +265,10 @@ InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
   const auto start = Clock::now();
   result.queue_us = MicrosBetween(entry.task.enqueue_time, start);
   if (entry.task.step) {
-    if (debug_delay_ms_ > 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(debug_delay_ms_));
-    result.status = RunSessionStep(entry.task, &result.outputs);
+    result.status = RunPass([&] { return RunSessionStep(entry.task, &result.outputs); });
   } else {
-    result.status = ForwardSafely(forward_, entry.task.inputs, &result.outputs);
+    result.status =
+        RunPass([&] { return ForwardSafely(forward_, entry.task.inputs, &result.outputs); });
   }
   result.compute_us = MicrosBetween(start, Clock::now());
   if (result.status.ok()) {
@@ -309,7 +306,7 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
     c10::InferenceMode inference;  // no autograd bookkeeping for the merge and the slices
     MergedBatch merged = MergeInputs(inputs, info_);
     ForwardOutputs out;
-    status = ForwardSafely(forward_, merged.inputs, &out);
+    status = RunPass([&] { return ForwardSafely(forward_, merged.inputs, &out); });
     if (status.ok()) outputs = SplitOutputs(merged, out, info_);
   } catch (const std::exception& e) {
     status = Internal(std::string("merging the batch failed: ") + e.what());
@@ -341,7 +338,6 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
 
 void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
   const auto start = Clock::now();
-  if (debug_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(debug_delay_ms_));
   std::vector<ForwardOutputs> outputs(batch.size());
   std::vector<StepItem> items;
   int64_t rows = 0, tokens = 0;
@@ -352,7 +348,7 @@ void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
     tokens += batch[i].shape.rows * batch[i].shape.t;
   }
   // On failure every cache is back at its length (DecodeSteps): each step can run alone.
-  const Status status = DecodeSteps(*batch.front().task.model, items);
+  const Status status = RunPass([&] { return DecodeSteps(*batch.front().task.model, items); });
   const int64_t compute_us = MicrosBetween(start, Clock::now());
   if (!status.ok()) {
     spdlog::warn("model {}: merged pass of {} session steps failed ({}); retrying each alone",

@@ -73,6 +73,10 @@ struct BatcherOptions {
   // session steps); unset = the batcher's own PassTimeEstimator over its measured passes. Tests
   // inject a fake one; 0 = no estimate (nothing is refused on it).
   std::function<double(bool session, int64_t padded_tokens)> estimate_pass_us;
+  // Runs each forward pass (a request pass, merged or alone, or a pass of session steps): it must
+  // call `pass` once and return its status. Unset (mha-server): the pass runs directly. The test
+  // seam of the serving path: tests/service/mha_test_server.cc holds passes at a gate with it.
+  std::function<Status(const std::function<Status()>& pass)> pass_hook;
 };
 
 // The forward pass a batcher runs: MhaModel::ForwardValidated for a real model, anything in tests.
@@ -86,8 +90,7 @@ class DynamicBatcher final : public ModelRunner {
   // The batcher of a real model: its ForwardValidated and BatchModelInfo.
   static std::unique_ptr<DynamicBatcher> ForModel(std::shared_ptr<const MhaModel> model,
                                                   std::string model_name, BatcherOptions options,
-                                                  StatsAggregator* metrics = nullptr,
-                                                  int64_t debug_forward_delay_ms = 0);
+                                                  StatsAggregator* metrics = nullptr);
   ~DynamicBatcher() override;
 
   void Submit(InferenceTask task, DoneCallback done) override;
@@ -118,6 +121,8 @@ class DynamicBatcher final : public ModelRunner {
   // `dispatch_at` when the batch should go anyway.
   std::vector<Queue::iterator> PlanLocked(Clock::time_point now, bool* full,
                                           Clock::time_point* dispatch_at);
+  // `pass` through options_.pass_hook when one is set.
+  Status RunPass(const std::function<Status()>& pass) const;
   double EstimatePassUs(bool session, int64_t padded_tokens) const;
   void RecordPass(bool session, int64_t padded_tokens, int64_t micros) const;
   void RunBatch(std::vector<Entry>& batch);
@@ -132,7 +137,6 @@ class DynamicBatcher final : public ModelRunner {
   const BatchForwardFn forward_;
   const BatcherOptions options_;
   StatsAggregator* const metrics_;
-  int64_t debug_delay_ms_ = 0;  // test-only (ForModel): session passes sleep first, as forward_
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
