@@ -88,7 +88,7 @@ void DynamicBatcher::Submit(InferenceTask task, DoneCallback done) {
   const GroupKey key =
       task.step ? MakeStepGroupKey(task.inputs.query, task.step->cross) : MakeGroupKey(task.inputs);
   const RequestShape shape = ShapeOf(task.inputs);
-  Entry entry{std::move(task), std::move(done), key, shape, Clock::now()};
+  Entry entry{std::move(task), std::move(done), key, shape, Now()};
   Status refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -221,7 +221,7 @@ void DynamicBatcher::WorkerLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       for (;;) {
-        SweepLocked(Clock::now(), &dropped);
+        SweepLocked(Now(), &dropped);
         if (!dropped.empty()) {
           PublishDepthLocked();
           break;  // answer them first (outside the lock), then plan again
@@ -236,8 +236,8 @@ void DynamicBatcher::WorkerLoop() {
         }
         bool full = false;
         Clock::time_point dispatch_at;
-        std::vector<Queue::iterator> plan = PlanLocked(Clock::now(), &full, &dispatch_at);
-        if (full || stopping_ || Clock::now() >= dispatch_at) {
+        std::vector<Queue::iterator> plan = PlanLocked(Now(), &full, &dispatch_at);
+        if (full || stopping_ || Now() >= dispatch_at) {
           batch.reserve(plan.size());
           for (auto it : plan) {
             batch.push_back(std::move(*it));
@@ -246,13 +246,14 @@ void DynamicBatcher::WorkerLoop() {
           PublishDepthLocked();
           break;
         }
-        cv_.wait_until(lock, dispatch_at);
+        // A FakeClock moves only when told: then the wait ends every tick to look again (clock.h).
+        cv_.wait_until(lock, options_.clock->WakeAt(dispatch_at));
       }
     }
     for (Dropped& d : dropped) {
       InferenceResult result;
       result.status = std::move(d.status);
-      result.queue_us = MicrosBetween(d.entry.task.enqueue_time, Clock::now());
+      result.queue_us = MicrosBetween(d.entry.task.enqueue_time, Now());
       Answer(d.entry, std::move(result));
     }
     if (!batch.empty()) RunBatch(batch);
@@ -262,7 +263,7 @@ void DynamicBatcher::WorkerLoop() {
 
 InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
   InferenceResult result;
-  const auto start = Clock::now();
+  const auto start = Now();
   result.queue_us = MicrosBetween(entry.task.enqueue_time, start);
   if (entry.task.step) {
     result.status = RunPass([&] { return RunSessionStep(entry.task, &result.outputs); });
@@ -270,7 +271,7 @@ InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
     result.status =
         RunPass([&] { return ForwardSafely(forward_, entry.task.inputs, &result.outputs); });
   }
-  result.compute_us = MicrosBetween(start, Clock::now());
+  result.compute_us = MicrosBetween(start, Now());
   if (result.status.ok()) {
     RecordPass(entry.key.session != 0, PaddedTokens(entry.shape, entry.key.cross),
                result.compute_us);
@@ -293,7 +294,7 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
     RunStepBatch(batch);
     return;
   }
-  const auto start = Clock::now();
+  const auto start = Now();
   std::vector<const ForwardInputs*> inputs;
   std::vector<RequestShape> shapes;
   for (const Entry& e : batch) {
@@ -311,7 +312,7 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
   } catch (const std::exception& e) {
     status = Internal(std::string("merging the batch failed: ") + e.what());
   }
-  const int64_t compute_us = MicrosBetween(start, Clock::now());
+  const int64_t compute_us = MicrosBetween(start, Now());
   if (!status.ok() || outputs.size() != batch.size()) {
     // One request's problem must not fail the others: each runs alone and answers for itself.
     spdlog::warn("model {}: batched forward pass of {} requests failed ({}); retrying each alone",
@@ -337,7 +338,7 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
 }
 
 void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
-  const auto start = Clock::now();
+  const auto start = Now();
   std::vector<ForwardOutputs> outputs(batch.size());
   std::vector<StepItem> items;
   int64_t rows = 0, tokens = 0;
@@ -349,7 +350,7 @@ void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
   }
   // On failure every cache is back at its length (DecodeSteps): each step can run alone.
   const Status status = RunPass([&] { return DecodeSteps(*batch.front().task.model, items); });
-  const int64_t compute_us = MicrosBetween(start, Clock::now());
+  const int64_t compute_us = MicrosBetween(start, Now());
   if (!status.ok()) {
     spdlog::warn("model {}: merged pass of {} session steps failed ({}); retrying each alone",
                  model_name_, batch.size(), status.ToString());

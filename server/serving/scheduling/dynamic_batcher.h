@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/serving/clock.h"
 #include "server/serving/scheduling/batch_assembly.h"
 #include "server/serving/scheduling/completion_executor.h"
 #include "server/serving/scheduling/pass_time_estimator.h"
@@ -73,6 +74,9 @@ struct BatcherOptions {
   // session steps); unset = the batcher's own PassTimeEstimator over its measured passes. Tests
   // inject a fake one; 0 = no estimate (nothing is refused on it).
   std::function<double(bool session, int64_t padded_tokens)> estimate_pass_us;
+  // Where the batcher reads the time: arrivals, the queue delay, deadlines, queue and compute
+  // times. Tests drive it with a FakeClock (server/serving/clock.h) instead of sleeping.
+  const ClockSource* clock = &RealClock();
   // Runs each forward pass (a request pass, merged or alone, or a pass of session steps): it must
   // call `pass` once and return its status. Unset (mha-server): the pass runs directly. The test
   // seam of the serving path: tests/service/mha_test_server.cc holds passes at a gate with it.
@@ -121,6 +125,7 @@ class DynamicBatcher final : public ModelRunner {
   // `dispatch_at` when the batch should go anyway.
   std::vector<Queue::iterator> PlanLocked(Clock::time_point now, bool* full,
                                           Clock::time_point* dispatch_at);
+  Clock::time_point Now() const { return options_.clock->Now(); }
   // `pass` through options_.pass_hook when one is set.
   Status RunPass(const std::function<Status()>& pass) const;
   double EstimatePassUs(bool session, int64_t padded_tokens) const;

@@ -57,6 +57,28 @@ TEST(DynamicBatcherTest, WaitsAtMostTheQueueDelay) {
   EXPECT_GE(results.Get(1).queue_us, 29000);
 }
 
+// BatcherOptions::clock: the queue delay counts on the batcher's clock. A FakeClock's waiter
+// looks again every FakeClock::kTick, so advancing the clock dispatches the waiting batch.
+TEST(DynamicBatcherTest, TheQueueDelayCountsOnTheBatchersClock) {
+  FakeModel fake;
+  FakeClock clock;
+  BatcherOptions o = Options(64, 10000000);  // 10 s for company: never on the real clock here
+  o.clock = &clock;
+  auto batcher = MakeBatcher(fake, o);
+  Results results;
+  for (int id = 1; id <= 2; ++id) {
+    InferenceTask task = Task(id, 4);
+    task.enqueue_time = clock.Now();
+    batcher->Submit(std::move(task), results.For(id));
+  }
+  EXPECT_FALSE(results.WaitFor(1, 20ms)) << "dispatched before the delay on its clock";
+  clock.Advance(10s);
+  ASSERT_TRUE(results.WaitFor(2, 5s));
+  ASSERT_EQ(fake.calls().size(), 1u);
+  EXPECT_EQ(fake.calls()[0].rows, 2);
+  EXPECT_EQ(results.Get(1).queue_us, 10000000);  // read on the fake clock too
+}
+
 // BatcherOptions::pass_hook runs every pass: merged, and each alone when the merged one failed.
 TEST(DynamicBatcherTest, ThePassHookWrapsEveryPass) {
   FakeModel fake;
@@ -132,20 +154,24 @@ TEST(DynamicBatcherTest, BucketsByLengthAndServesTheOldestGroupFirst) {
 
 TEST(DynamicBatcherTest, DropsExpiredAndCancelledTasksBeforeCompute) {
   FakeModel fake;
-  auto batcher = MakeBatcher(fake, Options(64, 0));
+  FakeClock clock;  // the queue's time moves only when the test says so
+  BatcherOptions o = Options(64, 0);
+  o.clock = &clock;
+  auto batcher = MakeBatcher(fake, o);
   Results results;
   fake.Hold();
   batcher->Submit(Task(100, 2), results.For(100));
   while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
   InferenceTask expiring = Task(1, 4);
-  expiring.deadline = Clock::now() + 20ms;
+  expiring.enqueue_time = clock.Now();
+  expiring.deadline = clock.Now() + 20ms;
   batcher->Submit(std::move(expiring), results.For(1));
   std::atomic<bool> cancelled{false};
   InferenceTask cancellable = Task(2, 4);
   cancellable.is_cancelled = [&cancelled] { return cancelled.load(); };
   batcher->Submit(std::move(cancellable), results.For(2));
   batcher->Submit(Task(3, 4), results.For(3));
-  std::this_thread::sleep_for(40ms);
+  clock.Advance(40ms);  // task 1's deadline passes while it waits behind the held pass
   cancelled = true;
   fake.Release();
   ASSERT_TRUE(results.WaitFor(4));
