@@ -212,11 +212,6 @@ void AddOperationFlags(CLI::App& app, ServerConfig* c) {
   Add(app, "--debug-load-delay-ms", &c->debug_load_delay_ms, "(test only) delay model loading")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}))
       ->group("");
-  // Test-only: a pass that takes this long whatever the CPU (shutdown tests hold a pass).
-  Add(app, "--debug-forward-delay-ms", &c->core.debug_forward_delay_ms,
-      "(test only) sleep before each forward pass")
-      ->check(CLI::Range(int64_t{0}, int64_t{600000}))
-      ->group("");
 }
 
 void AddSessionFlags(CLI::App& app, ServerConfig* c) {

@@ -176,8 +176,7 @@ std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
     spdlog::info("model {} scheduler: one request per pass, queue={} instances={}", entry.name,
                  o.max_queue_size, o.instances);
   }
-  handle->scheduler = DynamicBatcher::ForModel(entry.model, entry.name, o, handle->metrics,
-                                               options_.debug_forward_delay_ms);
+  handle->scheduler = DynamicBatcher::ForModel(entry.model, entry.name, o, handle->metrics);
   SessionOptions sessions = options_.sessions;
   sessions.max_work_bytes = options_.limits.max_work_bytes;
   sessions.max_response_bytes = options_.limits.max_response_bytes;

@@ -19,13 +19,14 @@ struct ServerCoreOptions {
   std::string default_model;
   LoadOverrides overrides;  // --dtype / --device over every config.json
   RequestLimits limits;
-  bool batching = true;    // false: the same scheduler, one request per pass
-  BatcherOptions batcher;  // server-wide; config.json keys override them per model
+  bool batching = true;  // false: the same scheduler, one request per pass
+  // Server-wide; config.json keys override them per model. Its pass_hook (unset in mha-server)
+  // wraps every forward pass of every model: the test server's hold gate.
+  BatcherOptions batcher;
   // Batching off: instances (worker threads) per model. 1: OpenBLAS threads each GEMM over every
   // core; measured on 2 cores, B=8 T=128: 2 workers = 26 req/s, 1 worker = 37 req/s.
   int workers = 1;
-  int load_threads = 0;                // models loaded at once; 0 = min(cores, 4)
-  int64_t debug_forward_delay_ms = 0;  // test-only: each pass first sleeps this long
+  int load_threads = 0;  // models loaded at once; 0 = min(cores, 4)
   ModelControlMode model_control = ModelControlMode::kNone;
   std::vector<std::string> startup_models;         // explicit mode: loaded at start (empty = all)
   std::chrono::milliseconds poll_interval{15000};  // poll mode: between repository scans

@@ -46,6 +46,10 @@ TEST(ServerConfig, BadFlagValuesAreRejected) {
   out.clear();
   EXPECT_NE(RunCommand(ServerProcess::BinaryPath() + " --workers -1", &out), 0);
   EXPECT_NE(out.find("workers"), std::string::npos) << out;
+  out.clear();
+  // Tests hold passes with mha-test-server's gate (hold_gate.h); the binary has no such flag.
+  EXPECT_NE(RunCommand(ServerProcess::BinaryPath() + " --debug-forward-delay-ms 1", &out), 0);
+  EXPECT_NE(out.find("debug-forward-delay-ms"), std::string::npos) << out;
 }
 
 TEST(ServerConfig, UnknownDefaultModelStopsTheServerWithTheModelNames) {

@@ -20,6 +20,7 @@
 #include <map>
 #include <thread>
 
+#include "hold_gate.h"
 #include "service_test_util.h"
 
 namespace mha::testing {
@@ -117,22 +118,24 @@ TEST(Hardening, SlowHttpClientsDoNotDelayTheHealthEndpoint) {
 
 TEST(Hardening, ShutdownEndsWithinTheGracePeriodWhileAPassIsRunning) {
   ServerProcess server;
-  // Every pass first sleeps 20 s: a pass is surely running when the signal comes.
-  ASSERT_TRUE(server.Start({"--grace-period-s", "0.3", "--debug-forward-delay-ms", "20000"}));
+  HoldGate gate;  // every pass is held until released: it is surely running when the signal comes
+  gate.Attach(&server);
+  ASSERT_TRUE(server.Start(gate.Args({"--grace-period-s", "0.3"})));
+  gate.Hold();
   client::TensorClient client({server.target(), 60s});
   std::promise<Status> answer;
   std::thread call(
       [&] { answer.set_value(client.ForwardRaw(SelfAttentionRequest("", 1, 4, 512)).status()); });
-  std::this_thread::sleep_for(500ms);  // the call is in the pass (or about to be)
+  EXPECT_TRUE(gate.WaitEntered(1));  // the call is in the pass (held: it never ends on its own)
   const auto start = std::chrono::steady_clock::now();
   server.Signal(SIGTERM);
   const int code = server.WaitForExit(30s);
   const auto took = std::chrono::steady_clock::now() - start;
   call.join();
   EXPECT_EQ(code, 0) << server.log();
-  // grace 0.3 s + 1 s, with room for a loaded machine; the pass alone would take 20 s.
+  // grace 0.3 s + 1 s, with room for a loaded machine; the held pass would never end.
   EXPECT_LT(took, 6s) << server.log();
-  // The watchdog ended it (the pass alone would take 20 s), and said so.
+  // The watchdog ended it (the held pass would never end), and said so.
   EXPECT_NE(server.log().find("still stopping 1300 ms after the signal"), std::string::npos)
       << server.log();
   const Status status = answer.get_future().get();
@@ -228,29 +231,44 @@ double ScrapeCode(int port, const std::string& code) {
 // Messages already in flight when the stream ends (here: its deadline passes while they wait
 // behind a held pass) are neither answered nor counted: the server counts what the client saw,
 // the answers and the one failure. Before, each of them was counted (9 OK + 23
-// DEADLINE_EXCEEDED for a client that saw 1 + 1). Every pass sleeps 2 s; the stream's deadline
-// is 5 s: messages 0 and 1 are answered, message 2 is running when the deadline passes.
+// DEADLINE_EXCEEDED for a client that saw 1 + 1). Passes wait at a hold gate; the stream's
+// deadline is 5 s: messages 0 and 1 are let through and answered, message 2's pass is held until
+// the deadline has passed.
 TEST(Hardening, AStreamEndedByItsDeadlineCountsOnlyWhatTheClientSaw) {
   ModelRepositoryDir repository({"self_basic"});
   ServerProcess server;
+  HoldGate gate;
+  gate.Attach(&server);
   const std::string port_file = server.work_dir() + "/metrics-port";
-  ASSERT_TRUE(server.Start({"--model-repository", repository.path(), "--metrics-port-file",
-                            port_file, "--stream-window", "8", "--batching", "false", "--workers",
-                            "1", "--debug-forward-delay-ms", "2000"}));
+  ASSERT_TRUE(server.Start(
+      gate.Args({"--model-repository", repository.path(), "--metrics-port-file", port_file,
+                 "--stream-window", "8", "--batching", "false", "--workers", "1"})));
   const int port = ReadPortFile(port_file);
+  gate.Hold();
   client::TensorClient client({server.target(), 5s});
   std::vector<v1::ForwardRequest> requests;
   for (int i = 0; i < 8; ++i) requests.push_back(SelfAttentionRequest("self_basic", 1, 3, 16));
   std::vector<v1::ForwardResponse> responses;
-  const Status status = client.ForwardStreamRaw(requests, &responses);
+  auto stream =
+      std::async(std::launch::async, [&] { return client.ForwardStreamRaw(requests, &responses); });
+  for (int pass = 1; pass <= 2; ++pass) {  // messages 0 and 1, one pass each
+    EXPECT_TRUE(gate.WaitEntered(pass));
+    gate.Release(pass);
+  }
+  EXPECT_TRUE(gate.WaitEntered(3));  // message 2: running when the deadline passes
+  const Status status = stream.get();
+  gate.ReleaseAll();
   EXPECT_FALSE(status.ok());
   EXPECT_LT(responses.size(), requests.size());
   // The failure is counted when the pass running at the deadline (message 2) returns; the
-  // messages behind it are dropped as expired then. Wait for it, then give strays a moment.
+  // messages behind it are dropped as expired then. Wait for it; then a call queued behind every
+  // message of the stream (one worker, in order): once it is answered, each of them has been
+  // settled (and counted, if it were counted), so the count is final. It adds one OK.
   auto failures = [&] { return ScrapeCode(port, "") - ScrapeCode(port, "OK"); };
   for (int i = 0; i < 300 && failures() < 1; ++i) std::this_thread::sleep_for(50ms);
-  std::this_thread::sleep_for(1s);
-  EXPECT_EQ(ScrapeCode(port, "OK"), static_cast<double>(responses.size()));
+  client::TensorClient after({server.target(), 60s});
+  ASSERT_TRUE(after.ForwardRaw(SelfAttentionRequest("self_basic", 1, 3, 16)).ok());
+  EXPECT_EQ(ScrapeCode(port, "OK"), static_cast<double>(responses.size()) + 1);
   EXPECT_EQ(failures(), 1) << "one failure ended the stream";
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }

@@ -3,6 +3,12 @@
 // the admin token.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <vector>
+
+#include "hold_gate.h"
 #include "lifecycle_util.h"
 
 namespace mha::testing {
@@ -124,60 +130,91 @@ TEST(ModelControl, ReloadUnderLoadSwapsVersionsWithoutFailedRequests) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-// Every request accepted before UnloadModel is answered OK; new ones get NOT_FOUND.
+// The statuses of asynchronous calls as they come back.
+class Statuses {
+ public:
+  void Add(const grpc::Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    statuses_.push_back(s);
+    cv_.notify_all();
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return statuses_.size();
+  }
+  // Those that came within a minute, once there are `n`.
+  std::vector<grpc::Status> WaitFor(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, 60s, [&] { return statuses_.size() >= n; });
+    return statuses_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<grpc::Status> statuses_;
+};
+
+// Waits (bounded) until a row of the index starts with `row` ("model:version:STATE").
+bool WaitForIndexRow(client::TensorClient& client, const std::string& row) {
+  for (int i = 0; i < 6000; ++i) {
+    if (IndexText(client).find(row) != std::string::npos) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+// Every request accepted before UnloadModel is answered OK; new ones get NOT_FOUND. The passes
+// wait at a hold gate until the unload is draining them.
 TEST(ModelControl, UnloadDrainsAcceptedRequests) {
   ExplicitRepository repo;
   ServerProcess server;
+  HoldGate gate;
+  gate.Attach(&server);
   const std::string metrics_port_file = server.work_dir() + "/metrics-port";
   ASSERT_TRUE(
-      server.Start({"--model-repository", repo.path(), "--model-control-mode", "explicit",
-                    "--batching", "off", "--workers", "1", "--debug-forward-delay-ms", "1000",
-                    "--metrics-address", "127.0.0.1:0", "--metrics-port-file", metrics_port_file}));
+      server.Start(gate.Args({"--model-repository", repo.path(), "--model-control-mode", "explicit",
+                              "--batching", "off", "--workers", "1", "--metrics-address",
+                              "127.0.0.1:0", "--metrics-port-file", metrics_port_file})));
   const int metrics_port = ReadPort(metrics_port_file);
   ASSERT_GT(metrics_port, 0);
   client::TensorClient client({server.target(), 120s});
+  gate.Hold();
   constexpr int kCalls = 6;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<v1::ForwardResponse> responses(kCalls);
   const v1::ForwardRequest request = SelfAttentionRequest("a", 1, 4, 16);
-  std::mutex mu;
-  std::vector<grpc::Status> statuses;
+  Statuses statuses;
   for (int i = 0; i < kCalls; ++i) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
-    client.ForwardAsync(contexts.back().get(), &request, &responses[i], 120s, [&](grpc::Status s) {
-      std::lock_guard<std::mutex> lock(mu);
-      statuses.push_back(s);
-    });
+    client.ForwardAsync(contexts.back().get(), &request, &responses[i], 120s,
+                        [&](grpc::Status s) { statuses.Add(s); });
   }
   // Every call accepted before the unload: answered + in flight = all (answers read first, so a
-  // call finishing between the two reads can only make the sum smaller). Passes take 1 s each.
+  // call finishing between the two reads can only make the sum smaller). Passes are held.
   const std::string inflight = R"(mha_inflight_requests{model="a"})";
-  auto answered = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return static_cast<double>(statuses.size());
-  };
   double in_flight = 0;
   for (int i = 0; i < 6000; ++i) {
-    const double done = answered();
+    const double done = static_cast<double>(statuses.size());
     in_flight = ScrapeMetric(metrics_port, inflight);
     if (done + in_flight >= kCalls) break;
     std::this_thread::sleep_for(10ms);
   }
   ASSERT_GE(in_flight, 2) << "the calls were answered before the unload: nothing to drain";
-  ASSERT_TRUE(client.UnloadModel("a").ok());
+  EXPECT_TRUE(gate.WaitEntered(1));
+  // The unload waits for the held calls: the index shows the version UNLOADING meanwhile. Then
+  // the passes are let through and the unload ends. (No ASSERT until the gate is open: the
+  // future's destructor would wait for an unload that waits for the gate.)
+  auto unloaded = std::async(std::launch::async, [&] { return client.UnloadModel("a"); });
+  EXPECT_TRUE(WaitForIndexRow(client, "a:1:UNLOADING")) << IndexText(client);
+  gate.ReleaseAll();
+  ASSERT_TRUE(unloaded.get().ok());
   EXPECT_EQ(ScrapeMetric(metrics_port, inflight), 0) << "UnloadModel answered before the drain";
   auto refused = client.ForwardRaw(request);
   EXPECT_EQ(refused.status().code(), StatusCode::kNotFound) << refused.status().ToString();
-  for (int i = 0; i < 6000; ++i) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (statuses.size() == kCalls) break;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  ASSERT_EQ(statuses.size(), static_cast<size_t>(kCalls));
-  for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  const std::vector<grpc::Status> answers = statuses.WaitFor(kCalls);
+  ASSERT_EQ(answers.size(), static_cast<size_t>(kCalls));
+  for (const auto& s : answers) EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
   EXPECT_EQ(ScrapeMetric(metrics_port, R"(mha_model_unloads_total{model="a"})"), 1);
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }

@@ -86,7 +86,7 @@ int ServerProcess::PickFreePort() {
   if (running()) return ::testing::AssertionFailure() << "server already running";
   const std::string port_file = work_dir() + "/port";
   const std::string log_file = work_dir() + "/server.log";
-  std::vector<std::string> argv_strings = {BinaryPath(), "--port-file", port_file};
+  std::vector<std::string> argv_strings = {binary_, "--port-file", port_file};
   bool has_address = false, has_metrics_address = false, has_http_address = false;
   for (const auto& a : args) {
     has_address = has_address || a == "--grpc-address";

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -35,9 +36,13 @@ class ServerProcess {
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
-  // Starts mha-server with `args` (plus --port-file; plus --grpc-address 127.0.0.1:0 unless args
-  // name an address). With wait_until_serving, returns once the port file exists and health says
-  // SERVING; fails with the server's log when it exits or times out first.
+  // The binary Start runs: mha-server (BinaryPath) unless set, e.g. to mha-test-server
+  // (hold_gate.h), which takes the same flags.
+  void set_binary(std::string path) { binary_ = std::move(path); }
+
+  // Starts the server binary with `args` (plus --port-file; plus --grpc-address 127.0.0.1:0 unless
+  // args name an address). With wait_until_serving, returns once the port file exists and health
+  // says SERVING; fails with the server's log when it exits or times out first.
   ::testing::AssertionResult Start(const std::vector<std::string>& args,
                                    bool wait_until_serving = true,
                                    const std::map<std::string, std::string>& env = {},
@@ -67,6 +72,7 @@ class ServerProcess {
 
  private:
   TempDir dir_;
+  std::string binary_ = BinaryPath();
   pid_t pid_ = -1;
   int port_ = 0;
   int exit_code_ = -1;

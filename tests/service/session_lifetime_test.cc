@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "hold_gate.h"
 #include "session_test_util.h"
 
 namespace mha::testing {
@@ -107,28 +108,33 @@ TEST(SessionLifetime, UnloadingTheModelEndsItsSessions) {
   EXPECT_EQ(s.server.Stop(), 0);
 }
 
-// Steps of several sessions queued while a pass is held (--debug-forward-delay-ms) run as one
+// Steps of several sessions queued while a pass is held (mha-test-server's hold gate) run as one
 // merged pass, each exact.
 TEST(SessionBatching, ConcurrentSessionsMergeIntoOnePassWithExactResults) {
   const FixtureCase c = Case("decode_causal");
   OwnServer s;
-  ASSERT_TRUE(s.Start({"--debug-forward-delay-ms", "1500", "--instances", "1"}));
+  HoldGate gate;
+  gate.Attach(&s.server);
+  ASSERT_TRUE(s.Start(gate.Args({"--instances", "1"})));
   auto client = s.Client();
   constexpr int kSessions = 4;
   std::vector<std::string> ids;
   for (int i = 0; i < kSessions; ++i) ids.push_back(OpenOn(*client, 2));
+  gate.Hold();
   std::vector<std::thread> threads;
   std::vector<StatusOr<client::ForwardResult>> results(kSessions, Internal("not run"));
   threads.emplace_back([&] { results[0] = client->Step(ids[0], StepOf(c.inputs, 0, 2, 2)); });
-  // The first pass is held; the others queue behind it and go together.
-  for (int i = 0; i < 200 && ScrapeMetric(s.metrics_port,
-                                          "mha_inflight_requests{model=\"decode_causal\"}") < 1;
-       ++i) {
-    std::this_thread::sleep_for(10ms);
-  }
+  // The first pass is held; the others queue behind it and go together once it is let through.
+  EXPECT_TRUE(gate.WaitEntered(1));
   for (int i = 1; i < kSessions; ++i) {
     threads.emplace_back([&, i] { results[i] = client->Step(ids[i], StepOf(c.inputs, 0, 2, 2)); });
   }
+  const std::string queued = "mha_queue_depth{model=\"decode_causal\"}";
+  for (int i = 0; i < 6000 && ScrapeMetric(s.metrics_port, queued) < kSessions - 1; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(ScrapeMetric(s.metrics_port, queued), kSessions - 1);
+  gate.ReleaseAll();
   for (auto& t : threads) t.join();
   for (int i = 0; i < kSessions; ++i) {
     ASSERT_TRUE(results[i].ok()) << results[i].status().ToString();

@@ -46,6 +46,10 @@ double DynamicBatcher::EstimatePassUs(bool session, int64_t padded_tokens) const
   return pass_times_.EstimateUs(session, padded_tokens);
 }
 
+Status DynamicBatcher::RunPass(const std::function<Status()>& pass) const {
+  return options_.pass_hook ? options_.pass_hook(pass) : pass();
+}
+
 void DynamicBatcher::RecordPass(bool session, int64_t padded_tokens, int64_t micros) const {
   pass_times_.Record(session, padded_tokens, static_cast<double>(micros));
 }
@@ -55,10 +59,10 @@ DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, Batc
     : model_name_(std::move(model_name)),
       info_(info),
       forward_(std::move(forward)),
-      options_(options),
+      options_(std::move(options)),
       metrics_(metrics),
-      blas_(options.blas),
-      completions_(options.completion_threads, options.inline_completion_max_bytes) {
+      blas_(options_.blas),
+      completions_(options_.completion_threads, options_.inline_completion_max_bytes) {
   const int n = std::max(1, options_.instances);
   workers_.reserve(n);
   for (int i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -67,20 +71,14 @@ DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, Batc
 std::unique_ptr<DynamicBatcher> DynamicBatcher::ForModel(std::shared_ptr<const MhaModel> model,
                                                          std::string model_name,
                                                          BatcherOptions options,
-                                                         StatsAggregator* metrics,
-                                                         int64_t debug_forward_delay_ms) {
+                                                         StatsAggregator* metrics) {
   const BatchModelInfo info = MakeBatchModelInfo(*model);
   // Tasks were validated by ServerCore and merged batches are valid by construction.
-  auto forward = [model, debug_forward_delay_ms](const ForwardInputs& in, ForwardOutputs* out) {
-    if (debug_forward_delay_ms > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(debug_forward_delay_ms));
-    }
+  auto forward = [model](const ForwardInputs& in, ForwardOutputs* out) {
     return model->ForwardValidated(in, out);
   };
-  auto batcher = std::make_unique<DynamicBatcher>(std::move(model_name), info, std::move(forward),
-                                                  options, metrics);
-  batcher->debug_delay_ms_ = debug_forward_delay_ms;
-  return batcher;
+  return std::make_unique<DynamicBatcher>(std::move(model_name), info, std::move(forward),
+                                          std::move(options), metrics);
 }
 
 DynamicBatcher::~DynamicBatcher() { Shutdown(); }
@@ -91,7 +89,7 @@ void DynamicBatcher::Submit(InferenceTask task, DoneCallback done) {
   const GroupKey key =
       task.step ? MakeStepGroupKey(task.inputs.query, task.step->cross) : MakeGroupKey(task.inputs);
   const RequestShape shape = ShapeOf(task.inputs);
-  Entry entry{std::move(task), std::move(done), key, shape, Clock::now()};
+  Entry entry{std::move(task), std::move(done), key, shape, Now()};
   Status refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -225,7 +223,7 @@ void DynamicBatcher::WorkerLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       for (;;) {
-        SweepLocked(Clock::now(), &dropped);
+        SweepLocked(Now(), &dropped);
         if (!dropped.empty()) {
           PublishDepthLocked();
           break;  // answer them first (outside the lock), then plan again
@@ -240,8 +238,8 @@ void DynamicBatcher::WorkerLoop() {
         }
         bool full = false;
         Clock::time_point dispatch_at;
-        std::vector<Queue::iterator> plan = PlanLocked(Clock::now(), &full, &dispatch_at);
-        if (full || stopping_ || Clock::now() >= dispatch_at) {
+        std::vector<Queue::iterator> plan = PlanLocked(Now(), &full, &dispatch_at);
+        if (full || stopping_ || Now() >= dispatch_at) {
           batch.reserve(plan.size());
           for (auto it : plan) {
             batch.push_back(std::move(*it));
@@ -251,13 +249,14 @@ void DynamicBatcher::WorkerLoop() {
           PublishDepthLocked();
           break;
         }
-        cv_.wait_until(lock, dispatch_at);
+        // A FakeClock moves only when told: then the wait ends every tick to look again (clock.h).
+        cv_.wait_until(lock, options_.clock->WakeAt(dispatch_at));
       }
     }
     for (Dropped& d : dropped) {
       InferenceResult result;
       result.status = std::move(d.status);
-      result.queue_us = MicrosBetween(d.entry.task.enqueue_time, Clock::now());
+      result.queue_us = MicrosBetween(d.entry.task.enqueue_time, Now());
       Answer(d.entry, std::move(result));
     }
     if (!batch.empty()) {
@@ -270,16 +269,15 @@ void DynamicBatcher::WorkerLoop() {
 
 InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
   InferenceResult result;
-  const auto start = Clock::now();
+  const auto start = Now();
   result.queue_us = MicrosBetween(entry.task.enqueue_time, start);
   if (entry.task.step) {
-    if (debug_delay_ms_ > 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(debug_delay_ms_));
-    result.status = RunSessionStep(entry.task, &result.outputs);
+    result.status = RunPass([&] { return RunSessionStep(entry.task, &result.outputs); });
   } else {
-    result.status = ForwardSafely(forward_, entry.task.inputs, &result.outputs);
+    result.status =
+        RunPass([&] { return ForwardSafely(forward_, entry.task.inputs, &result.outputs); });
   }
-  result.compute_us = MicrosBetween(start, Clock::now());
+  result.compute_us = MicrosBetween(start, Now());
   if (result.status.ok()) {
     RecordPass(entry.key.session != 0, PaddedTokens(entry.shape, entry.key.cross),
                result.compute_us);
@@ -302,7 +300,7 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
     RunStepBatch(batch);
     return;
   }
-  const auto start = Clock::now();
+  const auto start = Now();
   std::vector<const ForwardInputs*> inputs;
   std::vector<RequestShape> shapes;
   for (const Entry& e : batch) {
@@ -315,17 +313,17 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
   try {
     c10::InferenceMode inference;  // no autograd bookkeeping for the merge and the slices
     MergedBatch merged = MergeInputs(inputs, info_);
-    const auto merged_at = Clock::now();
+    const auto merged_at = Now();
     merge_us = MicrosBetween(start, merged_at);
     ForwardOutputs out;
-    status = ForwardSafely(forward_, merged.inputs, &out);
-    const auto forwarded_at = Clock::now();
+    status = RunPass([&] { return ForwardSafely(forward_, merged.inputs, &out); });
+    const auto forwarded_at = Now();
     if (status.ok()) outputs = SplitOutputs(merged, out, info_);
-    split_us = MicrosBetween(forwarded_at, Clock::now());
+    split_us = MicrosBetween(forwarded_at, Now());
   } catch (const std::exception& e) {
     status = Internal(std::string("merging the batch failed: ") + e.what());
   }
-  const int64_t compute_us = MicrosBetween(start, Clock::now());
+  const int64_t compute_us = MicrosBetween(start, Now());
   if (!status.ok() || outputs.size() != batch.size()) {
     // One request's problem must not fail the others: each runs alone and answers for itself.
     spdlog::warn("model {}: batched forward pass of {} requests failed ({}); retrying each alone",
@@ -353,8 +351,7 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
 }
 
 void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
-  const auto start = Clock::now();
-  if (debug_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(debug_delay_ms_));
+  const auto start = Now();
   std::vector<ForwardOutputs> outputs(batch.size());
   std::vector<StepItem> items;
   int64_t rows = 0, tokens = 0;
@@ -365,8 +362,8 @@ void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
     tokens += batch[i].shape.rows * batch[i].shape.t;
   }
   // On failure every cache is back at its length (DecodeSteps): each step can run alone.
-  const Status status = DecodeSteps(*batch.front().task.model, items);
-  const int64_t compute_us = MicrosBetween(start, Clock::now());
+  const Status status = RunPass([&] { return DecodeSteps(*batch.front().task.model, items); });
+  const int64_t compute_us = MicrosBetween(start, Now());
   if (!status.ok()) {
     spdlog::warn("model {}: merged pass of {} session steps failed ({}); retrying each alone",
                  model_name_, batch.size(), status.ToString());
@@ -388,7 +385,7 @@ void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
 
 void DynamicBatcher::Answer(Entry& entry, InferenceResult result) {
   entry.task = InferenceTask();  // free the inputs (they may borrow the request) before answering
-  result.answered_at = Clock::now();
+  result.answered_at = Clock::now();  // the real clock: Complete compares it with its own
   completions_.Complete(std::move(entry.done), std::move(result));
 }
 

@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/serving/clock.h"
 #include "server/serving/scheduling/batch_assembly.h"
 #include "server/serving/scheduling/blas_policy.h"
 #include "server/serving/scheduling/completion_executor.h"
@@ -77,6 +78,13 @@ struct BatcherOptions {
   // OpenBLAS threads per pass (blas_policy.h): by default all cores for a lone request, 1 under
   // load.
   BlasPolicyOptions blas;
+  // Where the batcher reads the time: arrivals, the queue delay, deadlines, queue and compute
+  // times. Tests drive it with a FakeClock (server/serving/clock.h) instead of sleeping.
+  const ClockSource* clock = &RealClock();
+  // Runs each forward pass (a request pass, merged or alone, or a pass of session steps): it must
+  // call `pass` once and return its status. Unset (mha-server): the pass runs directly. The test
+  // seam of the serving path: tests/service/mha_test_server.cc holds passes at a gate with it.
+  std::function<Status(const std::function<Status()>& pass)> pass_hook;
 };
 
 // The forward pass a batcher runs: MhaModel::ForwardValidated for a real model, anything in tests.
@@ -90,8 +98,7 @@ class DynamicBatcher final : public ModelRunner {
   // The batcher of a real model: its ForwardValidated and BatchModelInfo.
   static std::unique_ptr<DynamicBatcher> ForModel(std::shared_ptr<const MhaModel> model,
                                                   std::string model_name, BatcherOptions options,
-                                                  StatsAggregator* metrics = nullptr,
-                                                  int64_t debug_forward_delay_ms = 0);
+                                                  StatsAggregator* metrics = nullptr);
   ~DynamicBatcher() override;
 
   void Submit(InferenceTask task, DoneCallback done) override;
@@ -122,6 +129,9 @@ class DynamicBatcher final : public ModelRunner {
   // `dispatch_at` when the batch should go anyway.
   std::vector<Queue::iterator> PlanLocked(Clock::time_point now, bool* full,
                                           Clock::time_point* dispatch_at);
+  Clock::time_point Now() const { return options_.clock->Now(); }
+  // `pass` through options_.pass_hook when one is set.
+  Status RunPass(const std::function<Status()>& pass) const;
   double EstimatePassUs(bool session, int64_t padded_tokens) const;
   void RecordPass(bool session, int64_t padded_tokens, int64_t micros) const;
   void RunBatch(std::vector<Entry>& batch);
@@ -137,7 +147,6 @@ class DynamicBatcher final : public ModelRunner {
   const BatcherOptions options_;
   StatsAggregator* const metrics_;
   const BlasPassPolicy blas_;
-  int64_t debug_delay_ms_ = 0;  // test-only (ForModel): session passes sleep first, as forward_
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -10,115 +10,14 @@
 #include <thread>
 
 #include "batch_test_util.h"
+#include "batcher_test_util.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve {
 namespace {
 
 using namespace std::chrono_literals;
-
-constexpr int64_t kEmbed = 4;
-
-// A forward pass that returns 2 * query, records each call's shape and can be held at a gate.
-class FakeModel {
- public:
-  Status Forward(const ForwardInputs& in, ForwardOutputs* out) {
-    if (in.query.dim() != 3) return InvalidArgument("query: expected rank 3");
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      calls_.push_back({in.query.size(0), in.query.size(1), in.query.max().item<float>()});
-    }
-    if (hold_) gate_.wait();
-    if (at::isnan(in.query).any().item<bool>()) return Internal("poisoned input");
-    out->output = in.query * 2;
-    if (in.need_weights) out->attn_weights = at::zeros({in.query.size(0), in.query.size(1), 1});
-    return Status::Ok();
-  }
-  BatchForwardFn Fn() {
-    return [this](const ForwardInputs& in, ForwardOutputs* out) { return Forward(in, out); };
-  }
-  void Hold() { hold_ = true; }
-  void Release() { promise_.set_value(); }
-  struct Call {
-    int64_t rows, t;
-    float max_id;  // largest request id in the pass (queries are filled with their id)
-  };
-  std::vector<Call> calls() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return calls_;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<Call> calls_;
-  std::atomic<bool> hold_{false};
-  std::promise<void> promise_;
-  std::shared_future<void> gate_ = promise_.get_future().share();
-};
-
-// Collects results by task id; counts callbacks.
-class Results {
- public:
-  DoneCallback For(int id) {
-    return [this, id](InferenceResult r) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++callbacks_[id];
-      results_[id] = std::move(r);
-      cv_.notify_all();
-    };
-  }
-  bool WaitFor(size_t n, std::chrono::milliseconds timeout = 10s) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return results_.size() >= n; });
-  }
-  InferenceResult Get(int id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return results_.at(id);
-  }
-  bool Has(int id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return results_.count(id) > 0;
-  }
-  int Callbacks(int id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return callbacks_[id];
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<int, InferenceResult> results_;
-  std::map<int, int> callbacks_;
-};
-
-// A task whose query [rows, t, E] is filled with `id`.
-InferenceTask Task(int id, int64_t t, int64_t rows = 1) {
-  InferenceTask task;
-  task.model_name = "fake";
-  task.inputs.query = at::full({rows, t, kEmbed}, static_cast<float>(id));
-  task.enqueue_time = Clock::now();
-  return task;
-}
-
-BatcherOptions Options(int64_t max_rows, int64_t delay_us, size_t queue = 64) {
-  BatcherOptions o;
-  o.max_batch_rows = max_rows;
-  o.max_batch_tokens = 1 << 20;
-  o.max_queue_delay_us = delay_us;
-  o.max_queue_size = queue;
-  o.instances = 1;  // one worker: the order of passes is deterministic
-  return o;
-}
-
-std::unique_ptr<DynamicBatcher> MakeBatcher(FakeModel& fake, const BatcherOptions& o) {
-  return std::make_unique<DynamicBatcher>("fake", BatchModelInfo{1, 0, at::kFloat}, fake.Fn(), o);
-}
-
-void ExpectAnswerFor(Results& results, int id, int64_t t, int64_t rows = 1) {
-  const InferenceResult r = results.Get(id);
-  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-  EXPECT_TRUE(r.outputs.output.equal(at::full({rows, t, kEmbed}, 2.0f * id))) << "task " << id;
-}
+using namespace batcher_testing;
 
 TEST(DynamicBatcherTest, SingleRequestRunsAlone) {
   FakeModel fake;
@@ -156,6 +55,49 @@ TEST(DynamicBatcherTest, WaitsAtMostTheQueueDelay) {
   EXPECT_GE(waited, 29ms);
   EXPECT_LT(waited, 2s);
   EXPECT_GE(results.Get(1).queue_us, 29000);
+}
+
+// BatcherOptions::clock: the queue delay counts on the batcher's clock. A FakeClock's waiter
+// looks again every FakeClock::kTick, so advancing the clock dispatches the waiting batch.
+TEST(DynamicBatcherTest, TheQueueDelayCountsOnTheBatchersClock) {
+  FakeModel fake;
+  FakeClock clock;
+  BatcherOptions o = Options(64, 10000000);  // 10 s for company: never on the real clock here
+  o.clock = &clock;
+  auto batcher = MakeBatcher(fake, o);
+  Results results;
+  for (int id = 1; id <= 2; ++id) {
+    InferenceTask task = Task(id, 4);
+    task.enqueue_time = clock.Now();
+    batcher->Submit(std::move(task), results.For(id));
+  }
+  EXPECT_FALSE(results.WaitFor(1, 20ms)) << "dispatched before the delay on its clock";
+  clock.Advance(10s);
+  ASSERT_TRUE(results.WaitFor(2, 5s));
+  ASSERT_EQ(fake.calls().size(), 1u);
+  EXPECT_EQ(fake.calls()[0].rows, 2);
+  EXPECT_EQ(results.Get(1).queue_us, 10000000);  // read on the fake clock too
+}
+
+// BatcherOptions::pass_hook runs every pass: merged, and each alone when the merged one failed.
+TEST(DynamicBatcherTest, ThePassHookWrapsEveryPass) {
+  FakeModel fake;
+  BatcherOptions o = Options(64, 100000);
+  std::atomic<int> hooked{0};
+  o.pass_hook = [&hooked](const std::function<Status()>& pass) {
+    ++hooked;
+    return pass();
+  };
+  auto batcher = MakeBatcher(fake, o);
+  Results results;
+  batcher->Submit(Task(1, 4), results.For(1));
+  InferenceTask poisoned = Task(2, 4);
+  poisoned.inputs.query[0][0][0] = std::nanf("");
+  batcher->Submit(std::move(poisoned), results.For(2));
+  ASSERT_TRUE(results.WaitFor(2));
+  ExpectAnswerFor(results, 1, 4);
+  EXPECT_EQ(fake.calls().size(), 3u);  // the merged pass, then each alone
+  EXPECT_EQ(hooked.load(), 3);
 }
 
 TEST(DynamicBatcherTest, FullBatchGoesWithoutWaiting) {
@@ -212,20 +154,24 @@ TEST(DynamicBatcherTest, BucketsByLengthAndServesTheOldestGroupFirst) {
 
 TEST(DynamicBatcherTest, DropsExpiredAndCancelledTasksBeforeCompute) {
   FakeModel fake;
-  auto batcher = MakeBatcher(fake, Options(64, 0));
+  FakeClock clock;  // the queue's time moves only when the test says so
+  BatcherOptions o = Options(64, 0);
+  o.clock = &clock;
+  auto batcher = MakeBatcher(fake, o);
   Results results;
   fake.Hold();
   batcher->Submit(Task(100, 2), results.For(100));
   while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
   InferenceTask expiring = Task(1, 4);
-  expiring.deadline = Clock::now() + 20ms;
+  expiring.enqueue_time = clock.Now();
+  expiring.deadline = clock.Now() + 20ms;
   batcher->Submit(std::move(expiring), results.For(1));
   std::atomic<bool> cancelled{false};
   InferenceTask cancellable = Task(2, 4);
   cancellable.is_cancelled = [&cancelled] { return cancelled.load(); };
   batcher->Submit(std::move(cancellable), results.For(2));
   batcher->Submit(Task(3, 4), results.For(3));
-  std::this_thread::sleep_for(40ms);
+  clock.Advance(40ms);  // task 1's deadline passes while it waits behind the held pass
   cancelled = true;
   fake.Release();
   ASSERT_TRUE(results.WaitFor(4));

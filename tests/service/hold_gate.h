@@ -1,0 +1,79 @@
+// The test side of mha-test-server's hold gate (tests/service/mha_test_server.cc): a test holds
+// forward passes instead of making them slow, waits for a pass to be entered instead of sleeping
+// "long enough", and lets passes go one by one or all at once.
+//
+//   HoldGate gate;
+//   ServerProcess server;
+//   gate.Attach(&server);                      // runs mha-test-server
+//   ASSERT_TRUE(server.Start(gate.Args({...})));
+//   gate.Hold();                               // passes from now on wait at the gate
+//   ... send a request ...
+//   ASSERT_TRUE(gate.WaitEntered(1));          // pass 1 is running (held)
+//   gate.ReleaseAll();
+//
+// Passes are numbered from 1 over every model from the server's start (warmup passes do not go
+// through the scheduler and are not counted).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server_process.h"
+#include "test_util.h"
+
+namespace mha::testing {
+
+class HoldGate {
+ public:
+  HoldGate() = default;
+  ~HoldGate() { ReleaseAll(); }
+  HoldGate(const HoldGate&) = delete;
+  HoldGate& operator=(const HoldGate&) = delete;
+
+  // Makes `server` run mha-test-server (it takes mha-server's flags).
+  void Attach(ServerProcess* server) const { server->set_binary(MHA_TEST_SERVER_BINARY); }
+  // `args` plus the gate's folder (--test-hold-dir).
+  std::vector<std::string> Args(std::vector<std::string> args = {}) const {
+    args.insert(args.end(), {"--test-hold-dir", dir_.path()});
+    return args;
+  }
+
+  // Passes entered from now on wait until released.
+  void Hold() const { Touch("hold"); }
+  // Lets pass `k` through (held or not yet entered); the others stay held.
+  void Release(int64_t k) const { Touch("release." + std::to_string(k)); }
+  // Lets every pass through, from now on.
+  void ReleaseAll() const {
+    std::error_code ec;
+    std::filesystem::remove(dir_.File("hold"), ec);
+  }
+  bool Entered(int64_t k) const {
+    std::error_code ec;
+    return std::filesystem::exists(dir_.File("entered." + std::to_string(k)), ec);
+  }
+  // Waits until pass `k` has entered the gate (so it is held, if the gate holds).
+  ::testing::AssertionResult WaitEntered(int64_t k,
+                                         std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!Entered(k)) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        return ::testing::AssertionFailure() << "pass " << k << " never reached the hold gate";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+ private:
+  void Touch(const std::string& name) const { std::ofstream(dir_.File(name)).close(); }
+
+  TempDir dir_;
+};
+
+}  // namespace mha::testing

@@ -1,0 +1,65 @@
+// mha-test-server: mha-server (the same ServerMain) plus a hold gate on every forward pass, for
+// the service tests that must hold a pass (shutdown during a pass, unload draining, merging of
+// queued session steps) without timing it. `--test-hold-dir DIR` (this binary's only flag of its
+// own, taken off argv before mha-server's flags are parsed) installs BatcherOptions::pass_hook:
+// pass k (1-based, counted over every model from the server's start) first creates DIR/entered.k,
+// then waits while DIR/hold exists and DIR/release.k does not (looking every 2 ms). The test side
+// is tests/service/hold_gate.h. Without the flag the binary is mha-server.
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/app/server_app.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class HoldGate {
+ public:
+  explicit HoldGate(std::string dir) : dir_(std::move(dir)) {}
+
+  mha::Status Pass(const std::function<mha::Status()>& pass) {
+    const std::string k = std::to_string(++passes_);
+    std::ofstream(dir_ / ("entered." + k)).close();
+    const fs::path hold = dir_ / "hold", release = dir_ / ("release." + k);
+    std::error_code ec;
+    while (fs::exists(hold, ec) && !fs::exists(release, ec)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return pass();
+  }
+
+ private:
+  const fs::path dir_;
+  std::atomic<int64_t> passes_{0};
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string hold_dir;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--test-hold-dir") == 0 && i + 1 < argc) {
+      hold_dir = argv[++i];
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  args.push_back(nullptr);
+  return mha::serve::ServerMain(
+      static_cast<int>(args.size()) - 1, args.data(), [&hold_dir](mha::serve::ServerConfig* c) {
+        if (hold_dir.empty()) return;
+        auto gate = std::make_shared<HoldGate>(hold_dir);
+        c->core.batcher.pass_hook = [gate](const std::function<mha::Status()>& pass) {
+          return gate->Pass(pass);
+        };
+      });
+}
