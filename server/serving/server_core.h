@@ -33,11 +33,11 @@
 namespace mha::serve {
 
 // The batcher settings of one model: its config.json keys over the server's flags.
-BatcherOptions BatcherOptionsFor(const ModelConfig& config, const BatcherOptions& defaults);
+BatcherOptions BatcherOptionsFor(const ServingConfig& config, const BatcherOptions& defaults);
 // The scheduler of one model as it runs: with batching, BatcherOptionsFor; without, the same
 // scheduler with one request per pass on `workers` instances (config.json's max_queue_size still
 // applies).
-BatcherOptions SchedulerOptionsFor(const ModelConfig& config, bool batching,
+BatcherOptions SchedulerOptionsFor(const ServingConfig& config, bool batching,
                                    const BatcherOptions& defaults, int workers);
 
 // The serving core: a thin façade over the model lifecycle (lifecycle/model_lifecycle.h: loads,
