@@ -78,6 +78,8 @@ class ServerCore final : public InferenceServer, public ModelController {
                                                       const std::string& version) override;
   StatusOr<ModelAnalysisResult> Analyze(const std::string& name,
                                         const std::string& version) override;
+  // Head analyses computed so far (each version's first Analyze): a cached answer leaves it.
+  int64_t analyses_computed() const { return analyses_computed_.load(); }
   Metrics* metrics() { return &metrics_; }
   const ServerCoreOptions& options() const { return options_; }
 
@@ -113,6 +115,7 @@ class ServerCore final : public InferenceServer, public ModelController {
   // Before the lifecycle: the handles' session stores write tombstones here when they end.
   std::shared_ptr<SessionDirectory> session_directory_ = std::make_shared<SessionDirectory>();
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> analyses_computed_{0};
   std::unique_ptr<ModelLifecycle> lifecycle_;  // last: its handles use the members above
 };
 

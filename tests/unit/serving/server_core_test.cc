@@ -229,6 +229,27 @@ TEST(ServerCoreTest, EveryModelRunsItsWarmupBeforeItIsReady) {
   (*core)->Stop();
 }
 
+// AnalyzeModel's answer is computed once per version and cached with its handle: a second call
+// is a cache hit (no computation, the very same analysis object); another version computes.
+TEST(ServerCoreTest, AnalysisIsComputedOncePerVersion) {
+  CoreFixture f({"self_basic", "kdim_vdim"});
+  EXPECT_EQ(f.core().analyses_computed(), 0);
+  auto first = f.core().Analyze("self_basic", "");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_NE(first->analysis, nullptr);
+  EXPECT_EQ(f.core().analyses_computed(), 1);
+  auto again = f.core().Analyze("self_basic", "1");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(f.core().analyses_computed(), 1);  // a cache hit
+  EXPECT_EQ(again->analysis.get(), first->analysis.get());
+  auto other = f.core().Analyze("kdim_vdim", "");
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_EQ(f.core().analyses_computed(), 2);
+  EXPECT_NE(other->analysis.get(), first->analysis.get());
+  EXPECT_EQ(f.core().Analyze("nope", "").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(f.core().analyses_computed(), 2);
+}
+
 TEST(ServerCoreTest, RoutesEachModelToItsOwnSchedulerAndMatchesAlone) {
   for (bool batching : {true, false}) {
     CoreFixture f({"self_basic", "kdim_vdim"}, batching);
