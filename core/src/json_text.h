@@ -1,22 +1,11 @@
-// Private to mha_core: untrusted JSON values quoted in error messages. nlohmann's dump() recurses
-// once per nesting level, so dumping a value from a hostile file ([[[[...]]]] 100k deep) overflows
-// the stack; and a long string would be echoed whole. Scalars are dumped (cut to 64 characters),
-// arrays and objects only named.
+// Private to mha_core: the nesting bound of the JSON files core parses (config.json, the
+// safetensors header). Values quoted in errors: mha::JsonForMessage (mha/config_reader.h).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
 namespace mha::internal {
-
-inline std::string JsonForMessage(const nlohmann::json& value) {
-  if (value.is_array()) return "an array of " + std::to_string(value.size());
-  if (value.is_object()) return "an object of " + std::to_string(value.size()) + " keys";
-  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (text.size() > 64) text = text.substr(0, 64) + "...";
-  return text;
-}
 
 // Deepest nesting of objects and arrays accepted in a JSON file we read (config.json, the
 // safetensors header). nlohmann builds the tree iteratively but copies and compares it

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "json_text.h"
+#include "mha/config_reader.h"
 #include "mha/loader.h"
 
 namespace mha {
@@ -89,8 +90,7 @@ Status ParseEntry(const std::string& path, const std::string& name, const nlohma
     if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
       // Not shape_it->dump(): a hostile shape can nest deep enough to overflow dump()'s recursion.
       return InvalidArgument(where + ": shape dimension " + std::to_string(entry->shape.size()) +
-                             " is " + internal::JsonForMessage(dim) +
-                             ", not a non-negative integer");
+                             " is " + JsonForMessage(dim) + ", not a non-negative integer");
     }
     const int64_t d = dim.get<int64_t>();
     if (MulOverflows(count, static_cast<uint64_t>(d), &count)) {

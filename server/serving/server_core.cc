@@ -38,7 +38,7 @@ Status CheckLimits(const ForwardInputs& in, const RequestLimits& limits) {
 
 using internal::Complete;
 
-BatcherOptions BatcherOptionsFor(const ModelConfig& c, const BatcherOptions& defaults) {
+BatcherOptions BatcherOptionsFor(const ServingConfig& c, const BatcherOptions& defaults) {
   BatcherOptions o = defaults;
   if (c.max_batch_size) o.max_batch_rows = *c.max_batch_size;
   if (c.max_batch_tokens) o.max_batch_tokens = *c.max_batch_tokens;
@@ -48,7 +48,7 @@ BatcherOptions BatcherOptionsFor(const ModelConfig& c, const BatcherOptions& def
   return o;
 }
 
-BatcherOptions SchedulerOptionsFor(const ModelConfig& c, bool batching,
+BatcherOptions SchedulerOptionsFor(const ServingConfig& c, bool batching,
                                    const BatcherOptions& defaults, int workers) {
   if (batching) return BatcherOptionsFor(c, defaults);
   BatcherOptions o = defaults;

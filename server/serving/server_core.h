@@ -33,11 +33,11 @@
 namespace mha::serve {
 
 // The batcher settings of one model: its config.json keys over the server's flags.
-BatcherOptions BatcherOptionsFor(const ModelConfig& config, const BatcherOptions& defaults);
+BatcherOptions BatcherOptionsFor(const ServingConfig& config, const BatcherOptions& defaults);
 // The scheduler of one model as it runs: with batching, BatcherOptionsFor; without, the same
 // scheduler with one request per pass on `workers` instances (config.json's max_queue_size still
 // applies).
-BatcherOptions SchedulerOptionsFor(const ModelConfig& config, bool batching,
+BatcherOptions SchedulerOptionsFor(const ServingConfig& config, bool batching,
                                    const BatcherOptions& defaults, int workers);
 
 // The serving core: a thin façade over the model lifecycle (lifecycle/model_lifecycle.h: loads,
@@ -78,6 +78,8 @@ class ServerCore final : public InferenceServer, public ModelController {
                                                       const std::string& version) override;
   StatusOr<ModelAnalysisResult> Analyze(const std::string& name,
                                         const std::string& version) override;
+  // Head analyses computed so far (each version's first Analyze): a cached answer leaves it.
+  int64_t analyses_computed() const { return analyses_computed_.load(); }
   Metrics* metrics() { return &metrics_; }
   const ServerCoreOptions& options() const { return options_; }
 
@@ -113,6 +115,7 @@ class ServerCore final : public InferenceServer, public ModelController {
   // Before the lifecycle: the handles' session stores write tombstones here when they end.
   std::shared_ptr<SessionDirectory> session_directory_ = std::make_shared<SessionDirectory>();
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> analyses_computed_{0};
   std::unique_ptr<ModelLifecycle> lifecycle_;  // last: its handles use the members above
 };
 

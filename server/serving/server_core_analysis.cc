@@ -20,7 +20,8 @@ StatusOr<ModelAnalysisResult> ServerCore::Analyze(const std::string& name,
                        " is not being served");
   }
   ModelHandle& handle = *it->second;
-  std::call_once(handle.analysis_once, [&handle] {
+  std::call_once(handle.analysis_once, [this, &handle] {
+    ++analyses_computed_;
     const auto start = std::chrono::steady_clock::now();
     const MhaModel& model = *handle.entry->model;
     auto analysis = AnalyzeHeads(model.options(), model.weights());

@@ -71,6 +71,22 @@ double RelativeError(const at::Tensor& actual, const at::Tensor& expected) {
          << "max abs diff " << diff << " > " << atol << " (shape " << ShapeString(actual) << ")";
 }
 
+std::string OipDatatype(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return "FP32";
+    case at::kHalf:
+      return "FP16";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kBool:
+      return "BOOL";
+    default:
+      ADD_FAILURE() << "tensor of dtype " << c10::toString(type);
+      return "";
+  }
+}
+
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";

@@ -25,6 +25,10 @@ double RelativeError(const at::Tensor& actual, const at::Tensor& expected);
 ::testing::AssertionResult TensorsNear(const at::Tensor& actual, const at::Tensor& expected,
                                        double atol);
 
+// The Open Inference Protocol datatype of a tensor's dtype ("FP32", "FP16", "BF16", "BOOL"), for
+// the OIP gRPC and REST service tests; another dtype is a test failure (answers "").
+std::string OipDatatype(at::ScalarType type);
+
 // EXPECT_TRUE(Contains(message, part)) with both strings in the failure message.
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part);
 

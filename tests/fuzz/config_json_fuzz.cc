@@ -1,5 +1,5 @@
-// config.json text -> the one config.json reader (mha::ParseModelConfig): every key's type and
-// range.
+// config.json text -> the one config.json reader (mha::ParseModelConfig): every core key's type
+// and range (the serving keys are read from the object it keeps).
 #include <exception>
 #include <sstream>
 #include <string>

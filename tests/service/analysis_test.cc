@@ -1,7 +1,7 @@
 // AnalyzeModel through a real mha-server: seed 001's W^O analysis (and the same of W^Q, W^K, W^V)
 // equals the seed's OutputProjectionAnalyzer run by scripts/fixtures/head_reference.py (float64, <=
 // 1e-5); unknown models are NOT_FOUND; the answer is cached per version (a second call is
-// identical).
+// identical and computes nothing: the server logs each computation, once per version here).
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +9,12 @@
 
 namespace mha::testing {
 namespace {
+
+size_t Occurrences(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
 
 void ExpectNear(const google::protobuf::RepeatedField<double>& got, const nlohmann::json& expected,
                 const std::string& what) {
@@ -57,6 +63,10 @@ TEST(AnalyzeModel, EqualsTheSeedsOutputProjectionAnalyzer) {
     auto again = client->AnalyzeModel(name, "1");  // cached: the very same numbers
     ASSERT_TRUE(again.ok()) << again.status().ToString();
     EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*analysis, *again));
+    // ... not computed again: one computation logged for this version (the log is written, and
+    // flushed, before the answer is sent).
+    const std::string log = shared.server->log();
+    EXPECT_EQ(Occurrences(log, "model " + name + " v1: head analysis computed"), 1u) << log;
   }
   auto unknown = client->AnalyzeModel("nope");
   EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound) << unknown.status().ToString();

@@ -18,28 +18,12 @@ namespace {
 
 using Stub = inference::GRPCInferenceService::Stub;
 
-std::string Datatype(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return "FP32";
-    case at::kHalf:
-      return "FP16";
-    case at::kBFloat16:
-      return "BF16";
-    case at::kBool:
-      return "BOOL";
-    default:
-      ADD_FAILURE() << "fixture tensor of dtype " << c10::toString(type);
-      return "";
-  }
-}
-
 void AddInput(const char* name, const at::Tensor& tensor, inference::ModelInferRequest* r) {
   if (!tensor.defined()) return;
   const at::Tensor t = tensor.cpu().contiguous();
   auto* input = r->add_inputs();
   input->set_name(name);
-  input->set_datatype(Datatype(t.scalar_type()));
+  input->set_datatype(OipDatatype(t.scalar_type()));
   for (int64_t d : t.sizes()) input->add_shape(d);
   r->add_raw_input_contents()->assign(static_cast<const char*>(t.data_ptr()),
                                       static_cast<size_t>(t.numel()) * t.element_size());

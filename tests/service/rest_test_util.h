@@ -16,22 +16,6 @@
 
 namespace mha::testing {
 
-inline std::string RestDatatype(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return "FP32";
-    case at::kHalf:
-      return "FP16";
-    case at::kBFloat16:
-      return "BF16";
-    case at::kBool:
-      return "BOOL";
-    default:
-      ADD_FAILURE() << "tensor of dtype " << c10::toString(type);
-      return "";
-  }
-}
-
 // `t` (on the CPU, contiguous) as nested JSON arrays of its values, row-major.
 inline nlohmann::json NestedData(const at::Tensor& t) {
   if (t.dim() == 0) {
@@ -56,7 +40,7 @@ inline void AddRestInput(const char* name, const at::Tensor& tensor, TensorForm 
   if (!tensor.defined()) return;
   const at::Tensor t = tensor.cpu().contiguous();
   nlohmann::json input = {
-      {"name", name}, {"datatype", RestDatatype(t.scalar_type())}, {"shape", t.sizes().vec()}};
+      {"name", name}, {"datatype", OipDatatype(t.scalar_type())}, {"shape", t.sizes().vec()}};
   if (form == TensorForm::kBinary) {
     const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
     input["parameters"] = {{"binary_data_size", n}};

@@ -1,10 +1,15 @@
-// config.json of a model folder: the one reader of that file, with one error policy. Every known
-// key is checked for type and range, and an error names the file and the key; unknown keys are
-// listed (callers warn). The loader uses the loading keys, the serving layer the others.
+// config.json of a model folder: the one parse of that file (its nesting bounded before a tree is
+// built), with one error policy. Core reads the keys the math needs (shapes, dtype, device,
+// prefix); every one is checked for type and range, and an error names the file and the key.
+// The other keys are listed in `other_keys` and the parsed object is kept in `json`: the serving
+// layer reads its keys from it (server/serving/repository/serving_config.h) and warns about the
+// rest.
 #pragma once
 
 #include <cstdint>
 #include <istream>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,22 +18,6 @@
 #include "mha/status.h"
 
 namespace mha {
-
-// Which numeric version folders of a model are served (Triton's version_policy).
-struct VersionPolicy {
-  enum class Kind { kLatest, kAll, kSpecific };
-  Kind kind = Kind::kLatest;
-  int64_t num_versions = 1;       // kLatest: the N highest versions
-  std::vector<int64_t> versions;  // kSpecific: exactly these (sorted, unique)
-};
-
-// One warmup pass run on a freshly loaded version before it is READY: self-attention on a
-// deterministic query [batch, seq, E].
-struct WarmupShape {
-  int64_t batch = 1;
-  int64_t seq = 16;
-  bool need_weights = false;
-};
 
 struct ModelConfig {
   std::string path;  // "" = no file (every value unset)
@@ -43,23 +32,10 @@ struct ModelConfig {
   std::optional<int64_t> embed_dim, kdim, vdim;
   std::optional<bool> bias, add_bias_kv;
 
-  // Serving: the version label and the model's scheduler settings (override the server flags).
-  std::optional<std::string> version;
-  std::optional<int64_t> max_batch_size;  // rows (sum of B) of one merged pass
-  std::optional<int64_t> max_batch_tokens;
-  std::optional<int64_t> max_queue_delay_us;
-  std::optional<int64_t> max_queue_size;
-  std::optional<int64_t> instances;
-
-  // Lifecycle: the model's version policy (read from the model folder's config.json; a version
-  // folder's own config.json cannot change it) and the warmup passes.
-  VersionPolicy version_policy;
-  std::vector<WarmupShape> warmup;
-  // Whether a file states "warmup" at all: without the key the server runs its default warmup
-  // (DefaultWarmup in server_core_lifecycle.cc); "warmup": [] turns warmup off.
-  bool warmup_given = false;
-
-  std::vector<std::string> unknown_keys;
+  // The keys core does not read (the serving layer's and unknown ones), sorted.
+  std::vector<std::string> other_keys;
+  // The file's JSON object as parsed (null when there is no file).
+  std::shared_ptr<const nlohmann::json> json;
 };
 
 // Reads and checks `path`. NOT_FOUND when it cannot be opened, INVALID_ARGUMENT naming the file
@@ -67,11 +43,9 @@ struct ModelConfig {
 StatusOr<ModelConfig> ReadModelConfig(const std::string& path);
 // The same from text; `path` names it in errors.
 StatusOr<ModelConfig> ParseModelConfig(std::istream& in, const std::string& path);
-
-// Several config.json files, later ones overriding earlier ones key by key (a version folder's
-// over its model's). Each file is checked alone first, so an error names the file that has it.
-// Empty `paths` = every value unset.
-StatusOr<ModelConfig> ReadLayeredModelConfig(const std::vector<std::string>& paths);
+// The same from an object already parsed (several files merged, as the serving layer layers a
+// version folder's config.json over its model's); `path` names it in errors.
+StatusOr<ModelConfig> ModelConfigFromJson(nlohmann::json object, const std::string& path);
 
 // `dir`/config.json when that file exists, else "".
 std::string ModelConfigPathIn(const std::string& dir);

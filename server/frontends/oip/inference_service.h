@@ -88,12 +88,10 @@ class GrpcInferenceServiceImpl final : public InferenceServiceBase {
       inference::RepositoryModelUnloadResponse* response) override;
 
  private:
-  using ControlAction = void (ModelController::*)(const std::string&, ModelController::Callback);
-  // A repository load / unload: the admin token, then `parameters` (their check), then `action`
-  // on the controller, answered when it calls back.
+  // A repository load (`load`) / unload: the admin token, then ControlRepositoryModel
+  // (common/repository_control.h), answered when it calls back.
   grpc::ServerUnaryReactor* ControlModel(grpc::CallbackServerContext* context, const char* rpc,
-                                         const std::string& model, Status parameters,
-                                         ControlAction action);
+                                         const std::string& model, Status parameters, bool load);
 
   InferenceServer* const core_;
   const OipFrontendOptions options_;

@@ -1,17 +1,14 @@
 #include "server/frontends/rest/rest_server.h"
 
 #include <httplib.h>
-#include <netinet/tcp.h>
-#include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <utility>
 
 #include "server/frontends/common/request_limits.h"
 #include "server/frontends/rest/http_status.h"
 #include "server/frontends/rest/rest_handlers.h"
-#include "server/serving/observability/metrics_http.h"
+#include "server/serving/http_endpoint.h"
 
 namespace mha::serve::rest {
 namespace {
@@ -67,59 +64,27 @@ bool RestServer::tls() const {
 }
 
 Status RestServer::Start(const std::string& address) {
-  std::string host;
-  int port = 0;
-  if (!SplitHostPort(address, &host, &port)) {
-    return InvalidArgument("--http-address '" + address + "': expected host:port");
-  }
-  server_ = MakeServer(options_);
-  if (!server_->is_valid()) {
-    server_.reset();
-    return InvalidArgument("--http-address: the TLS certificate, key or client CA cannot be used");
-  }
-  const int threads = options_.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_read_timeout(options_.read_timeout_s, 0);
-  server_->set_write_timeout(kWriteTimeoutS, 0);
-  server_->set_keep_alive_timeout(kKeepAliveTimeoutS);
-  server_->set_keep_alive_max_count(kKeepAliveMaxCount);
-  server_->set_payload_max_length(static_cast<size_t>(options_.max_message_bytes));
-  int listen_fd = -1;
-  server_->set_socket_options([&listen_fd](socket_t sock) {  // SO_REUSEADDR only: metrics_http.cc
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));  // accepted sockets inherit it
-    listen_fd = sock;
+  const HttpEndpoint::Spec spec{"--http-address", "HTTP/REST", /*low_latency=*/true};
+  return endpoint_.Start(address, spec, [this]() -> StatusOr<std::unique_ptr<httplib::Server>> {
+    auto server = MakeServer(options_);
+    if (!server->is_valid()) {
+      return InvalidArgument(
+          "--http-address: the TLS certificate, key or client CA cannot be used");
+    }
+    const int threads = options_.threads;
+    server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    server->set_read_timeout(options_.read_timeout_s, 0);
+    server->set_write_timeout(kWriteTimeoutS, 0);
+    server->set_keep_alive_timeout(kKeepAliveTimeoutS);
+    server->set_keep_alive_max_count(kKeepAliveMaxCount);
+    server->set_payload_max_length(static_cast<size_t>(options_.max_message_bytes));
+    Route(*server);
+    return StatusOr<std::unique_ptr<httplib::Server>>(std::move(server));
   });
-  Route();
-  if (port == 0) {
-    port = server_->bind_to_any_port(host);
-    if (port <= 0) port = 0;
-  } else if (!server_->bind_to_port(host, port)) {
-    port = 0;
-  }
-  if (port == 0) {
-    server_.reset();
-    return Unavailable("cannot listen for HTTP/REST on " + address);
-  }
-  port_ = port;
-  // Debian's libcpp-httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG is
-  // compiled into the library): 100 clients connecting at once overflow it and their SYNs are
-  // retried after 1 s. Listening again on the bound socket raises the backlog (Linux).
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-  thread_ = std::thread([server = server_.get(), address] {
-    if (!server->listen_after_bind()) spdlog::error("HTTP/REST endpoint on {} stopped", address);
-  });
-  // stop() is a no-op until the accept loop runs; wait for it so that Stop() never hangs.
-  for (int i = 0; i < 2000 && !server_->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return Status::Ok();
 }
 
-void RestServer::Route() {
+void RestServer::Route(httplib::Server& s) {
   const RestContext c{core_, &options_};
-  httplib::Server& s = *server_;
   s.Get("/v2/health/live", [c](const auto& req, auto& res) { HandleServerLive(c, req, res); });
   s.Get("/v2/health/ready", [c](const auto& req, auto& res) { HandleServerReady(c, req, res); });
   s.Get("/v2", [c](const auto& req, auto& res) { HandleServerMetadata(c, req, res); });
@@ -171,10 +136,6 @@ void RestServer::Route() {
       });
 }
 
-void RestServer::Stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
-  server_.reset();
-}
+void RestServer::Stop() { endpoint_.Stop(); }
 
 }  // namespace mha::serve::rest

@@ -24,19 +24,14 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
-#include <thread>
 
 #include "mha/status.h"
 #include "server/frontends/oip/model_metadata.h"
+#include "server/serving/http_endpoint.h"
 #include "server/serving/inference_server.h"
 #include "server/serving/model_controller.h"
 #include "server/serving/observability/metrics.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace mha::serve::rest {
 
@@ -71,19 +66,17 @@ class RestServer {
   // Binds "host:port" (port 0 picks one) and serves on threads of its own. UNAVAILABLE when the
   // address cannot be bound, INVALID_ARGUMENT for a malformed address or unusable TLS files.
   Status Start(const std::string& address);
-  int port() const { return port_; }
+  int port() const { return endpoint_.port(); }
   bool tls() const;
   // Stops accepting, finishes the requests being answered, joins the threads. Idempotent.
   void Stop();
 
  private:
-  void Route();
+  void Route(httplib::Server& server);
 
   InferenceServer* const core_;
   const RestFrontendOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  HttpEndpoint endpoint_;  // last: stopped before the members its handlers read
 };
 
 }  // namespace mha::serve::rest

@@ -98,7 +98,7 @@ void LogModel(const ModelEntry& e, bool is_default) {
   if (!e.config.unknown_keys.empty()) {
     std::string keys;
     for (const auto& k : e.config.unknown_keys) keys += (keys.empty() ? "" : ", ") + k;
-    spdlog::warn("model {}: {} has unknown keys (ignored): {}", e.name, e.config.path, keys);
+    spdlog::warn("model {}: {} has unknown keys (ignored): {}", e.name, e.config.model.path, keys);
   }
 }
 

@@ -9,16 +9,11 @@
 #pragma once
 
 #include <functional>
-#include <memory>
 #include <string>
-#include <thread>
 
 #include "mha/status.h"
+#include "server/serving/http_endpoint.h"
 #include "server/serving/observability/metrics.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace mha::serve {
 
@@ -33,19 +28,14 @@ class MetricsHttpServer {
   // Binds "host:port" ("[::]:port" for IPv6; port 0 picks a free one) and serves on a thread of
   // its own. UNAVAILABLE when the address cannot be bound.
   Status Start(const std::string& address);
-  int port() const { return port_; }
+  int port() const { return endpoint_.port(); }
   // Stops serving and joins the thread. Idempotent.
-  void Stop();
+  void Stop() { endpoint_.Stop(); }
 
  private:
   const Metrics* const metrics_;
   const std::function<bool()> ready_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  HttpEndpoint endpoint_;  // last: stopped before the members its handlers read
 };
-
-// "host:port" -> host and port ("[::1]:80" -> "::1", 80). False when malformed.
-bool SplitHostPort(const std::string& address, std::string* host, int* port);
 
 }  // namespace mha::serve

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "mha/model.h"
-#include "mha/model_config.h"
 #include "mha/options.h"
 #include "mha/status.h"
+#include "server/serving/repository/serving_config.h"
 
 namespace mha::serve {
 
@@ -29,7 +29,7 @@ struct ModelEntry {
   std::string name;
   // The version folder's number; flat layout: config.json "version" when present, else "1".
   std::string version = "1";
-  ModelConfig config;  // the folder's config.json (path "" when it has none)
+  ServingConfig config;  // the folder's config.json (model.path "" when it has none)
   ModelState state = ModelState::kLoading;
   std::string error;                      // why it FAILED
   std::shared_ptr<const MhaModel> model;  // set when READY

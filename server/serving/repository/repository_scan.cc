@@ -9,6 +9,7 @@
 #include "mha/model_config.h"
 #include "server/serving/repository/fingerprint.h"
 #include "server/serving/repository/model_repository.h"
+#include "server/serving/repository/serving_config.h"
 
 namespace fs = std::filesystem;
 
@@ -116,7 +117,7 @@ ModelEntry ScanVersion(const std::string& root, const std::string& name, const s
     entry.error = RelativeToRoot(status.ToString(), root);
     return entry;
   };
-  auto config = ReadLayeredModelConfig(config_paths);
+  auto config = ReadLayeredServingConfig(config_paths);
   if (!config.ok()) return fail(config.status());
   entry.config = std::move(config.value());
   auto weights = PickWeightsFile(dir);
@@ -145,7 +146,7 @@ std::vector<ModelEntry> ScanModel(const std::string& root, const std::string& na
   }
   VersionPolicy policy;
   if (!model_config.empty()) {
-    auto config = ReadModelConfig(model_config);
+    auto config = ReadServingConfig(model_config);
     if (!config.ok()) {  // every version fails with the model's config.json error
       std::vector<ModelEntry> failed;
       for (int64_t v : found) {
@@ -208,7 +209,7 @@ void LoadModelEntry(const LoadOverrides& overrides, ModelEntry* entry) {
   try {
     LoadOptions options;
     options.path = entry->path;
-    options.config = &entry->config;  // read once, at scan time
+    options.config = &entry->config.model;  // read once, at scan time
     options.dtype = overrides.dtype;
     options.device = overrides.device;
     auto loaded = LoadWeights(options);

@@ -4,12 +4,15 @@
 
 #include <fstream>
 
-#include "mha/model_config.h"
 #include "server/serving/repository/fingerprint.h"
+#include "server/serving/repository/serving_config.h"
 #include "test_util.h"
 
 namespace mha::testing {
 namespace {
+
+using serve::ReadLayeredServingConfig;
+using serve::ReadServingConfig;
 
 std::string Write(const TempDir& dir, const std::string& name, const std::string& text) {
   const std::string path = dir.path() + "/" + name;
@@ -19,21 +22,21 @@ std::string Write(const TempDir& dir, const std::string& name, const std::string
 
 TEST(LifecycleConfig, VersionPolicies) {
   TempDir dir;
-  auto none = ReadModelConfig(Write(dir, "a.json", R"({"num_heads": 4})"));
+  auto none = ReadServingConfig(Write(dir, "a.json", R"({"num_heads": 4})"));
   ASSERT_TRUE(none.ok());
-  EXPECT_EQ(none->version_policy.kind, VersionPolicy::Kind::kLatest);
+  EXPECT_EQ(none->version_policy.kind, serve::VersionPolicy::Kind::kLatest);
   EXPECT_EQ(none->version_policy.num_versions, 1);
-  auto latest = ReadModelConfig(
+  auto latest = ReadServingConfig(
       Write(dir, "b.json", R"({"version_policy": {"latest": {"num_versions": 3}}})"));
   ASSERT_TRUE(latest.ok()) << latest.status().ToString();
   EXPECT_EQ(latest->version_policy.num_versions, 3);
-  auto all = ReadModelConfig(Write(dir, "c.json", R"({"version_policy": {"all": {}}})"));
+  auto all = ReadServingConfig(Write(dir, "c.json", R"({"version_policy": {"all": {}}})"));
   ASSERT_TRUE(all.ok());
-  EXPECT_EQ(all->version_policy.kind, VersionPolicy::Kind::kAll);
-  auto specific = ReadModelConfig(
+  EXPECT_EQ(all->version_policy.kind, serve::VersionPolicy::Kind::kAll);
+  auto specific = ReadServingConfig(
       Write(dir, "d.json", R"({"version_policy": {"specific": {"versions": [4, 1, 4]}}})"));
   ASSERT_TRUE(specific.ok());
-  EXPECT_EQ(specific->version_policy.kind, VersionPolicy::Kind::kSpecific);
+  EXPECT_EQ(specific->version_policy.kind, serve::VersionPolicy::Kind::kSpecific);
   EXPECT_EQ(specific->version_policy.versions, (std::vector<int64_t>{1, 4}));
 }
 
@@ -53,7 +56,7 @@ TEST(LifecycleConfig, BadPoliciesAndWarmupsNameTheFileAndKey) {
       {R"({"warmup": [{"batch": 1, "sq": 4}]})", "warmup[0]: unknown key 'sq'"}};
   for (const auto& [json, words] : cases) {
     const std::string path = Write(dir, "config.json", json);
-    auto config = ReadModelConfig(path);
+    auto config = ReadServingConfig(path);
     ASSERT_FALSE(config.ok()) << json;
     EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument) << json;
     EXPECT_NE(config.status().message().find(path), std::string::npos) << config.status().message();
@@ -64,7 +67,7 @@ TEST(LifecycleConfig, BadPoliciesAndWarmupsNameTheFileAndKey) {
 
 TEST(LifecycleConfig, WarmupShapes) {
   TempDir dir;
-  auto config = ReadModelConfig(
+  auto config = ReadServingConfig(
       Write(dir, "config.json", R"({"warmup": [{"batch": 2, "seq": 8}, {"need_weights": true}]})"));
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   ASSERT_EQ(config->warmup.size(), 2u);
@@ -80,12 +83,12 @@ TEST(LifecycleConfig, AVersionFileOverridesTheModelsKeyByKey) {
   TempDir dir;
   const std::string model = Write(dir, "model.json", R"({"num_heads": 4, "max_queue_size": 9})");
   const std::string version = Write(dir, "version.json", R"({"max_queue_size": 3})");
-  auto config = ReadLayeredModelConfig({model, version});
+  auto config = ReadLayeredServingConfig({model, version});
   ASSERT_TRUE(config.ok()) << config.status().ToString();
-  EXPECT_EQ(config->num_heads, 4);
+  EXPECT_EQ(config->model.num_heads, 4);
   EXPECT_EQ(config->max_queue_size, 3);
   const std::string bad = Write(dir, "bad.json", R"({"instances": 0})");
-  auto failed = ReadLayeredModelConfig({model, bad});
+  auto failed = ReadLayeredServingConfig({model, bad});
   ASSERT_FALSE(failed.ok());
   EXPECT_NE(failed.status().message().find(bad + ": 'instances'"), std::string::npos)
       << failed.status().message();

@@ -1,6 +1,7 @@
 // ServerCore in-process: one scheduler per model handle, validation once at the edge (invalid
 // requests never reach a scheduler), metrics recorded once per request, and the per-model
-// scheduler keys of config.json (the one config.json reader, mha::ReadModelConfig).
+// scheduler keys of config.json (serving_config.h, on the one config.json reader,
+// mha::ReadModelConfig).
 #include "server/serving/server_core.h"
 
 #include <gtest/gtest.h>
@@ -37,8 +38,8 @@ std::string WriteConfig(const TempDir& dir, const std::string& json) {
 }
 
 StatusOr<BatcherOptions> ReadBatcherConfig(const std::string& path, const BatcherOptions& d) {
-  if (path.empty()) return BatcherOptionsFor(ModelConfig(), d);
-  auto config = ReadModelConfig(path);
+  if (path.empty()) return BatcherOptionsFor(ServingConfig(), d);
+  auto config = ReadServingConfig(path);
   if (!config.ok()) return config.status();
   return BatcherOptionsFor(*config, d);
 }
@@ -47,7 +48,7 @@ TEST(ModelConfigTest, MissingKeysKeepTheFlags) {
   auto none = ReadBatcherConfig("", Defaults());
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->max_batch_rows, 7);
-  EXPECT_EQ(ReadModelConfig("/nonexistent/config.json").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ReadServingConfig("/nonexistent/config.json").status().code(), StatusCode::kNotFound);
   TempDir dir;
   auto other_keys = ReadBatcherConfig(WriteConfig(dir, R"({"num_heads": 4})"), Defaults());
   ASSERT_TRUE(other_keys.ok());
@@ -77,7 +78,7 @@ TEST(ModelConfigTest, BadValuesNameTheFileAndKey) {
         R"({"max_queue_size": 0})", R"({"instances": 1099511627776})", R"({"num_heads": true})",
         R"({"version": [1]})", R"([1, 2])"}) {
     const std::string path = WriteConfig(dir, json);
-    auto o = ReadModelConfig(path);
+    auto o = ReadServingConfig(path);
     ASSERT_FALSE(o.ok()) << json;
     EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument) << json;
     EXPECT_NE(o.status().message().find(path), std::string::npos) << o.status().message();
@@ -86,11 +87,14 @@ TEST(ModelConfigTest, BadValuesNameTheFileAndKey) {
 
 TEST(ModelConfigTest, UnknownKeysAreListed) {
   TempDir dir;
-  auto o = ReadModelConfig(WriteConfig(dir, R"({"num_heads": 4, "num_hedas": 2, "version": 3})"));
+  auto o = ReadServingConfig(WriteConfig(dir, R"({"num_heads": 4, "num_hedas": 2, "version": 3})"));
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_EQ(o->version, "3");
   ASSERT_EQ(o->unknown_keys.size(), 1u);
   EXPECT_EQ(o->unknown_keys[0], "num_hedas");
+  // Core reads only its own keys and leaves the others (serving's, unknown ones) to the caller.
+  EXPECT_EQ(o->model.num_heads, 4);
+  EXPECT_EQ(o->model.other_keys, (std::vector<std::string>{"num_hedas", "version"}));
 }
 
 // A model folder whose config.json nests 100k objects deep ({"a": x 100000, 1, } x 100000: 600
@@ -223,6 +227,27 @@ TEST(ServerCoreTest, EveryModelRunsItsWarmupBeforeItIsReady) {
   EXPECT_EQ(repository->Find("kdim_vdim")->warmup_passes, 2);  // key [1, 16, kdim], value vdim
   EXPECT_EQ(repository->Find("off")->warmup_passes, 0);
   (*core)->Stop();
+}
+
+// AnalyzeModel's answer is computed once per version and cached with its handle: a second call
+// is a cache hit (no computation, the very same analysis object); another version computes.
+TEST(ServerCoreTest, AnalysisIsComputedOncePerVersion) {
+  CoreFixture f({"self_basic", "kdim_vdim"});
+  EXPECT_EQ(f.core().analyses_computed(), 0);
+  auto first = f.core().Analyze("self_basic", "");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_NE(first->analysis, nullptr);
+  EXPECT_EQ(f.core().analyses_computed(), 1);
+  auto again = f.core().Analyze("self_basic", "1");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(f.core().analyses_computed(), 1);  // a cache hit
+  EXPECT_EQ(again->analysis.get(), first->analysis.get());
+  auto other = f.core().Analyze("kdim_vdim", "");
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_EQ(f.core().analyses_computed(), 2);
+  EXPECT_NE(other->analysis.get(), first->analysis.get());
+  EXPECT_EQ(f.core().Analyze("nope", "").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(f.core().analyses_computed(), 2);
 }
 
 TEST(ServerCoreTest, RoutesEachModelToItsOwnSchedulerAndMatchesAlone) {
