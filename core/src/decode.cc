@@ -225,12 +225,32 @@ void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
   }
 }
 
+// Q, K and V of every new token: one GEMM on the fused in-projection [3E, E] when the model has
+// one and some item is self-attention (q, k, v are then column views of its output), else one
+// GEMM per weight (q only when every item is cross-attention).
+void Project(const MhaModel& model, const at::Tensor& all, bool any_self, at::Tensor* q,
+             at::Tensor* k, at::Tensor* v) {
+  const MhaWeights& w = model.weights();
+  const int64_t e = model.options().embed_dim;
+  if (any_self && model.in_proj_weight().defined()) {
+    const at::Tensor qkv = at::linear(all, model.in_proj_weight(), model.in_proj_bias());
+    *q = qkv.narrow(1, 0, e);
+    *k = qkv.narrow(1, e, e);
+    *v = qkv.narrow(1, 2 * e, e);
+    return;
+  }
+  *q = at::linear(all, w.q_weight, w.q_bias);
+  if (any_self) {
+    *k = at::linear(all, w.k_weight, w.k_bias);
+    *v = at::linear(all, w.v_weight, w.v_bias);
+  }
+}
+
 void RunSteps(const MhaModel& model, const std::vector<StepItem>& items, StepAttention attention) {
   const MhaWeights& w = model.weights();
   const c10::Device device = w.out_weight.device();
   const at::ScalarType compute = w.out_weight.scalar_type();
   const int64_t e = model.options().embed_dim;
-  // Projections: every item's new tokens in one GEMM per weight.
   std::vector<at::Tensor> flat;
   bool any_self = false;
   for (const StepItem& item : items) {
@@ -238,12 +258,8 @@ void RunSteps(const MhaModel& model, const std::vector<StepItem>& items, StepAtt
     any_self = any_self || !item.cross;
   }
   const at::Tensor all = flat.size() == 1 ? flat[0] : at::cat(flat, 0);
-  const at::Tensor q_all = at::linear(all, w.q_weight, w.q_bias);
-  at::Tensor k_all, v_all;
-  if (any_self) {
-    k_all = at::linear(all, w.k_weight, w.k_bias);
-    v_all = at::linear(all, w.v_weight, w.v_bias);
-  }
+  at::Tensor q_all, k_all, v_all;
+  Project(model, all, any_self, &q_all, &k_all, &v_all);
   std::vector<at::Tensor> combined;
   if (attention == StepAttention::kPadded && PaddedApplies(items)) {
     combined.push_back(AttendPadded(model, items, q_all, k_all, v_all));
