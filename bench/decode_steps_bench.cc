@@ -1,7 +1,8 @@
 // Decoding-session steps in one process (docs/sessions.md), E=512 H=8 fp32 on the CPU:
 //   BM_DecodeSteps/<attention>/<sessions>: one merged pass of one new token for each of
 //     `sessions` sessions whose caches hold 1 .. 1024 tokens (spread evenly); attention 0 =
-//     per-session gather (what the server runs), 1 = padded to the longest + mask.
+//     per-session (what the server runs: the pages read in place, mha/paged_attention.h),
+//     1 = padded to the longest + mask, 2 = per-session gather of each cache's blocks.
 //   BM_DecodeOneToken/<S>: one session's step at cache length S, vs
 //   BM_FullCausalLastRow/<S>: the stateless alternative, a full causal forward over S + 1
 //     tokens of which the last row is kept.
@@ -76,8 +77,8 @@ void BM_DecodeSteps(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeSteps)
-    ->ArgNames({"padded", "sessions"})
-    ->ArgsProduct({{0, 1}, {1, 8, 64}})
+    ->ArgNames({"attention", "sessions"})
+    ->ArgsProduct({{0, 1, 2}, {1, 8, 64}})
     ->Unit(benchmark::kMillisecond);
 
 void BM_DecodeOneToken(benchmark::State& state) {

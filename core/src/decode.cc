@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mha/attention_ops.h"
+#include "mha/paged_attention.h"
 #include "mha/shape_string.h"
 #include "mha/tensor_util.h"
 
@@ -246,6 +247,24 @@ void Project(const MhaModel& model, const at::Tensor& all, bool any_self, at::Te
   }
 }
 
+// The paged path (mha/paged_attention.h): every self-attention item's new keys and values
+// written into its pages, then one pass that reads the pages in place. [N, E] rows.
+at::Tensor AttendPaged(const MhaModel& model, const std::vector<StepItem>& items,
+                       const at::Tensor& q_all, const at::Tensor& k_all, const at::Tensor& v_all) {
+  const int64_t e = model.options().embed_dim;
+  int64_t offset = 0;
+  for (const StepItem& item : items) {
+    const int64_t b = item.inputs->query.size(0), t = item.inputs->query.size(1), n = b * t;
+    if (!item.cross) {
+      item.cache->Append(k_all.narrow(0, offset, n).view({b, t, e}),
+                         v_all.narrow(0, offset, n).view({b, t, e}));
+    }
+    item.outputs->attn_weights = at::Tensor();
+    offset += n;
+  }
+  return PagedAttention(model, items, q_all);
+}
+
 void RunSteps(const MhaModel& model, const std::vector<StepItem>& items, StepAttention attention) {
   const MhaWeights& w = model.weights();
   const c10::Device device = w.out_weight.device();
@@ -264,6 +283,8 @@ void RunSteps(const MhaModel& model, const std::vector<StepItem>& items, StepAtt
   if (attention == StepAttention::kPadded && PaddedApplies(items)) {
     combined.push_back(AttendPadded(model, items, q_all, k_all, v_all));
     for (const StepItem& item : items) item.outputs->attn_weights = at::Tensor();
+  } else if (attention != StepAttention::kGather && PagedAttentionApplies(model, items)) {
+    combined.push_back(AttendPaged(model, items, q_all, k_all, v_all));
   } else {
     combined = AttendEach(model, items, q_all, k_all, v_all);
   }
