@@ -108,7 +108,8 @@ void Mix(const Unit& u, const Pages& pages, const float* probs) {
 void Attend(const Unit& u, const Pages& pages, Scratch* scratch) {
   const int64_t e = pages.embed;
   scratch->q.resize(static_cast<size_t>(std::max<int64_t>(u.tokens * e, 1)));
-  scratch->scores.resize(static_cast<size_t>(std::max<int64_t>(u.tokens * pages.heads * u.keys, 1)));
+  scratch->scores.resize(
+      static_cast<size_t>(std::max<int64_t>(u.tokens * pages.heads * u.keys, 1)));
   // PyTorch's order: the query scaled by 1/sqrt(D) before it meets the keys.
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(pages.head_dim)));
   for (int64_t t = 0; t < u.tokens; ++t) {
@@ -131,8 +132,8 @@ void RunUnits(const std::vector<Unit>& units, const Pages& pages) {
   std::vector<size_t> bounds{0};
   for (int64_t r = 1; r < runs; ++r) {
     const int64_t target = total * r / runs;
-    bounds.push_back(static_cast<size_t>(std::lower_bound(work.begin(), work.end(), target) -
-                                         work.begin()));
+    bounds.push_back(
+        static_cast<size_t>(std::lower_bound(work.begin(), work.end(), target) - work.begin()));
   }
   bounds.push_back(units.size());
   at::parallel_for(0, runs, 1, [&](int64_t begin, int64_t end) {
@@ -148,11 +149,12 @@ void RunUnits(const std::vector<Unit>& units, const Pages& pages) {
 bool PagedAttentionApplies(const MhaModel& model, const std::vector<StepItem>& items) {
   const MhaOptions& o = model.options();
   if (o.add_bias_kv || o.add_zero_attn || items.empty()) return false;
+  const KvBlockPool& pool = items.front().cache->pool();
   for (const StepItem& item : items) {
     const at::Tensor& keys = item.cache->pool().keys();
     const StepInputs& in = *item.inputs;
-    if (!keys.is_cpu() || keys.scalar_type() != at::kFloat || in.need_weights ||
-        in.key_padding_mask.defined() || in.attn_mask.defined()) {
+    if (&item.cache->pool() != &pool || !keys.is_cpu() || keys.scalar_type() != at::kFloat ||
+        in.need_weights || in.key_padding_mask.defined() || in.attn_mask.defined()) {
       return false;
     }
   }
@@ -165,8 +167,12 @@ at::Tensor PagedAttention(const MhaModel& model, const std::vector<StepItem>& it
   const KvBlockPool& pool = items.front().cache->pool();
   TORCH_CHECK(q_all.scalar_type() == at::kFloat && q_all.is_cpu() && q_all.stride(1) == 1,
               "PagedAttention: float32 CPU queries with unit column stride");
-  const Pages pages{pool.keys().data_ptr<float>(), pool.values().data_ptr<float>(),
-                    pool.block_tokens(), o.embed_dim, o.num_heads, o.head_dim()};
+  const Pages pages{pool.keys().data_ptr<float>(),
+                    pool.values().data_ptr<float>(),
+                    pool.block_tokens(),
+                    o.embed_dim,
+                    o.num_heads,
+                    o.head_dim()};
   at::Tensor out = at::empty({q_all.size(0), o.embed_dim}, q_all.options());
   std::vector<Unit> units;
   int64_t offset = 0;

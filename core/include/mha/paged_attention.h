@@ -19,8 +19,9 @@
 
 namespace mha {
 
-// Whether PagedAttention serves `items`: a CPU float32 pool, no add_bias_kv / add_zero_attn, and
-// no item with masks or need_weights (those take the gather path in decode.cc).
+// Whether PagedAttention serves `items`: one CPU float32 pool for all, no add_bias_kv /
+// add_zero_attn, and no item with masks or need_weights (those take the gather path in
+// decode.cc).
 bool PagedAttentionApplies(const MhaModel& model, const std::vector<StepItem>& items);
 
 // Every item's attention over its cache. Self-attention items must have appended their new

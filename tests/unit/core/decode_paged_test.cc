@@ -71,8 +71,8 @@ void PrintTo(const PagedParam& p, std::ostream* os) {
 }
 std::string ParamName(const ::testing::TestParamInfo<PagedParam>& info) {
   const PagedParam& p = info.param;
-  return p.fixture + "_page" + std::to_string(p.block_tokens) + "_first" +
-         std::to_string(p.first) + "_step" + std::to_string(p.step);
+  return p.fixture + "_page" + std::to_string(p.block_tokens) + "_first" + std::to_string(p.first) +
+         "_step" + std::to_string(p.step);
 }
 
 class PagedSelfDecodeTest : public ::testing::TestWithParam<PagedParam> {};
@@ -106,7 +106,7 @@ std::vector<PagedParam> SelfParams() {
   std::vector<PagedParam> params;
   // decode_causal: E=32 H=4 B=2 T=12; decode_causal_long: E=64 H=8 B=2 T=40; causal: T=5.
   for (const char* name : {"decode_causal", "decode_causal_long", "causal"}) {
-    for (int64_t bt : {1, 4, 7, 16}) {  // 7 and 16 divide none of 12, 40, 5
+    for (int64_t bt : {1, 4, 7, 16}) {       // 7 and 16 divide none of 12, 40, 5
       params.push_back({name, bt, 1, 1});    // one token per step
       params.push_back({name, bt, 7, 1});    // a prefill crossing a page, then single tokens
       params.push_back({name, bt, 3, 4});    // chunks throughout
