@@ -154,7 +154,8 @@ bool PagedAttentionApplies(const MhaModel& model, const std::vector<StepItem>& i
     const at::Tensor& keys = item.cache->pool().keys();
     const StepInputs& in = *item.inputs;
     if (&item.cache->pool() != &pool || !keys.is_cpu() || keys.scalar_type() != at::kFloat ||
-        in.need_weights || in.key_padding_mask.defined() || in.attn_mask.defined()) {
+        in.query.size(1) > kMaxPagedTokens || in.need_weights || in.key_padding_mask.defined() ||
+        in.attn_mask.defined()) {
       return false;
     }
   }
