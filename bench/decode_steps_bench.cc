@@ -1,7 +1,10 @@
 // Decoding-session steps in one process (docs/sessions.md), E=512 H=8 fp32 on the CPU:
 //   BM_DecodeSteps/<attention>/<sessions>: one merged pass of one new token for each of
 //     `sessions` sessions whose caches hold 1 .. 1024 tokens (spread evenly); attention 0 =
-//     per-session gather (what the server runs), 1 = padded to the longest + mask.
+//     per-session (what the server runs: the pages read in place, mha/paged_attention.h),
+//     1 = padded to the longest + mask, 2 = per-session gather of each cache's blocks.
+//   BM_DecodeChunk/<attention>/<T>: one session at cache length 512 taking T new tokens in one
+//     step (a prefill chunk), attention as above: where reading the pages in place stops paying.
 //   BM_DecodeOneToken/<S>: one session's step at cache length S, vs
 //   BM_FullCausalLastRow/<S>: the stateless alternative, a full causal forward over S + 1
 //     tokens of which the last row is kept.
@@ -76,9 +79,28 @@ void BM_DecodeSteps(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeSteps)
-    ->ArgNames({"padded", "sessions"})
-    ->ArgsProduct({{0, 1}, {1, 8, 64}})
+    ->ArgNames({"attention", "sessions"})
+    ->ArgsProduct({{0, 1, 2}, {1, 8, 64}})
     ->Unit(benchmark::kMillisecond);
+
+void BM_DecodeChunk(benchmark::State& state) {
+  const auto attention = static_cast<mha::StepAttention>(state.range(0));
+  const int64_t t = state.range(1);
+  auto cache = Filled(512);
+  if (!cache->Reserve(t).ok()) std::abort();
+  mha::StepInputs step;
+  step.query = at::randn({1, t, kEmbed});
+  mha::ForwardOutputs out;
+  std::vector<mha::StepItem> items{mha::StepItem{cache.get(), false, &step, &out}};
+  for (auto _ : state) {
+    if (!mha::DecodeSteps(Model(), items, attention).ok()) std::abort();
+    cache->Truncate(cache->length() - t);
+  }
+}
+BENCHMARK(BM_DecodeChunk)
+    ->ArgNames({"attention", "tokens"})
+    ->ArgsProduct({{0, 2}, {1, 2, 4, 8, 16, 64}})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_DecodeOneToken(benchmark::State& state) {
   auto cache = Filled(state.range(0));

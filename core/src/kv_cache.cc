@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -119,18 +120,51 @@ void KvCache::Append(const at::Tensor& k, const at::Tensor& v) {
   TORCH_CHECK(k.size(0) == rows_ && v.size(0) == rows_, "KvCache::Append: ", k.size(0),
               " rows for a cache of ", rows_);
   c10::InferenceMode guard;  // the pool's tensors are inference tensors (written in place)
-  const at::Tensor slots = Slots(length_, t);
   const at::Tensor& keys = pool_->keys();
-  const int64_t h = keys.size(1), d = keys.size(2);
-  keys.index_copy_(0, slots, k.reshape({rows_ * t, h, d}).to(keys.scalar_type()));
-  pool_->values().index_copy_(0, slots, v.reshape({rows_ * t, h, d}).to(keys.scalar_type()));
+  if (keys.is_cpu()) {
+    WriteRows(k, keys, length_);
+    WriteRows(v, pool_->values(), length_);
+  } else {
+    const at::Tensor slots = Slots(length_, t);
+    const int64_t h = keys.size(1), d = keys.size(2);
+    keys.index_copy_(0, slots, k.reshape({rows_ * t, h, d}).to(keys.scalar_type()));
+    pool_->values().index_copy_(0, slots, v.reshape({rows_ * t, h, d}).to(keys.scalar_type()));
+  }
   length_ += t;
+}
+
+void KvCache::WriteRows(const at::Tensor& x, const at::Tensor& store, int64_t begin) const {
+  const int64_t e = store.size(1) * store.size(2), t = x.size(1);
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == e, "KvCache::Append: rows of ", e, " expected, got ",
+              x.sizes());
+  at::Tensor src = x.to(store.device(), store.scalar_type());
+  if (src.stride(2) != 1) src = src.contiguous();
+  const int64_t element = static_cast<int64_t>(src.element_size()), bt = pool_->block_tokens();
+  const char* base = static_cast<const char*>(src.data_ptr());
+  char* pages = static_cast<char*>(store.data_ptr());
+  for (int64_t r = 0; r < rows_; ++r) {
+    const std::vector<int64_t>& table = tables_[static_cast<size_t>(r)];
+    for (int64_t i = 0; i < t; ++i) {
+      const int64_t p = begin + i, slot = table.at(static_cast<size_t>(p / bt)) * bt + p % bt;
+      std::memcpy(pages + slot * e * element,
+                  base + (r * src.stride(0) + i * src.stride(1)) * element,
+                  static_cast<size_t>(e * element));
+    }
+  }
 }
 
 at::Tensor KvCache::Gather(const at::Tensor& store) const {
   c10::InferenceMode guard;
-  const at::Tensor rows = store.index_select(0, Slots(0, length_));  // [rows * S, H, D]
-  return rows.view({rows_, length_, store.size(1), store.size(2)}).transpose(1, 2);
+  const int64_t bt = pool_->block_tokens(), h = store.size(1), d = store.size(2);
+  const int64_t blocks = (length_ + bt - 1) / bt;
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<size_t>(rows_ * blocks));
+  for (const auto& table : tables_) {
+    for (int64_t j = 0; j < blocks; ++j) ids.push_back(table.at(static_cast<size_t>(j)));
+  }
+  const at::Tensor index = at::tensor(ids, at::kLong).to(store.device());
+  const at::Tensor pages = store.view({-1, bt, h, d}).index_select(0, index);  // [rows*n, bt, H, D]
+  return pages.view({rows_, blocks * bt, h, d}).narrow(1, 0, length_).transpose(1, 2);
 }
 
 at::Tensor KvCache::Keys() const { return Gather(pool_->keys()); }

@@ -50,17 +50,22 @@ Status CheckStepInputs(const MhaOptions& options, const KvCache& cache, bool cro
                        const StepInputs& in);
 
 // How DecodeSteps attends when it merges several sessions. kPerSession: each session over its
-// own cache (a gather over its blocks, no padding: one small matmul pair per session). kPadded:
-// every cache padded to the longest and one batched attention with a padding mask; used only
-// when every item is one new token without masks or weights (else kPerSession). Measured in
-// bench/decode_steps_bench.cc (docs/sessions.md); the server uses kPerSession.
-enum class StepAttention { kPerSession, kPadded };
+// own cache, no padding; where the pass allows it (float32 CPU pool, no masks, no weights, no
+// add_bias_kv / add_zero_attn: mha/paged_attention.h) every session's attention reads its pages
+// in place in one pass, else each session gets a gather of its blocks and a small matmul pair
+// (kGather). kGather: that gather for every pass (the baseline of the paged path, kept for
+// benchmarks and tests). kPadded: every cache padded to the longest and one batched attention
+// with a padding mask; used only when every item is one new token without masks or weights
+// (else kPerSession). Measured in bench/decode_steps_bench.cc (docs/sessions.md); the server
+// uses kPerSession.
+enum class StepAttention { kPerSession, kPadded, kGather };
 
 // Runs the steps of several sessions as one pass: the projections of every new token in one GEMM
-// per weight, each session's attention over its own cache (a gather over its blocks), one output
-// projection. Self-attention items append their new keys/values first: each cache must have room
-// (KvCache::Reserve(T)). Items must have passed CheckStepInputs and belong to distinct caches.
-// LibTorch errors come back as INTERNAL, every cache back at its length before the call.
+// (on the fused in-projection weight where the model has one), each session's attention over its
+// own cache (see StepAttention), one output projection. Self-attention items append their new
+// keys/values first: each cache must have room (KvCache::Reserve(T)). Items must have passed
+// CheckStepInputs and belong to distinct caches. LibTorch errors come back as INTERNAL, every
+// cache back at its length before the call.
 Status DecodeSteps(const MhaModel& model, const std::vector<StepItem>& items,
                    StepAttention attention = StepAttention::kPerSession);
 

@@ -77,13 +77,21 @@ class KvCache {
   // Blocks `extra` more tokens per row would take from the pool.
   int64_t BlocksNeeded(int64_t extra) const;
 
+  // Row `row`'s block ids in order: position p lies in slot table(row)[p / block_tokens] *
+  // block_tokens + p % block_tokens of the pool's keys() / values().
+  const std::vector<int64_t>& table(int64_t row) const {
+    return tables_.at(static_cast<size_t>(row));
+  }
+
   // Makes room for `extra` more tokens per row: new blocks from the pool, or RESOURCE_EXHAUSTED
   // with nothing taken.
   Status Reserve(int64_t extra);
-  // Appends k, v ([rows, T, H * head_dim], projected, before split_heads) at positions
-  // length() .. length() + T - 1. Reserve(T) must have succeeded. Throws c10::Error on misuse.
+  // Appends k, v ([rows, T, H * head_dim], projected, before split_heads; any strides) at
+  // positions length() .. length() + T - 1. Reserve(T) must have succeeded. Throws c10::Error on
+  // misuse. On the CPU each token's row is copied straight into its slot of the page.
   void Append(const at::Tensor& k, const at::Tensor& v);
-  // The cached keys / values in split_heads layout [rows, H, length(), head_dim]: one gather.
+  // The cached keys / values in split_heads layout [rows, H, length(), head_dim]: one gather of
+  // whole blocks (one index per block), narrowed to length().
   at::Tensor Keys() const;
   at::Tensor Values() const;
   // Forgets the tokens after `length` (a failed step's appends); their blocks stay reserved.
@@ -95,6 +103,8 @@ class KvCache {
   // Slot ids of positions [begin, begin + count) of every row: [rows * count], int64 on device.
   at::Tensor Slots(int64_t begin, int64_t count) const;
   at::Tensor Gather(const at::Tensor& store) const;
+  // CPU: x [rows, T, E] at positions [begin, begin + T) of every row, one memcpy per token.
+  void WriteRows(const at::Tensor& x, const at::Tensor& store, int64_t begin) const;
 
   std::shared_ptr<KvBlockPool> pool_;
   int64_t rows_ = 0;

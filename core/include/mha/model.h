@@ -42,6 +42,10 @@ class MhaModel {
   DType compute_dtype() const { return compute_dtype_; }
   int64_t parameter_count() const;
   const MhaWeights& weights() const { return weights_; }
+  // The fused q/k/v in-projection [3E, E] and its bias [3E] (q_weight, k_weight and v_weight are
+  // row views of it); undefined unless kdim == vdim == E (the bias also when bias=False).
+  const at::Tensor& in_proj_weight() const { return in_proj_weight_; }
+  const at::Tensor& in_proj_bias() const { return in_proj_bias_; }
 
  private:
   MhaModel() = default;
