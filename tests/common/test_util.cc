@@ -151,4 +151,16 @@ StatusOr<FixtureCase> LoadFixtureCase(const std::string& name) {
   return c;
 }
 
+std::shared_ptr<MhaModel> LoadCaseModel(const FixtureCase& c, const std::string& device) {
+  LoadOptions load;
+  load.path = c.weights_path;
+  load.device = device;
+  auto loaded = LoadWeights(load);
+  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+  if (!loaded.ok()) return nullptr;
+  auto model = MhaModel::Create(loaded->options, std::move(loaded->weights));
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  return model.ok() ? std::shared_ptr<MhaModel>(std::move(model).value()) : nullptr;
+}
+
 }  // namespace mha::testing

@@ -63,5 +63,7 @@ struct FixtureCase {
 
 std::vector<std::string> FixtureCaseNames();  // cases/index.json
 StatusOr<FixtureCase> LoadFixtureCase(const std::string& name);
+// The case's model, loaded on `device` (nullptr, with a test failure, when it does not load).
+std::shared_ptr<MhaModel> LoadCaseModel(const FixtureCase& c, const std::string& device = "cpu");
 
 }  // namespace mha::testing

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_test_util.h"
 #include "mha/attention_ops.h"
 #include "mha/decode.h"
 #include "mha/loader.h"
@@ -27,17 +28,7 @@ using testing::TensorsNear;
 
 constexpr double kFp32Tolerance = 1e-5;
 
-std::shared_ptr<MhaModel> LoadCaseModel(const FixtureCase& c) {
-  LoadOptions load;
-  load.path = c.weights_path;
-  load.device = "cpu";
-  auto loaded = LoadWeights(load);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
-  if (!loaded.ok()) return nullptr;
-  auto model = MhaModel::Create(loaded->options, std::move(loaded->weights));
-  EXPECT_TRUE(model.ok()) << model.status().ToString();
-  return model.ok() ? std::shared_ptr<MhaModel>(std::move(model).value()) : nullptr;
-}
+using testing::LoadCaseModel;
 
 std::shared_ptr<KvBlockPool> MakePool(const MhaModel& model, int64_t block_tokens) {
   auto pool = KvBlockPool::Create(KvPoolOptions{int64_t{4} << 20, block_tokens}, model);
@@ -171,36 +162,14 @@ TEST(PagedDecodeBatch, SessionsOfDifferentLengthsInOnePassEqualTorch) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   auto model = LoadCaseModel(*c);
   ASSERT_NE(model, nullptr);
-  auto pool = MakePool(*model, 7);
-  const int64_t total = c->inputs.query.size(1);
-  constexpr int kSessions = 4;
-  std::vector<std::unique_ptr<KvCache>> caches;
-  std::vector<int64_t> done(kSessions, 0);
-  for (int i = 0; i < kSessions; ++i) caches.push_back(std::make_unique<KvCache>(pool, 2));
-  for (int round = 0; round < total + kSessions; ++round) {
-    std::vector<StepInputs> steps(kSessions);
-    std::vector<ForwardOutputs> outs(kSessions);
-    std::vector<StepItem> items;
-    std::vector<int> who;
-    for (int i = 0; i < kSessions; ++i) {
-      if (round < i || done[i] >= total) continue;
-      const int64_t n = done[i] == 0 ? 1 + i : 1;
-      steps[i] = StepOf(c->inputs, done[i], n);
-      ASSERT_TRUE(caches[i]->Reserve(n).ok());
-      items.push_back(StepItem{caches[i].get(), false, &steps[i], &outs[i]});
-      who.push_back(i);
-    }
-    if (items.empty()) continue;
-    Decode(*model, items);
-    for (int i : who) {
-      const int64_t n = steps[i].query.size(1);
-      EXPECT_TRUE(
-          TensorsNear(outs[i].output, c->expected_output.narrow(1, done[i], n), kFp32Tolerance))
-          << "session " << i << " round " << round;
-      done[i] += n;
-    }
-  }
-  for (int i = 0; i < kSessions; ++i) EXPECT_EQ(done[i], total);
+  testing::DecodeStaggered(
+      MakePool(*model, 7), c->inputs.query.size(1), 4,
+      [&](int64_t p, int64_t n) { return StepOf(c->inputs, p, n); },
+      [&](const std::vector<StepItem>& items) { Decode(*model, items); },
+      [&](int i, int64_t p, int64_t n, const ForwardOutputs& out) {
+        EXPECT_TRUE(TensorsNear(out.output, c->expected_output.narrow(1, p, n), kFp32Tolerance))
+            << "session " << i << " rows from " << p;
+      });
 }
 
 // Appends written through the pages and the block gather: Keys()/Values() give back exactly

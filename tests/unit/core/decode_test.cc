@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "decode_test_util.h"
 #include "mha/loader.h"
 #include "test_util.h"
 
@@ -21,17 +22,7 @@ using testing::TensorsNear;
 
 constexpr double kFp32Tolerance = 1e-5;
 
-std::shared_ptr<MhaModel> LoadCaseModel(const FixtureCase& c, const std::string& device) {
-  LoadOptions load;
-  load.path = c.weights_path;
-  load.device = device;
-  auto loaded = LoadWeights(load);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
-  if (!loaded.ok()) return nullptr;
-  auto model = MhaModel::Create(loaded->options, std::move(loaded->weights));
-  EXPECT_TRUE(model.ok()) << model.status().ToString();
-  return model.ok() ? std::shared_ptr<MhaModel>(std::move(model).value()) : nullptr;
-}
+using testing::LoadCaseModel;
 
 std::shared_ptr<KvBlockPool> MakePool(const MhaModel& model, int64_t block_tokens = 4,
                                       int64_t bytes = int64_t{1} << 20) {
@@ -191,40 +182,18 @@ TEST(DecodeBatch, SessionsOfDifferentLengthsInOnePassEqualEachAlone) {
   ASSERT_TRUE(c.ok());
   auto model = LoadCaseModel(*c, "cpu");
   ASSERT_NE(model, nullptr);
-  auto pool = MakePool(*model);
-  const int64_t total = c->inputs.query.size(1);
-  // Session i starts i tokens late, so every merged pass mixes cache lengths; all decode the
-  // fixture's sequence, so each answer is checked against the reference rows.
-  constexpr int kSessions = 3;
-  std::vector<std::unique_ptr<KvCache>> caches;
-  std::vector<int64_t> done(kSessions, 0);
-  for (int i = 0; i < kSessions; ++i) caches.push_back(std::make_unique<KvCache>(pool, 2));
-  for (int round = 0; round < total + kSessions; ++round) {
-    std::vector<StepInputs> steps(kSessions);
-    std::vector<ForwardOutputs> outs(kSessions);
-    std::vector<StepItem> items;
-    std::vector<int> who;
-    for (int i = 0; i < kSessions; ++i) {
-      if (round < i || done[i] >= total) continue;
-      const int64_t n = done[i] == 0 ? 1 + i : 1;  // session i prefills i + 1 tokens
-      steps[i] = StepOf(c->inputs, done[i], n, done[i] + n);
-      ASSERT_TRUE(caches[i]->Reserve(n).ok());
-      items.push_back(StepItem{caches[i].get(), false, &steps[i], &outs[i]});
-      who.push_back(i);
-    }
-    ASSERT_TRUE(DecodeSteps(*model, items).ok());
-    for (int i : who) {
-      const int64_t n = steps[i].query.size(1);
-      EXPECT_TRUE(
-          TensorsNear(outs[i].output, c->expected_output.narrow(1, done[i], n), kFp32Tolerance))
-          << "session " << i << " round " << round;
-      EXPECT_TRUE(TensorsNear(outs[i].attn_weights,
-                              ExpectedWeights(c->expected_weights, done[i], n, done[i] + n, 0),
-                              kFp32Tolerance));
-      done[i] += n;
-    }
-  }
-  for (int i = 0; i < kSessions; ++i) EXPECT_EQ(done[i], total);
+  // Every session decodes the fixture's sequence, so each answer is checked against its rows.
+  testing::DecodeStaggered(
+      MakePool(*model), c->inputs.query.size(1), 3,
+      [&](int64_t p, int64_t n) { return StepOf(c->inputs, p, n, p + n); },
+      [&](const std::vector<StepItem>& items) { ASSERT_TRUE(DecodeSteps(*model, items).ok()); },
+      [&](int i, int64_t p, int64_t n, const ForwardOutputs& out) {
+        EXPECT_TRUE(TensorsNear(out.output, c->expected_output.narrow(1, p, n), kFp32Tolerance))
+            << "session " << i << " rows from " << p;
+        EXPECT_TRUE(TensorsNear(out.attn_weights,
+                                ExpectedWeights(c->expected_weights, p, n, p + n, 0),
+                                kFp32Tolerance));
+      });
 }
 
 // The padded variant (one batched attention over caches padded to the longest) gives the same

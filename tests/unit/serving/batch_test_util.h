@@ -40,17 +40,7 @@ inline std::shared_ptr<const MhaModel> SmallModel() {
 inline std::shared_ptr<const MhaModel> LoadFixtureModel(const std::string& case_name) {
   auto c = LoadFixtureCase(case_name);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
-  if (!c.ok()) return nullptr;
-  LoadOptions load;
-  load.path = c->weights_path;
-  load.device = "cpu";
-  auto loaded = LoadWeights(load);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
-  if (!loaded.ok()) return nullptr;
-  auto model = MhaModel::Create(loaded->options, std::move(loaded->weights));
-  EXPECT_TRUE(model.ok()) << model.status().ToString();
-  if (!model.ok()) return nullptr;
-  return std::shared_ptr<const MhaModel>(std::move(model).value());
+  return c.ok() ? LoadCaseModel(*c) : nullptr;
 }
 
 inline at::Tensor RandomMask(MaskKind kind, std::vector<int64_t> sizes, at::Generator& gen) {
