@@ -36,11 +36,13 @@ scripts/build.sh "${variant[@]}"
 if [[ -n $tsan_default ]]; then
   # Every suite of the serving and front-end binaries, listed from the binaries as ctest registers
   # them (tests/cmake/gtest_suites_list.cmake), so a new or renamed suite cannot fall out of the
-  # run; and the core's decode and KV-pool suites. --no-tests=error: an empty match fails.
+  # run; and the core's decode (gather and in-place paged) and KV-pool suites. --no-tests=error:
+  # an empty match fails.
   suites=$(for t in mha_serving_tests mha_frontend_tests; do
     "$MHA_BUILD_DIR/tests/unit/$t" --gtest_list_tests
   done | sed -nE 's#^([A-Za-z_][A-Za-z0-9_/]*)\.( .*)?$#\1#p' | paste -sd'|')
-  set -- -R "^($suites|Fixtures/(Self|Cross)DecodeTest|DecodeBatch|DecodeValidation|KvPool)\$" \
+  decode='Fixtures/(Paged)?(Self|Cross)DecodeTest|DecodeBatch|DecodeValidation|KvPool|PagedDecodeBatch|KvCachePages'
+  set -- -R "^($suites|$decode)\$" \
     --no-tests=error
 fi
 [[ ${#variant[@]} -gt 0 ]] || scripts/lint.sh tidy
