@@ -59,6 +59,8 @@ class ServerApp {
   Status StartHttp();
   Status StartGrpc();
   Status StartRest();
+  template <class KServeOptions>
+  void FillKServeOptions(KServeOptions* o) const;
   void SetServing(bool serving);
   std::unique_ptr<oip::GrpcInferenceServiceImpl> MakeOipService();
 
@@ -95,6 +97,20 @@ Status ServerApp::Start(const ServerCoreOptions& options) {
   return StartRest();
 }
 
+// What both KServe v2 front ends (OIP gRPC, REST) take from the app: the same limits, scheduling
+// defaults, health, statistics, repository control and admin token.
+template <class KServeOptions>
+void ServerApp::FillKServeOptions(KServeOptions* o) const {
+  o->max_message_bytes = c_.max_message_bytes;
+  o->scheduling.batching = core_->options().batching;
+  o->scheduling.batcher = core_->options().batcher;
+  o->scheduling.workers = core_->options().workers;
+  o->server_ready = [this] { return ready_.load(); };
+  o->metrics = core_->metrics();
+  o->controller = core_.get();
+  o->admin_token = admin_token_;
+}
+
 // KServe v2 HTTP/REST: the same core, limits, health, metrics and TLS files as gRPC.
 Status ServerApp::StartRest() {
   if (c_.http_address.empty()) {
@@ -102,15 +118,8 @@ Status ServerApp::StartRest() {
     return Status::Ok();
   }
   rest::RestFrontendOptions options;
-  options.max_message_bytes = c_.max_message_bytes;
-  options.scheduling.batching = core_->options().batching;
-  options.scheduling.batcher = core_->options().batcher;
-  options.scheduling.workers = core_->options().workers;
-  options.server_ready = [this] { return ready_.load(); };
-  options.metrics = core_->metrics();
+  FillKServeOptions(&options);
   options.threads = c_.http_threads;
-  options.controller = core_.get();
-  options.admin_token = admin_token_;
   options.tls_cert_file = c_.tls_cert_file;
   options.tls_key_file = c_.tls_key_file;
   options.tls_client_ca_file = c_.tls_client_ca_file;
@@ -172,14 +181,7 @@ Status ServerApp::StartGrpc() {
 // Same core, limits, health and metrics as mha.v1.
 std::unique_ptr<oip::GrpcInferenceServiceImpl> ServerApp::MakeOipService() {
   oip::OipFrontendOptions options;
-  options.max_message_bytes = c_.max_message_bytes;
-  options.scheduling.batching = core_->options().batching;
-  options.scheduling.batcher = core_->options().batcher;
-  options.scheduling.workers = core_->options().workers;
-  options.server_ready = [this] { return ready_.load(); };
-  options.metrics = core_->metrics();
-  options.controller = core_.get();
-  options.admin_token = admin_token_;
+  FillKServeOptions(&options);
   options.stream_window = c_.stream_window;
   return std::make_unique<oip::GrpcInferenceServiceImpl>(core_.get(), std::move(options));
 }

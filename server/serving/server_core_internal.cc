@@ -11,7 +11,7 @@ int64_t NanosBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
 }
 
-// The computed request's stages but `respond` (timed around the front end's `done`).
+// The computed request's stages but `respond` (timed around the front end's `done`, added after).
 StageTimes StagesOf(const InferenceResult& r, Clock::time_point start, Clock::time_point submitted,
                     Clock::time_point completing) {
   StageTimes ns{};
@@ -32,7 +32,8 @@ StageTimes StagesOf(const InferenceResult& r, Clock::time_point start, Clock::ti
 void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_point start,
               Clock::time_point submitted, std::optional<Protocol> count_as, int64_t rows,
               InferenceResult result, const InferDone& done) {
-  const Clock::time_point completing = Clock::now();
+  const Clock::time_point completing = Clock::now();  // one clock read for every duration below
+  const double seconds = MicrosBetween(start, completing) * 1e-6;
   StatsAggregator& m = *handle.metrics;
   const bool computed = result.status.ok() || result.compute_us > 0;
   const bool refused = result.status.code() == StatusCode::kResourceExhausted ||
@@ -41,11 +42,12 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
   if (computed) m.RecordCompute(result.compute_us * 1e-6);
   m.AddInflight(-1);
   if (count_as) {
-    m.RecordRequest(result.status.code(), MicrosBetween(start, Clock::now()) * 1e-6, *count_as);
+    m.RecordRequest(result.status.code(), seconds, *count_as);
   }
   m.RecordOutcome(result.status.ok(), rows, result.queue_us, result.compute_us);
-  StageTimes stages{};
-  if (computed) stages = StagesOf(result, start, submitted, completing);
+  // Counted before the front end answers (what a client then reads includes this request); its
+  // respond stage is added once `done` returns.
+  if (computed) m.RecordStages(StagesOf(result, start, submitted, completing));
   InferenceResponse response;
   response.status = std::move(result.status);
   response.outputs = std::move(result.outputs);
@@ -56,13 +58,9 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
   response.queue_us = result.queue_us;
   response.compute_us = result.compute_us;
   response.session_tokens = result.session_tokens;
-  if (result.session_tokens >= 0) m.RecordStep(MicrosBetween(start, Clock::now()) * 1e-6);
-  const Clock::time_point responding = Clock::now();
+  if (result.session_tokens >= 0) m.RecordStep(seconds);
   done(std::move(response));
-  if (computed) {
-    stages[static_cast<size_t>(Stage::kRespond)] = NanosBetween(responding, Clock::now());
-    m.RecordStages(stages);
-  }
+  if (computed) m.AddStage(Stage::kRespond, NanosBetween(completing, Clock::now()));
 }
 
 void Refuse(InferenceRequest* request, const InferDone& done, StatsAggregator* metrics,

@@ -27,8 +27,7 @@ class RestErrors : public SharedServerTest<RestErrors> {
   void SetUp() override {
     ASSERT_TRUE(shared_->error.empty()) << shared_->error;
     ASSERT_GT(shared_->server->http_port(), 0) << shared_->server->log();
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", shared_->server->http_port());
-    http_->set_read_timeout(60, 0);
+    http_ = RestClient(shared_->server->http_port());
   }
   RestAnswer Post(const std::string& model, const std::string& body,
                   std::optional<size_t> header_length = std::nullopt) {

@@ -30,8 +30,7 @@ class RestServer : public SharedServerTest<RestServer> {
   void SetUp() override {
     ASSERT_TRUE(shared_->error.empty()) << shared_->error;
     ASSERT_GT(shared_->server->http_port(), 0) << shared_->server->log();
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", shared_->server->http_port());
-    http_->set_read_timeout(60, 0);
+    http_ = RestClient(shared_->server->http_port());
   }
   static FixtureCase Case(const std::string& name) {
     auto c = LoadFixtureCase(name);

@@ -8,6 +8,7 @@
 #include <httplib.h>
 
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -49,6 +50,13 @@ inline void AddRestInput(const char* name, const at::Tensor& tensor, TensorForm 
     input["data"] = form == TensorForm::kFlat ? FlatData(t) : NestedData(t);
   }
   (*body)["inputs"].push_back(std::move(input));
+}
+
+// A client of a server's REST port on loopback (reads may take 60 s: big answers, a loaded box).
+inline std::unique_ptr<httplib::Client> RestClient(int port) {
+  auto http = std::make_unique<httplib::Client>("127.0.0.1", port);
+  http->set_read_timeout(60, 0);
+  return http;
 }
 
 struct RestAnswer {

@@ -27,8 +27,7 @@ class Sequences : public SharedServerTest<Sequences> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(shared_->error.empty()) << shared_->error;
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", shared_->server->http_port());
-    http_->set_read_timeout(60, 0);
+    http_ = RestClient(shared_->server->http_port());
     stub_ = inference::GRPCInferenceService::NewStub(
         grpc::CreateChannel(shared_->server->target(), grpc::InsecureChannelCredentials()));
     auto c = LoadFixtureCase("decode_causal");

@@ -171,6 +171,11 @@ void StatsAggregator::RecordStages(const StageTimes& ns) {
   staged_.fetch_add(1, kRelaxed);
 }
 
+void StatsAggregator::AddStage(Stage stage, int64_t ns) {
+  stage_ns_[static_cast<size_t>(stage)].fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, ns)),
+                                                  kRelaxed);
+}
+
 StatsSnapshot StatsAggregator::Read() const {
   StatsSnapshot s;
   s.inference_count = inference_count_.load(kRelaxed);

@@ -101,8 +101,9 @@ class StatsAggregator {
                        int64_t block_bytes);
   void RecordSessionEviction() { evictions_.fetch_add(1, std::memory_order_relaxed); }
   void RecordStep(double seconds) { step_.Observe(seconds); }
-  // One computed request's breakdown.
+  // One computed request's breakdown (counts the request); AddStage adds to one stage's sum only.
   void RecordStages(const StageTimes& ns);
+  void AddStage(Stage stage, int64_t ns);
 
   StatsSnapshot Read() const;
 

@@ -10,10 +10,10 @@ namespace mha::serve {
 namespace {
 
 std::atomic<int> g_running{0};
-// What OpenBLAS was last set to by a pass (0: not yet), under g_set_mu: a pass whose count is
-// already set makes no call.
+// What OpenBLAS was last set to by a pass (0: not yet): a pass whose count is already set takes
+// no lock and makes no call; changes are made under g_set_mu.
 std::mutex g_set_mu;
-int g_set = 0;
+std::atomic<int> g_set{0};
 
 }  // namespace
 
@@ -34,9 +34,11 @@ int BlasPassPolicy::Running() { return g_running.load(std::memory_order_relaxed)
 BlasPassPolicy::Pass::Pass(const BlasPassPolicy& policy, bool lone_request) {
   const int running = g_running.fetch_add(1, std::memory_order_relaxed) + 1;
   threads_ = policy.ThreadsFor(running, lone_request);
-  if (threads_ <= 0) return;
+  if (threads_ <= 0 || g_set.load(std::memory_order_acquire) == threads_) return;
   std::lock_guard<std::mutex> lock(g_set_mu);
-  if (g_set != threads_ && SetBlasThreads(threads_)) g_set = threads_;
+  if (g_set.load(std::memory_order_relaxed) != threads_ && SetBlasThreads(threads_)) {
+    g_set.store(threads_, std::memory_order_release);
+  }
 }
 
 BlasPassPolicy::Pass::~Pass() { g_running.fetch_sub(1, std::memory_order_relaxed); }

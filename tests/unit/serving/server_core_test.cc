@@ -37,6 +37,18 @@ std::string WriteConfig(const TempDir& dir, const std::string& json) {
   return path;
 }
 
+// A ServerCore over `o`, created and loaded (nullptr, with a test failure, when it cannot be
+// created).
+std::unique_ptr<ServerCore> LoadedCore(const ServerCoreOptions& o) {
+  auto core = ServerCore::Create(o);
+  EXPECT_TRUE(core.ok()) << core.status().ToString();
+  if (!core.ok()) return nullptr;
+  std::promise<void> loaded;
+  (*core)->StartLoading([&loaded] { loaded.set_value(); });
+  EXPECT_EQ(loaded.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  return std::move(core).value();
+}
+
 StatusOr<BatcherOptions> ReadBatcherConfig(const std::string& path, const BatcherOptions& d) {
   if (path.empty()) return BatcherOptionsFor(ServingConfig(), d);
   auto config = ReadServingConfig(path);
@@ -116,12 +128,9 @@ TEST(ModelConfigTest, HostileNestingFailsThatModelOnly) {
   ServerCoreOptions o;
   o.model_repository = dir.path();
   o.batcher = Defaults();
-  auto core = ServerCore::Create(o);
-  ASSERT_TRUE(core.ok()) << core.status().ToString();
-  std::promise<void> loaded;
-  (*core)->StartLoading([&loaded] { loaded.set_value(); });
-  ASSERT_EQ(loaded.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
-  auto repository = (*core)->repository();
+  auto core = LoadedCore(o);
+  ASSERT_NE(core, nullptr);
+  auto repository = core->repository();
   EXPECT_EQ(repository->ready_count(), 1u);
   ASSERT_NE(repository->Find("good"), nullptr);
   EXPECT_EQ(repository->Find("good")->state, ModelState::kReady);
@@ -147,12 +156,7 @@ class CoreFixture {
     o.batcher = Defaults();
     o.batcher.max_queue_delay_us = 20000;  // let concurrent requests meet
     o.limits = limits;
-    auto core = ServerCore::Create(o);
-    EXPECT_TRUE(core.ok()) << core.status().ToString();
-    core_ = std::move(core.value());
-    std::promise<void> loaded;
-    core_->StartLoading([&loaded] { loaded.set_value(); });
-    EXPECT_EQ(loaded.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    core_ = LoadedCore(o);
   }
   ServerCore& core() { return *core_; }
 
@@ -187,21 +191,18 @@ TEST(ServerCoreTest, EveryModelRunsItsWarmupBeforeItIsReady) {
   {
     ServerCoreOptions o;  // no repository: the built-in default model
     o.batcher = Defaults();
-    auto core = ServerCore::Create(o);
-    ASSERT_TRUE(core.ok()) << core.status().ToString();
-    std::promise<void> loaded;
-    (*core)->StartLoading([&loaded] { loaded.set_value(); });
-    ASSERT_EQ(loaded.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
-    auto builtin = (*core)->repository()->Find(kDefaultModelName);
+    auto core = LoadedCore(o);
+    ASSERT_NE(core, nullptr);
+    auto builtin = core->repository()->Find(kDefaultModelName);
     ASSERT_NE(builtin, nullptr);
     EXPECT_EQ(builtin->state, ModelState::kReady) << builtin->error;
     EXPECT_EQ(builtin->source, "builtin");
     EXPECT_EQ(builtin->warmup_passes, 2);
-    const std::string text = (*core)->metrics()->Serialize();
+    const std::string text = core->metrics()->Serialize();
     EXPECT_NE(text.find(R"(mha_model_loads_total{model="default",result="success"} 1)"),
               std::string::npos)
         << text;
-    (*core)->Stop();
+    core->Stop();
   }
   TempDir dir;
   for (const char* name : {"self_basic", "kdim_vdim"}) {
@@ -216,17 +217,14 @@ TEST(ServerCoreTest, EveryModelRunsItsWarmupBeforeItIsReady) {
   ServerCoreOptions o;
   o.model_repository = dir.path();
   o.batcher = Defaults();
-  auto core = ServerCore::Create(o);
-  ASSERT_TRUE(core.ok()) << core.status().ToString();
-  std::promise<void> loaded;
-  (*core)->StartLoading([&loaded] { loaded.set_value(); });
-  ASSERT_EQ(loaded.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
-  auto repository = (*core)->repository();
+  auto core = LoadedCore(o);
+  ASSERT_NE(core, nullptr);
+  auto repository = core->repository();
   EXPECT_EQ(repository->ready_count(), 3u);
   EXPECT_EQ(repository->Find("self_basic")->warmup_passes, 2);
   EXPECT_EQ(repository->Find("kdim_vdim")->warmup_passes, 2);  // key [1, 16, kdim], value vdim
   EXPECT_EQ(repository->Find("off")->warmup_passes, 0);
-  (*core)->Stop();
+  core->Stop();
 }
 
 // AnalyzeModel's answer is computed once per version and cached with its handle: a second call
