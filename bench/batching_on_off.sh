@@ -2,11 +2,11 @@
 # Served throughput with dynamic batching on vs off: 64 concurrent small requests (B=1, T uniform
 # in 8..64) against the built-in model (E=512, H=8), then the padding efficiency the server's own
 # metrics report. Usage: bench/batching_on_off.sh [extra mha-server flags...]
-#   DUR=15 (seconds per side), MHA_BUILD_DIR=build
+#   DUR=15 (seconds per side), MHA_BUILD_DIR=build, MODES="off on" (MODES=on: the batched side only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${MHA_BUILD_DIR:-build}
-for mode in off on; do
+for mode in ${MODES:-off on}; do
   work=$(mktemp -d)
   "$build/server/mha-server" --grpc-address 127.0.0.1:0 --port-file "$work/port" \
     --metrics-address 127.0.0.1:0 --metrics-port-file "$work/mport" --log-level warn \

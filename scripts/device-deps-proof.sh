@@ -6,14 +6,14 @@
 #
 #   scripts/device-deps-proof.sh [WORKDIR] [TARGETS...]
 #     WORKDIR defaults to /tmp/mha-deps-proof (the root is WORKDIR/root, reused when present)
-#     TARGETS default: mha_proto mha_core_tests mha_core_bench mha-server mha-client
+#     TARGETS default: mha_proto mha_core_tests mha_core_bench mha-server mha-test-server mha-client
 #   A second run reuses the root, the unpacked prefix and build-proof; FRESH=1 starts over.
 # Needs root, debootstrap and Debian 12's apt mirror (read from this host's apt sources at run
 # time). Heavy steps run under nice -n 19 with ninja -j${JOBS:-2}. Logs: WORKDIR/*.log.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-/tmp/mha-deps-proof}; shift || true
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(mha_proto mha_core_tests mha_core_bench mha-server mha-client)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(mha_proto mha_core_tests mha_core_bench mha-server mha-test-server mha-client)
 root=$work/root
 jobs=${JOBS:-2}
 mkdir -p "$work"
@@ -81,9 +81,7 @@ protoc --version && grpc_cpp_plugin --version 2>/dev/null; echo "pkgconf: \$(\$P
 cmake -S . -B build-proof -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/opt/mha-deps/usr || exit 11
 for t in ${targets[*]}; do nice -n 19 ninja -C build-proof -j$jobs \$t || exit 12; done
 cd build-proof
-if [ -x tests/mha_core_tests ]; then
-  tests/mha_core_tests --gtest_brief=1 || exit 13
-fi
+case " ${targets[*]} " in *" mha_core_tests "*) tests/unit/mha_core_tests --gtest_brief=1 || exit 13 ;; esac
 [ ! -x bench/mha_core_bench ] || { bench/mha_core_bench --benchmark_min_time=0.01 --benchmark_filter='BM_Forward/' 2>&1 | tail -5; [ \${PIPESTATUS[0]} -eq 0 ] || exit 14; }
 [ ! -x server/mha-server ] || server/mha-server --help | head -3
 [ ! -x client/mha-client ] || client/mha-client --help | head -3

@@ -137,16 +137,16 @@ step build 300 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
 # ---- 4. Tests on CUDA --------------------------------------------------------------------------
 tlog=$OUT/ctest.log; : > "$tlog"
 { echo "## binaries link libtorch_cuda (else at::hasCUDA() is false: --as-needed dropped it)?"
-  for b in tests/mha_core_tests server/mha-server bench/mha_core_bench; do
+  for b in tests/unit/mha_core_tests tests/service/mha-test-server server/mha-server bench/mha_core_bench; do
     echo "$b: $(ldd "$build/$b" 2>/dev/null | grep -cE 'libtorch_cuda|libc10_cuda') cuda libs, $(ldd "$build/$b" 2>/dev/null | grep -c 'not found') not found"
   done
-  echo "## unit test cases on cuda:"; "$build"/tests/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
+  echo "## unit test cases on cuda:"; "$build"/tests/unit/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
 step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j4 \
   --output-on-failure --timeout 120
 # Streams and pinned staging (tests/unit/core/device_stream_test.cc): run alone, verbose, and a skip
 # counts as a failure here (it would mean the binary sees no GPU).
 streamtest() {
-  "$build"/tests/mha_core_tests --gtest_filter='DeviceStream*' 2>&1 | tee "$bdir/streamtest.txt"
+  "$build"/tests/unit/mha_core_tests --gtest_filter='DeviceStream*' 2>&1 | tee "$bdir/streamtest.txt"
   local rc=${PIPESTATUS[0]}
   if grep -q '^\[  SKIPPED \]' "$bdir/streamtest.txt"; then echo "streamtest: skipped cases"; return 3; fi
   return "$rc"
@@ -184,8 +184,9 @@ step streambench 60 "$OUT/bench.log" streambench
 
 # Served on the device (issue 18's serving figures, fp16 on cuda, server + client on loopback):
 # served / in-process at B=8 T=128 and the p50 added at B=1 T=16 (client/served_vs_local.py, both
-# sides on cuda), 64 concurrent small requests with batching on vs off (bench/batching_on_off.sh),
-# and decoding sessions on the GPU: one session alone vs 64 at once (mha-client decode).
+# sides on cuda), 64 concurrent small requests with batching on vs off (bench/batching_on_off.sh)
+# and on with --max-batch-tokens 8192 instead of 2048, and decoding sessions on the GPU: one
+# session alone vs 64 at once (mha-client decode).
 servebench() {
   local gpu=(--device "${SERVE_DEVICE:-cuda}" --dtype "${SERVE_DTYPE:-float16}")  # cpu: a dry run
   echo "### served_vs_local big"; python3 client/served_vs_local.py --build "$build" big \
@@ -193,6 +194,10 @@ servebench() {
   echo "### served_vs_local small"; python3 client/served_vs_local.py --build "$build" small \
     --rounds 5 --seconds 1 "${gpu[@]}" 2>&1 | tail -3
   echo "### batching_on_off"; DUR=5 MHA_BUILD_DIR="$build" bench/batching_on_off.sh "${gpu[@]}" 2>&1 |
+    grep -E '^== batching|throughput|latency|metrics:'
+  # The same load with merged passes of up to 8192 tokens (the default 2048 is the CPU's sweet spot).
+  echo "### batching_on max_batch_tokens=8192"; DUR=5 MODES=on MHA_BUILD_DIR="$build" \
+    bench/batching_on_off.sh "${gpu[@]}" --max-batch-tokens 8192 2>&1 |
     grep -E '^== batching|throughput|latency|metrics:'
   local work; work=$(mktemp -d)
   "$build"/server/mha-server --grpc-address 127.0.0.1:0 --port-file "$work/port" --log-level warn \
@@ -207,7 +212,7 @@ servebench() {
   kill "$pid"; wait "$pid"; tail -3 "$work/server.log"; rm -rf "$work"
 }
 export -f servebench
-step servebench 150 "$OUT/bench.log" servebench
+step servebench 180 "$OUT/bench.log" servebench
 # Issue 26's goal table (bench/run_all.sh, docs/performance.md): the echo floor, server CPU per
 # request and efficiency against the same run's matmul, c=1 added p50, big served/in-process,
 # decode CPU per step, session vs stateless, batching on/off, both sides on SERVE_DEVICE. A dry
