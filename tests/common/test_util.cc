@@ -151,10 +151,12 @@ StatusOr<FixtureCase> LoadFixtureCase(const std::string& name) {
   return c;
 }
 
-std::shared_ptr<MhaModel> LoadCaseModel(const FixtureCase& c, const std::string& device) {
+std::shared_ptr<MhaModel> LoadCaseModel(const FixtureCase& c, const std::string& device,
+                                        DType dtype) {
   LoadOptions load;
   load.path = c.weights_path;
   load.device = device;
+  load.dtype = dtype;
   auto loaded = LoadWeights(load);
   EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
   if (!loaded.ok()) return nullptr;

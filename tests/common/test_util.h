@@ -63,7 +63,12 @@ struct FixtureCase {
 
 std::vector<std::string> FixtureCaseNames();  // cases/index.json
 StatusOr<FixtureCase> LoadFixtureCase(const std::string& name);
-// The case's model, loaded on `device` (nullptr, with a test failure, when it does not load).
-std::shared_ptr<MhaModel> LoadCaseModel(const FixtureCase& c, const std::string& device = "cpu");
+// fp32 tolerance against the PyTorch fixtures.
+constexpr double kFp32Tolerance = 1e-5;
+
+// The case's model, loaded on `device` in `dtype` (nullptr, with a test failure, when it does not
+// load).
+std::shared_ptr<MhaModel> LoadCaseModel(const FixtureCase& c, const std::string& device = "cpu",
+                                        DType dtype = DType::kFloat32);
 
 }  // namespace mha::testing

@@ -26,14 +26,12 @@ namespace {
 using testing::FixtureCase;
 using testing::TensorsNear;
 
-constexpr double kFp32Tolerance = 1e-5;
+using testing::kFp32Tolerance;
 
 using testing::LoadCaseModel;
 
 std::shared_ptr<KvBlockPool> MakePool(const MhaModel& model, int64_t block_tokens) {
-  auto pool = KvBlockPool::Create(KvPoolOptions{int64_t{4} << 20, block_tokens}, model);
-  EXPECT_TRUE(pool.ok()) << pool.status().ToString();
-  return pool.ok() ? *pool : nullptr;
+  return testing::MakeKvPool(model, block_tokens, int64_t{4} << 20);
 }
 
 // The step of query rows [p, p + n), without weights (the paged path's condition).

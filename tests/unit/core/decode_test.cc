@@ -20,16 +20,10 @@ namespace {
 using testing::FixtureCase;
 using testing::TensorsNear;
 
-constexpr double kFp32Tolerance = 1e-5;
+using testing::kFp32Tolerance;
 
 using testing::LoadCaseModel;
-
-std::shared_ptr<KvBlockPool> MakePool(const MhaModel& model, int64_t block_tokens = 4,
-                                      int64_t bytes = int64_t{1} << 20) {
-  auto pool = KvBlockPool::Create(KvPoolOptions{bytes, block_tokens}, model);
-  EXPECT_TRUE(pool.ok()) << pool.status().ToString();
-  return pool.ok() ? *pool : nullptr;
-}
+using testing::MakeKvPool;
 
 // Chunk sizes that cover `total` tokens: a first chunk, then `step` at a time.
 std::vector<int64_t> Chunks(int64_t total, int64_t first, int64_t step) {
@@ -90,7 +84,7 @@ TEST_P(SelfDecodeTest, StepwiseEqualsOneFullCausalForward) {
   const MhaOptions& o = model->options();
   const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
   const int64_t b = c->inputs.query.size(0), total = c->inputs.query.size(1);
-  KvCache cache(MakePool(*model), b);
+  KvCache cache(MakeKvPool(*model), b);
   int64_t p = 0;
   for (int64_t n : Chunks(total, param.first_chunk, param.step)) {
     SCOPED_TRACE("tokens " + std::to_string(p) + ".." + std::to_string(p + n - 1));
@@ -144,7 +138,7 @@ TEST_P(CrossDecodeTest, StepwiseOverProjectedEncoderKeysEqualsFullForward) {
   const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
   const int64_t b = c->inputs.query.size(0), total = c->inputs.query.size(1);
   const int64_t s = c->inputs.key.size(1);
-  KvCache cache(MakePool(*model), b);
+  KvCache cache(MakeKvPool(*model), b);
   Status prefill = PrefillCross(*model, &cache, c->inputs.key, c->inputs.value);
   ASSERT_TRUE(prefill.ok()) << prefill.ToString();
   const int64_t blocks = cache.blocks_held();
@@ -184,7 +178,7 @@ TEST(DecodeBatch, SessionsOfDifferentLengthsInOnePassEqualEachAlone) {
   ASSERT_NE(model, nullptr);
   // Every session decodes the fixture's sequence, so each answer is checked against its rows.
   testing::DecodeStaggered(
-      MakePool(*model), c->inputs.query.size(1), 3,
+      MakeKvPool(*model), c->inputs.query.size(1), 3,
       [&](int64_t p, int64_t n) { return StepOf(c->inputs, p, n, p + n); },
       [&](const std::vector<StepItem>& items) { ASSERT_TRUE(DecodeSteps(*model, items).ok()); },
       [&](int i, int64_t p, int64_t n, const ForwardOutputs& out) {
@@ -203,7 +197,7 @@ TEST(DecodeBatch, PaddedAttentionEqualsPerSession) {
   ASSERT_TRUE(c.ok());
   auto model = LoadCaseModel(*c, "cpu");
   ASSERT_NE(model, nullptr);
-  auto pool = MakePool(*model);
+  auto pool = MakeKvPool(*model);
   ForwardInputs full = c->inputs;
   full.need_weights = false;  // kPadded applies to steps without weights or masks
   const int64_t total = full.query.size(1);
@@ -243,7 +237,7 @@ TEST(KvPool, GrowsBlockByBlockRefusesWhenFullAndTakesBlocksBackOnRelease) {
   ASSERT_TRUE(c.ok());
   auto model = LoadCaseModel(*c, "cpu");
   ASSERT_NE(model, nullptr);
-  auto pool = MakePool(*model, /*block_tokens=*/4, /*bytes=*/10 * 4 * 256 + 100);
+  auto pool = MakeKvPool(*model, /*block_tokens=*/4, /*bytes=*/10 * 4 * 256 + 100);
   ASSERT_NE(pool, nullptr);
   EXPECT_EQ(pool->total_blocks(), 10);
   EXPECT_EQ(pool->block_bytes(), 4 * 256);
@@ -277,7 +271,7 @@ TEST(DecodeValidation, ShapesNameTheFieldAndTheNumbers) {
   auto model = LoadCaseModel(*c, "cpu");
   ASSERT_NE(model, nullptr);
   const MhaOptions& o = model->options();
-  KvCache cache(MakePool(*model), 2);
+  KvCache cache(MakeKvPool(*model), 2);
   ASSERT_TRUE(cache.Reserve(3).ok());
   cache.Append(at::randn({2, 3, 32}), at::randn({2, 3, 32}));
   StepInputs step;
@@ -296,7 +290,7 @@ TEST(DecodeValidation, ShapesNameTheFieldAndTheNumbers) {
   step.attn_mask = at::zeros({2, 4});
   s = CheckStepInputs(o, cache, false, step);
   EXPECT_TRUE(testing::Contains(s.message(), "attn_mask: expected shape [2, 5] or [8, 2, 5]"));
-  KvCache cross(MakePool(*model), 2);
+  KvCache cross(MakeKvPool(*model), 2);
   s = PrefillCross(*model, &cross, at::randn({2, 6, 32}), at::randn({2, 5, 32}));
   EXPECT_TRUE(testing::Contains(s.message(), "sequence lengths differ (6 vs 5)"));
 }

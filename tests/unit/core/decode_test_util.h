@@ -13,6 +13,15 @@
 
 namespace mha::testing {
 
+// A pool for `model`'s sessions: `bytes` of pages of `block_tokens` tokens (nullptr, with a test
+// failure, when it cannot be made).
+inline std::shared_ptr<KvBlockPool> MakeKvPool(const MhaModel& model, int64_t block_tokens = 4,
+                                               int64_t bytes = int64_t{1} << 20) {
+  auto pool = KvBlockPool::Create(KvPoolOptions{bytes, block_tokens}, model);
+  EXPECT_TRUE(pool.ok()) << pool.status().ToString();
+  return pool.ok() ? *pool : nullptr;
+}
+
 // Decodes a sequence of `total` tokens in `sessions` sessions, one merged pass per round: session
 // i joins i rounds late with a prefill of i + 1 tokens, then goes on a token a round, so every
 // pass mixes cache lengths (and short prefills with single tokens). `step_of(p, n)` is the step of

@@ -23,7 +23,7 @@ namespace {
 
 using testing::TensorsNear;
 
-constexpr double kFp32Tolerance = 1e-5;
+using testing::kFp32Tolerance;
 constexpr int64_t kEmbed = 128;
 constexpr int64_t kHeads = 4;
 

@@ -5,16 +5,15 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "mha/loader.h"
 #include "test_util.h"
 
 namespace mha {
 namespace {
 
-using testing::FixtureCase;
+using testing::kFp32Tolerance;
+using testing::LoadCaseModel;
 using testing::TensorsNear;
 
-constexpr double kFp32Tolerance = 1e-5;
 constexpr double kHalfRelTolerance = 1e-2;
 
 std::vector<std::string> Devices() {
@@ -23,27 +22,13 @@ std::vector<std::string> Devices() {
   return devices;
 }
 
-std::unique_ptr<MhaModel> LoadModel(const FixtureCase& c, const std::string& device,
-                                    DType dtype = DType::kFloat32) {
-  LoadOptions load;
-  load.path = c.weights_path;
-  load.device = device;
-  load.dtype = dtype;
-  auto loaded = LoadWeights(load);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
-  if (!loaded.ok()) return nullptr;
-  auto model = MhaModel::Create(loaded->options, std::move(loaded->weights));
-  EXPECT_TRUE(model.ok()) << model.status().ToString();
-  return model.ok() ? std::move(model).value() : nullptr;
-}
-
 class FixtureParityTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(FixtureParityTest, MatchesPyTorch) {
   const auto& [name, device] = GetParam();
   auto c = testing::LoadFixtureCase(name);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto model = LoadModel(*c, device);
+  auto model = LoadCaseModel(*c, device);
   ASSERT_NE(model, nullptr);
 
   ForwardOutputs out;
@@ -96,7 +81,7 @@ TEST_P(HalfPrecisionTest, CloseToFp32Reference) {
   const auto& [dtype, device] = GetParam();
   auto c = testing::LoadFixtureCase("larger_e64");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto model = LoadModel(*c, device, dtype);
+  auto model = LoadCaseModel(*c, device, dtype);
   ASSERT_NE(model, nullptr);
   ForwardOutputs out;
   for (bool need_weights : {true, false}) {

@@ -8,7 +8,6 @@
 #include <deque>
 #include <mutex>
 
-#include "mha/loader.h"
 #include "server/serving/observability/stats_aggregator.h"
 #include "test_util.h"
 
@@ -59,14 +58,7 @@ Fixture Load() {
   auto c = testing::LoadFixtureCase("decode_causal");  // E=32 H=4 B=2 T=12, 256 B per token
   EXPECT_TRUE(c.ok());
   f.c = *c;
-  LoadOptions load;
-  load.path = f.c.weights_path;
-  load.device = "cpu";
-  auto loaded = LoadWeights(load);
-  EXPECT_TRUE(loaded.ok());
-  auto model = MhaModel::Create(loaded->options, std::move(loaded->weights));
-  EXPECT_TRUE(model.ok());
-  f.model = std::shared_ptr<const MhaModel>(std::move(model).value());
+  f.model = testing::LoadCaseModel(f.c);
   return f;
 }
 
