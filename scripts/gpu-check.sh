@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The one command to run on the GPU device (issue 18): risks, build against the device's LibTorch
 # and the carried prefix, tests on CUDA, benchmarks. Every step records its result and the script
-# goes on; logs + summary.json go to $OUT (7 files, flat).
+# goes on; what comes back is $OUT (7 files, flat, each under 16 MiB): risks.log.gz, build.log.gz,
+# ctest.log.gz, bench.log.gz (gzip -9), errors.txt (scripts/build_errors.py: the first failed edges
+# in full, every undefined symbol demangled and deduplicated), torch_ref.json and summary.json.
+# A step whose binaries did not build is recorded as needs-build, with one line naming them.
 #
 #   device call:  scripts/gpu-check.sh   (carry: [".device-deps"] only; never carry build-cuda: a
 #                 carried path absent here is removed there, while ignored build outputs stay
@@ -9,7 +12,10 @@
 #   env knobs:    OUT (default /tmp/gpu-check-out), GPU_CHECK_BUDGET (seconds, default 530),
 #                 GPU_CHECK_STEPS (default "risks unpack torchref configure build ctest streamtest
 #                 corebench streambench servebench goals"; a second call on the warm machine, e.g.
-#                 GPU_CHECK_STEPS="streamtest streambench", reuses build-cuda),
+#                 GPU_CHECK_STEPS="streamtest streambench", reuses build-cuda: the carried
+#                 prefix is unpacked again only when its MANIFEST changed, and sources whose
+#                 content did not change get back the mtimes of the last build, so a fresh copy
+#                 of the tree does not rebuild everything),
 #                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda)
 # Prepare here first: scripts/device-deps.sh download .device-deps   (Debian 12 host).
 # Tests pick CUDA by themselves when at::hasCUDA() (tests/unit/core/model_test.cc runs cpu + cuda,
@@ -30,6 +36,18 @@ results=$OUT/.steps.tsv; : > "$results"   # removed at the end (summary.json car
 risks=$OUT/risks.log; : > "$risks"
 
 remaining() { echo $((budget - ($(date +%s) - start))); }
+# built NAME BIN...: true when every BIN exists in the build; else records NAME as needs-build and
+# says so in one line (the build log and errors.txt say why).
+built() {
+  local name=$1 b missing=(); shift
+  case " $steps " in *" $name "*) ;; *) return 0 ;; esac  # step() records it as skipped
+  for b in "$@"; do [ -x "$build/$b" ] || missing+=("$b"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  printf '%s	needs-build	0
+' "$name" >> "$results"
+  echo "gpu-check: $name not run: needs ${missing[*]}, which did not build (errors.txt)"
+  return 1
+}
 # step NAME CAP LOG CMD...: runs CMD with timeout min(CAP, what is left - 10 s), records rc + time.
 step() {
   local name=$1 cap=$2 log=$3; shift 3
@@ -90,8 +108,24 @@ PY
 # ---- 2. Unpack the carried bundle --------------------------------------------------------------
 unpack_step() {
   [ -f .device-deps/MANIFEST ] || { echo "no .device-deps/MANIFEST: carry .device-deps"; return 1; }
+  # The same bundle as last time: keep the prefix (fresh files would make every object stale).
+  if cmp -s .device-deps/MANIFEST "$prefix/.manifest"; then echo "prefix $prefix is current"; return 0; fi
   rm -rf "$prefix"
-  scripts/device-deps.sh unpack .device-deps "$prefix"
+  scripts/device-deps.sh unpack .device-deps "$prefix" && cp .device-deps/MANIFEST "$prefix/.manifest"
+}
+# Source files -> sha1 and mtime after a build; before the next, files whose content is the same
+# get their old mtime back (the device receives a fresh copy of the tree on every call).
+source_files() { find . \( -path './build*' -o -path "./$build" -o -path ./.git -o -path ./.device-deps \) \
+  -prune -o -type f -print; }
+save_mtimes() { source_files | xargs -d '\n' stat -c '%Y %n' | while read -r t f; do
+  echo "$t $(sha1sum "$f" | cut -c1-40) $f"; done > "$build/.gpu-check-mtimes"; }
+restore_mtimes() {
+  [ -f "$build/.gpu-check-mtimes" ] || return 0
+  local t h f n=0
+  while read -r t h f; do
+    [ -f "$f" ] && [ "$(sha1sum "$f" | cut -c1-40)" = "$h" ] && touch -m -d "@$t" "$f" && n=$((n + 1))
+  done < "$build/.gpu-check-mtimes"
+  echo "gpu-check: $n unchanged sources keep the last build's mtimes"
 }
 
 export prefix build bdir
@@ -127,12 +161,15 @@ cap=$(LD_LIBRARY_PATH="$orig_ld" python3 -c 'import torch;m,n=torch.cuda.get_dev
 cuda_args=()
 [ -z "$nvcc_bin" ] || cuda_args+=("-DCMAKE_CUDA_COMPILER=$nvcc_bin" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc_bin")")")
 blog=$OUT/build.log; : > "$blog"
+restore_mtimes
 step configure 120 "$blog" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_cmake" -DTORCH_CUDA_ARCH_LIST="$cap" "${cuda_args[@]}"
 if grep -q 'CUDA support: ON' "$blog"; then cuda_on=true; else cuda_on=false; fi
 echo "gpu-check: CUDA support: $cuda_on"
 # -k 0: one call shows every compile error, not only the first.
 step build 300 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
+python3 scripts/build_errors.py "$blog" > "$OUT/errors.txt" 2>&1
+[ -f "$build/build.ninja" ] && save_mtimes
 
 # ---- 4. Tests on CUDA --------------------------------------------------------------------------
 tlog=$OUT/ctest.log; : > "$tlog"
@@ -141,7 +178,7 @@ tlog=$OUT/ctest.log; : > "$tlog"
     echo "$b: $(ldd "$build/$b" 2>/dev/null | grep -cE 'libtorch_cuda|libc10_cuda') cuda libs, $(ldd "$build/$b" 2>/dev/null | grep -c 'not found') not found"
   done
   echo "## unit test cases on cuda:"; "$build"/tests/unit/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
-step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j4 \
+built ctest tests/unit/mha_core_tests && step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j4 \
   --output-on-failure --timeout 120
 # Streams and pinned staging (tests/unit/core/device_stream_test.cc): run alone, verbose, and a skip
 # counts as a failure here (it would mean the binary sees no GPU).
@@ -152,7 +189,7 @@ streamtest() {
   return "$rc"
 }
 export -f streamtest
-step streamtest 60 "$tlog" streamtest
+built streamtest tests/unit/mha_core_tests && step streamtest 60 "$tlog" streamtest
 
 # ---- 5. Benchmarks: in-process core (3 shapes x fp16/bf16) and PyTorch's own ---------------------
 corebench() {
@@ -167,7 +204,7 @@ corebench() {
   done
 }
 export -f corebench
-step corebench 120 "$OUT/bench.log" corebench
+built corebench bench/mha_core_bench && step corebench 120 "$OUT/bench.log" corebench
 # Host query -> pinned staging -> GPU -> pinned outputs, 1 vs 2 threads (two instances, each on its
 # own pool stream): summary.json's stream_overlap is passes/s at 2 threads over 1.
 streambench() {
@@ -180,7 +217,7 @@ streambench() {
   done
 }
 export -f streambench
-step streambench 60 "$OUT/bench.log" streambench
+built streambench bench/mha_core_bench && step streambench 60 "$OUT/bench.log" streambench
 
 # Served on the device (issue 18's serving figures, fp16 on cuda, server + client on loopback):
 # served / in-process at B=8 T=128 and the p50 added at B=1 T=16 (client/served_vs_local.py, both
@@ -212,7 +249,8 @@ servebench() {
   kill "$pid"; wait "$pid"; tail -3 "$work/server.log"; rm -rf "$work"
 }
 export -f servebench
-step servebench 180 "$OUT/bench.log" servebench
+built servebench server/mha-server client/mha-client &&
+  step servebench 180 "$OUT/bench.log" servebench
 # Issue 26's goal table (bench/run_all.sh, docs/performance.md): the echo floor, server CPU per
 # request and efficiency against the same run's matmul, c=1 added p50, big served/in-process,
 # decode CPU per step, session vs stateless, batching on/off, both sides on SERVE_DEVICE. A dry
@@ -223,7 +261,8 @@ goals() {
     --dtype "${SERVE_DTYPE:-float16}"
 }
 export -f goals
-step goals 150 "$OUT/bench.log" goals
+built goals server/mha-server client/mha-client bench/mha_echo_floor &&
+  step goals 150 "$OUT/bench.log" goals
 
 # ---- 6. summary.json -----------------------------------------------------------------------------
 python3 - "$results" "$bdir" "$OUT" "$cuda_on" "$(git rev-parse HEAD 2>/dev/null)" <<'PY'
@@ -297,4 +336,14 @@ json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps({k: s[k] for k in ("cuda_support", "steps", "ctest")}, indent=1))
 PY
 rm -f "$results"; rm -rf "$bdir"
+# Every file that comes back under 16 MiB: logs gzip -9; a log still too big keeps its first and
+# last 20,000 lines.
+for f in "$OUT"/*.log; do
+  [ -f "$f" ] || continue
+  gzip -9 -f "$f"
+  if [ "$(stat -c %s "$f.gz")" -gt $((15 << 20)) ]; then
+    { zcat "$f.gz" | head -20000; echo "... (cut: over 16 MiB compressed)"; zcat "$f.gz" | tail -20000; } |
+      gzip -9 > "$f.cut.gz" && mv "$f.cut.gz" "$f.gz"
+  fi
+done
 echo "gpu-check: done in $(( $(date +%s) - start ))s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
