@@ -35,6 +35,12 @@ std::string ShapeString(const at::Tensor& t) {
 
 }  // namespace
 
+std::vector<std::string> TestDevices() {
+  std::vector<std::string> devices = {"cpu"};
+  if (at::hasCUDA()) devices.push_back("cuda");
+  return devices;
+}
+
 double MaxAbsDiff(const at::Tensor& actual, const at::Tensor& expected) {
   if (!actual.defined() || !expected.defined() || !SameShape(actual, expected)) {
     return std::numeric_limits<double>::infinity();

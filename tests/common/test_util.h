@@ -66,6 +66,10 @@ StatusOr<FixtureCase> LoadFixtureCase(const std::string& name);
 // fp32 tolerance against the PyTorch fixtures.
 constexpr double kFp32Tolerance = 1e-5;
 
+// The devices this build's tests run on: "cpu", and "cuda" when LibTorch sees a GPU (CPU CI has
+// no cuda cases; a GPU machine runs both).
+std::vector<std::string> TestDevices();
+
 // The case's model, loaded on `device` in `dtype` (nullptr, with a test failure, when it does not
 // load).
 std::shared_ptr<MhaModel> LoadCaseModel(const FixtureCase& c, const std::string& device = "cpu",

@@ -42,11 +42,13 @@ StepInputs StepOf(const ForwardInputs& full, int64_t p, int64_t n) {
 }
 
 // Runs `items` as one pass, checking that the paged path serves it when every item has at most
-// kMaxPagedTokens new tokens (longer prefill chunks take the gather path).
+// kMaxPagedTokens new tokens (longer prefill chunks take the gather path) and the pages are on the
+// CPU (a CUDA session always takes the gather path: docs/sessions.md).
 void Decode(const MhaModel& model, const std::vector<StepItem>& items) {
   int64_t longest = 0;
   for (const StepItem& item : items) longest = std::max(longest, item.inputs->query.size(1));
-  EXPECT_EQ(PagedAttentionApplies(model, items), longest <= kMaxPagedTokens);
+  const bool on_cpu = model.device() == "cpu";
+  EXPECT_EQ(PagedAttentionApplies(model, items), on_cpu && longest <= kMaxPagedTokens);
   Status status = DecodeSteps(model, items);
   ASSERT_TRUE(status.ok()) << status.ToString();
 }
@@ -54,17 +56,18 @@ void Decode(const MhaModel& model, const std::vector<StepItem>& items) {
 struct PagedParam {
   std::string fixture;
   int64_t block_tokens;
-  int64_t first;  // prefill size
-  int64_t step;   // tokens per later step
+  int64_t first;       // prefill size
+  int64_t step;        // tokens per later step
+  std::string device;  // "cpu", or "cuda" when this build sees a GPU (testing::TestDevices)
 };
 void PrintTo(const PagedParam& p, std::ostream* os) {
   *os << p.fixture << ": pages of " << p.block_tokens << ", prefill " << p.first << ", then "
-      << p.step << " per step";
+      << p.step << " per step on " << p.device;
 }
 std::string ParamName(const ::testing::TestParamInfo<PagedParam>& info) {
   const PagedParam& p = info.param;
   return p.fixture + "_page" + std::to_string(p.block_tokens) + "_first" + std::to_string(p.first) +
-         "_step" + std::to_string(p.step);
+         "_step" + std::to_string(p.step) + (p.device == "cpu" ? "" : "_" + p.device);
 }
 
 class PagedSelfDecodeTest : public ::testing::TestWithParam<PagedParam> {};
@@ -74,7 +77,7 @@ TEST_P(PagedSelfDecodeTest, StepwiseEqualsTorchCausalForward) {
   auto c = testing::LoadFixtureCase(param.fixture);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_TRUE(c->inputs.is_causal && !c->inputs.key.defined()) << "a causal self-attention case";
-  auto model = LoadCaseModel(*c);
+  auto model = LoadCaseModel(*c, param.device);
   ASSERT_NE(model, nullptr);
   const int64_t b = c->inputs.query.size(0), total = c->inputs.query.size(1);
   const int64_t bt = param.block_tokens;
@@ -97,12 +100,14 @@ TEST_P(PagedSelfDecodeTest, StepwiseEqualsTorchCausalForward) {
 std::vector<PagedParam> SelfParams() {
   std::vector<PagedParam> params;
   // decode_causal: E=32 H=4 B=2 T=12; decode_causal_long: E=64 H=8 B=2 T=40; causal: T=5.
-  for (const char* name : {"decode_causal", "decode_causal_long", "causal"}) {
-    for (int64_t bt : {1, 4, 7, 16}) {     // 7 and 16 divide none of 12, 40, 5
-      params.push_back({name, bt, 1, 1});  // one token per step
-      params.push_back({name, bt, 7, 1});  // a (gathered) prefill crossing a page, then tokens
-      params.push_back({name, bt, 3, 4});  // chunks throughout, all read in place
-      params.push_back({name, bt, 2, 3});
+  for (const std::string& d : testing::TestDevices()) {
+    for (const char* name : {"decode_causal", "decode_causal_long", "causal"}) {
+      for (int64_t bt : {1, 4, 7, 16}) {        // 7 and 16 divide none of 12, 40, 5
+        params.push_back({name, bt, 1, 1, d});  // one token per step
+        params.push_back({name, bt, 7, 1, d});  // a (gathered) prefill crossing a page, then tokens
+        params.push_back({name, bt, 3, 4, d});  // chunks throughout, all read in place
+        params.push_back({name, bt, 2, 3, d});
+      }
     }
   }
   return params;
@@ -118,7 +123,7 @@ TEST_P(PagedCrossDecodeTest, StepwiseOverEncoderPagesEqualsTorchForward) {
   auto c = testing::LoadFixtureCase(param.fixture);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_TRUE(c->inputs.key.defined() && !c->inputs.is_causal) << "a cross-attention case";
-  auto model = LoadCaseModel(*c);
+  auto model = LoadCaseModel(*c, param.device);
   ASSERT_NE(model, nullptr);
   const int64_t total = c->inputs.query.size(1);
   KvCache cache(MakePool(*model, param.block_tokens), c->inputs.query.size(0));
@@ -140,10 +145,12 @@ std::vector<PagedParam> CrossParams() {
   std::vector<PagedParam> params;
   // cross_attention: T=4 over S=6 encoder tokens; kdim_vdim: separate q/k/v weights (no fused
   // in-projection); query_len1: T=1 over S=5.
-  for (const char* name : {"cross_attention", "kdim_vdim", "query_len1"}) {
-    for (int64_t bt : {1, 4, 7}) {  // 4 does not divide 6 or 5: the encoder keys cross a page
-      params.push_back({name, bt, 1, 1});
-      params.push_back({name, bt, 2, 3});
+  for (const std::string& d : testing::TestDevices()) {
+    for (const char* name : {"cross_attention", "kdim_vdim", "query_len1"}) {
+      for (int64_t bt : {1, 4, 7}) {  // 4 does not divide 6 or 5: the encoder keys cross a page
+        params.push_back({name, bt, 1, 1, d});
+        params.push_back({name, bt, 2, 3, d});
+      }
     }
   }
   return params;
@@ -154,20 +161,24 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, PagedCrossDecodeTest, ::testing::ValuesIn(Cro
 
 // Sessions of different lengths in every pass: session i joins i rounds late with a prefill of
 // 1 + i tokens, so passes mix short prefills and single tokens, caches of different lengths and
-// page boundaries crossed at different steps (pages of 7 tokens, T = 40), all read in place.
+// page boundaries crossed at different steps (pages of 7 tokens, T = 40), all read in place (on
+// CUDA: the same passes through the block gather).
 TEST(PagedDecodeBatch, SessionsOfDifferentLengthsInOnePassEqualTorch) {
   auto c = testing::LoadFixtureCase("decode_causal_long");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto model = LoadCaseModel(*c);
-  ASSERT_NE(model, nullptr);
-  testing::DecodeStaggered(
-      MakePool(*model, 7), c->inputs.query.size(1), 4,
-      [&](int64_t p, int64_t n) { return StepOf(c->inputs, p, n); },
-      [&](const std::vector<StepItem>& items) { Decode(*model, items); },
-      [&](int i, int64_t p, int64_t n, const ForwardOutputs& out) {
-        EXPECT_TRUE(TensorsNear(out.output, c->expected_output.narrow(1, p, n), kFp32Tolerance))
-            << "session " << i << " rows from " << p;
-      });
+  for (const std::string& device : testing::TestDevices()) {
+    SCOPED_TRACE(device);
+    auto model = LoadCaseModel(*c, device);
+    ASSERT_NE(model, nullptr);
+    testing::DecodeStaggered(
+        MakePool(*model, 7), c->inputs.query.size(1), 4,
+        [&](int64_t p, int64_t n) { return StepOf(c->inputs, p, n); },
+        [&](const std::vector<StepItem>& items) { Decode(*model, items); },
+        [&](int i, int64_t p, int64_t n, const ForwardOutputs& out) {
+          EXPECT_TRUE(TensorsNear(out.output, c->expected_output.narrow(1, p, n), kFp32Tolerance))
+              << "session " << i << " rows from " << p;
+        });
+  }
 }
 
 // Appends written through the pages and the block gather: Keys()/Values() give back exactly

@@ -66,10 +66,12 @@ struct DecodeParam {
   std::string fixture;
   int64_t first_chunk;  // prefill size
   int64_t step;         // tokens per later step
+  std::string device;   // "cpu", or "cuda" when this build sees a GPU (testing::TestDevices)
 };
 // Readable in test listings (ctest prints GetParam()) instead of the struct's bytes.
 void PrintTo(const DecodeParam& p, std::ostream* os) {
-  *os << p.fixture << ": prefill " << p.first_chunk << ", then " << p.step << " per step";
+  *os << p.fixture << ": prefill " << p.first_chunk << ", then " << p.step << " per step on "
+      << p.device;
 }
 
 class SelfDecodeTest : public ::testing::TestWithParam<DecodeParam> {};
@@ -79,7 +81,7 @@ TEST_P(SelfDecodeTest, StepwiseEqualsOneFullCausalForward) {
   auto c = testing::LoadFixtureCase(param.fixture);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_TRUE(c->inputs.is_causal && !c->inputs.key.defined()) << "a causal self-attention case";
-  auto model = LoadCaseModel(*c, "cpu");
+  auto model = LoadCaseModel(*c, param.device);
   ASSERT_NE(model, nullptr);
   const MhaOptions& o = model->options();
   const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
@@ -108,19 +110,22 @@ TEST_P(SelfDecodeTest, StepwiseEqualsOneFullCausalForward) {
 
 std::vector<DecodeParam> SelfParams() {
   std::vector<DecodeParam> params;
-  for (const char* name : {"decode_causal", "causal", "causal_kpm", "causal_mask_kpm",
-                           "decode_causal_bias_kv_zero_attn"}) {
-    params.push_back({name, 1, 1});    // one token per step
-    params.push_back({name, 5, 1});    // chunked prefill, then single tokens
-    params.push_back({name, 3, 2});    // chunks throughout
-    params.push_back({name, 100, 1});  // everything in one step
+  for (const std::string& device : testing::TestDevices()) {
+    for (const char* name : {"decode_causal", "causal", "causal_kpm", "causal_mask_kpm",
+                             "decode_causal_bias_kv_zero_attn"}) {
+      params.push_back({name, 1, 1, device});    // one token per step
+      params.push_back({name, 5, 1, device});    // chunked prefill, then single tokens
+      params.push_back({name, 3, 2, device});    // chunks throughout
+      params.push_back({name, 100, 1, device});  // everything in one step
+    }
   }
   return params;
 }
 
 std::string ParamName(const ::testing::TestParamInfo<DecodeParam>& info) {
-  return info.param.fixture + "_first" + std::to_string(info.param.first_chunk) + "_step" +
-         std::to_string(info.param.step);
+  const DecodeParam& p = info.param;
+  return p.fixture + "_first" + std::to_string(p.first_chunk) + "_step" + std::to_string(p.step) +
+         (p.device == "cpu" ? "" : "_" + p.device);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SelfDecodeTest, ::testing::ValuesIn(SelfParams()), ParamName);
@@ -132,7 +137,7 @@ TEST_P(CrossDecodeTest, StepwiseOverProjectedEncoderKeysEqualsFullForward) {
   auto c = testing::LoadFixtureCase(param.fixture);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_TRUE(c->inputs.key.defined() && !c->inputs.is_causal) << "a cross-attention case";
-  auto model = LoadCaseModel(*c, "cpu");
+  auto model = LoadCaseModel(*c, param.device);
   ASSERT_NE(model, nullptr);
   const MhaOptions& o = model->options();
   const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
@@ -161,33 +166,41 @@ TEST_P(CrossDecodeTest, StepwiseOverProjectedEncoderKeysEqualsFullForward) {
 
 std::vector<DecodeParam> CrossParams() {
   std::vector<DecodeParam> params;
-  for (const char* name : {"cross_attention", "kdim_vdim", "kdim_vdim_nobias",
-                           "bias_kv_zero_attn_kpm", "attn_mask_3d_float", "kpm_bool"}) {
-    params.push_back({name, 1, 1});
-    params.push_back({name, 3, 1});
+  for (const std::string& device : testing::TestDevices()) {
+    for (const char* name : {"cross_attention", "kdim_vdim", "kdim_vdim_nobias",
+                             "bias_kv_zero_attn_kpm", "attn_mask_3d_float", "kpm_bool"}) {
+      params.push_back({name, 1, 1, device});
+      params.push_back({name, 3, 1, device});
+    }
   }
   return params;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CrossDecodeTest, ::testing::ValuesIn(CrossParams()), ParamName);
 
+// Every session decodes the fixture's sequence, so each answer is checked against its rows.
+void DecodeStaggeredWithWeights(const FixtureCase& c, const MhaModel& model) {
+  testing::DecodeStaggered(
+      MakeKvPool(model), c.inputs.query.size(1), 3,
+      [&](int64_t p, int64_t n) { return StepOf(c.inputs, p, n, p + n); },
+      [&](const std::vector<StepItem>& items) { ASSERT_TRUE(DecodeSteps(model, items).ok()); },
+      [&](int i, int64_t p, int64_t n, const ForwardOutputs& out) {
+        EXPECT_TRUE(TensorsNear(out.output, c.expected_output.narrow(1, p, n), kFp32Tolerance))
+            << "session " << i << " rows from " << p;
+        EXPECT_TRUE(TensorsNear(
+            out.attn_weights, ExpectedWeights(c.expected_weights, p, n, p + n, 0), kFp32Tolerance));
+      });
+}
+
 TEST(DecodeBatch, SessionsOfDifferentLengthsInOnePassEqualEachAlone) {
   auto c = testing::LoadFixtureCase("decode_causal");
   ASSERT_TRUE(c.ok());
-  auto model = LoadCaseModel(*c, "cpu");
-  ASSERT_NE(model, nullptr);
-  // Every session decodes the fixture's sequence, so each answer is checked against its rows.
-  testing::DecodeStaggered(
-      MakeKvPool(*model), c->inputs.query.size(1), 3,
-      [&](int64_t p, int64_t n) { return StepOf(c->inputs, p, n, p + n); },
-      [&](const std::vector<StepItem>& items) { ASSERT_TRUE(DecodeSteps(*model, items).ok()); },
-      [&](int i, int64_t p, int64_t n, const ForwardOutputs& out) {
-        EXPECT_TRUE(TensorsNear(out.output, c->expected_output.narrow(1, p, n), kFp32Tolerance))
-            << "session " << i << " rows from " << p;
-        EXPECT_TRUE(TensorsNear(out.attn_weights,
-                                ExpectedWeights(c->expected_weights, p, n, p + n, 0),
-                                kFp32Tolerance));
-      });
+  for (const std::string& device : testing::TestDevices()) {
+    SCOPED_TRACE(device);
+    auto model = LoadCaseModel(*c, device);
+    ASSERT_NE(model, nullptr);
+    DecodeStaggeredWithWeights(*c, *model);
+  }
 }
 
 // The padded variant (one batched attention over caches padded to the longest) gives the same

@@ -16,12 +16,6 @@ using testing::TensorsNear;
 
 constexpr double kHalfRelTolerance = 1e-2;
 
-std::vector<std::string> Devices() {
-  std::vector<std::string> devices = {"cpu"};
-  if (at::hasCUDA()) devices.push_back("cuda");
-  return devices;
-}
-
 class FixtureParityTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(FixtureParityTest, MatchesPyTorch) {
@@ -51,7 +45,7 @@ TEST_P(FixtureParityTest, MatchesPyTorch) {
 
 std::vector<std::tuple<std::string, std::string>> AllCases() {
   std::vector<std::tuple<std::string, std::string>> cases;
-  for (const auto& device : Devices()) {
+  for (const auto& device : testing::TestDevices()) {
     for (const auto& name : testing::FixtureCaseNames()) cases.emplace_back(name, device);
   }
   return cases;
@@ -100,7 +94,7 @@ TEST_P(HalfPrecisionTest, CloseToFp32Reference) {
 
 std::vector<std::tuple<DType, std::string>> HalfCases() {
   std::vector<std::tuple<DType, std::string>> cases;
-  for (const auto& device : Devices()) {
+  for (const auto& device : testing::TestDevices()) {
     cases.emplace_back(DType::kFloat16, device);
     cases.emplace_back(DType::kBFloat16, device);
   }
