@@ -308,6 +308,9 @@ def main():
                      for w, r, _ in build.instructions), "Dockerfile.cuda: ARG LIBTORCH_URL")
             fail("check_runtime_packages.py" in text,
                  "Dockerfile.cuda: the build stage must run check_runtime_packages.py")
+            fail("tests/wheel/wheel_traps.py needed" in text,
+                 "Dockerfile.cuda: the build stage must check the binaries' DT_NEEDED order "
+                 "(tests/wheel/wheel_traps.py needed: libstdc++ before LibTorch, docs/gpu.md)")
         fail("MHA_DEVICE=cuda" in " ".join(r for r, _ in all_instr(final, "ENV")),
              "Dockerfile.cuda: ENV MHA_DEVICE=cuda")
         check_context_copies(fail, stages, args.repo, patterns, "Dockerfile.cuda")
