@@ -113,7 +113,7 @@ void RunStep(const LlamaAttentionStack& stack, int64_t layer,
   k = internal::ApplyRope(k.reshape({n, c.num_key_value_heads, c.head_dim}), cos, sin)
           .reshape({n, c.kv_dim()});
   AppendAll(items, k, v);
-  const at::Tensor attended = attention != StepAttention::kGather && LlamaPagedApplies(items)
+  const at::Tensor attended = attention != StepAttention::kGather && LlamaPagedApplies(c, items)
                                   ? AttendPaged(c, items, q)
                                   : AttendGathered(c, items, q);
   const at::Tensor out = at::linear(attended, w.o_weight, w.o_bias).to(ToScalarType(stack.dtype()));
@@ -146,8 +146,8 @@ Status CheckLlamaStep(const LlamaAttentionStack& stack, int64_t layer,
   return Status::Ok();
 }
 
-bool LlamaPagedApplies(const std::vector<LlamaStepItem>& items) {
-  if (items.empty()) return false;
+bool LlamaPagedApplies(const LlamaConfig& config, const std::vector<LlamaStepItem>& items) {
+  if (items.empty() || config.group_size() > kMaxPagedGroup) return false;
   const KvBlockPool& pool = items.front().cache->pool();
   if (!PagedPoolSupported(pool)) return false;
   for (const LlamaStepItem& item : items) {

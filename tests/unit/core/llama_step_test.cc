@@ -70,7 +70,9 @@ TEST_P(LlamaStepFixtureTest, StepwiseEqualsTorchCausalForward) {
         items.push_back(LlamaStepItem{caches[i].get(), input[i].narrow(0, p, n), &outs[i]});
       }
       ASSERT_TRUE(CheckLlamaStep(*stack, layer, items).ok());
-      EXPECT_EQ(LlamaPagedApplies(items), param.device == "cpu" && n <= kMaxPagedTokens);
+      EXPECT_EQ(LlamaPagedApplies(stack->config(), items),
+                param.device == "cpu" && n <= kMaxPagedTokens &&
+                    stack->config().group_size() <= kMaxPagedGroup);
       Status s = LlamaLayerStep(*stack, layer, items,
                                 param.gather ? StepAttention::kGather : StepAttention::kPerSession);
       ASSERT_TRUE(s.ok()) << s.ToString();
