@@ -32,6 +32,18 @@ Status ConfigReader::Int(const char* key, int64_t minimum, int64_t maximum,
   return Status::Ok();
 }
 
+Status ConfigReader::Number(const char* key, double minimum, double maximum,
+                            std::optional<double>* out) const {
+  const Json* v = Find(key);
+  if (!v) return Status::Ok();
+  if (!v->is_number() || !(v->get<double>() >= minimum && v->get<double>() <= maximum)) {
+    return Error(key, "a number in [" + JsonForMessage(Json(minimum)) + ", " +
+                          JsonForMessage(Json(maximum)) + "]");
+  }
+  *out = v->get<double>();
+  return Status::Ok();
+}
+
 Status ConfigReader::Bool(const char* key, std::optional<bool>* out) const {
   const Json* v = Find(key);
   if (!v) return Status::Ok();

@@ -13,19 +13,40 @@ namespace mha {
 StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Create(const KvPoolOptions& options,
                                                            const MhaModel& model) {
   const MhaOptions& o = model.options();
+  const at::Tensor& reference = model.weights().out_weight;
+  const KvLayout layout{o.num_heads, o.head_dim(), reference.scalar_type(), reference.device()};
+  return Make(options, layout,
+              "2 * E=" + std::to_string(o.embed_dim) + " * " +
+                  std::to_string(reference.element_size()) + " bytes per token");
+}
+
+StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Create(const KvPoolOptions& options,
+                                                           const KvLayout& layout) {
+  if (layout.heads < 1 || layout.head_dim < 1) {
+    return InvalidArgument("KV cache layout: heads and head_dim must be >= 1, got " +
+                           std::to_string(layout.heads) + " and " +
+                           std::to_string(layout.head_dim));
+  }
+  return Make(options, layout,
+              "2 * " + std::to_string(layout.heads) + " KV heads * head_dim " +
+                  std::to_string(layout.head_dim) + " * " +
+                  std::to_string(c10::elementSize(layout.dtype)) + " bytes per token");
+}
+
+StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Make(const KvPoolOptions& options,
+                                                         const KvLayout& layout,
+                                                         const std::string& per_token) {
   if (options.block_tokens < 1) {
     return InvalidArgument("--kv-block-tokens must be >= 1, got " +
                            std::to_string(options.block_tokens));
   }
-  const at::Tensor& reference = model.weights().out_weight;
-  const int64_t element = static_cast<int64_t>(reference.element_size());
-  const int64_t block_bytes = 2 * options.block_tokens * o.embed_dim * element;
+  const int64_t element = static_cast<int64_t>(c10::elementSize(layout.dtype));
+  const int64_t block_bytes = 2 * options.block_tokens * layout.heads * layout.head_dim * element;
   if (options.capacity_bytes < block_bytes) {
     return InvalidArgument("--kv-cache-bytes " + std::to_string(options.capacity_bytes) +
                            " holds no block: one block of " + std::to_string(options.block_tokens) +
-                           " tokens takes " + std::to_string(block_bytes) +
-                           " bytes (2 * E=" + std::to_string(o.embed_dim) + " * " +
-                           std::to_string(element) + " bytes per token)");
+                           " tokens takes " + std::to_string(block_bytes) + " bytes (" + per_token +
+                           ")");
   }
   std::shared_ptr<KvBlockPool> pool(new KvBlockPool());
   pool->total_blocks_ = options.capacity_bytes / block_bytes;
@@ -33,14 +54,14 @@ StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Create(const KvPoolOptions& 
   pool->block_bytes_ = block_bytes;
   try {
     c10::InferenceMode guard;  // steps write in place under InferenceMode
-    const auto opts = reference.options();
+    const auto opts = at::TensorOptions().dtype(layout.dtype).device(layout.device);
     const int64_t slots = pool->total_blocks_ * pool->block_tokens_;
-    pool->keys_ = at::empty({slots, o.num_heads, o.head_dim()}, opts);
-    pool->values_ = at::empty({slots, o.num_heads, o.head_dim()}, opts);
+    pool->keys_ = at::empty({slots, layout.heads, layout.head_dim}, opts);
+    pool->values_ = at::empty({slots, layout.heads, layout.head_dim}, opts);
   } catch (const c10::Error& e) {
     return ResourceExhausted("allocating the KV cache pool of " +
                              std::to_string(options.capacity_bytes) + " bytes on " +
-                             model.device() + " failed: " + e.what_without_backtrace());
+                             layout.device.str() + " failed: " + e.what_without_backtrace());
   }
   pool->free_.reserve(static_cast<size_t>(pool->total_blocks_));
   for (int64_t b = pool->total_blocks_ - 1; b >= 0; --b) pool->free_.push_back(b);

@@ -17,29 +17,6 @@
 namespace mha {
 namespace {
 
-StatusOr<c10::Device> ResolveDevice(const std::string& name) {
-  if (name == "auto") return at::hasCUDA() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
-  try {
-    c10::Device device(name);
-    if (device.is_cuda()) {
-      if (!at::hasCUDA()) {
-        return FailedPrecondition("device '" + name +
-                                  "' requested but this LibTorch has no CUDA device available");
-      }
-      if (!device.has_index()) device.set_index(0);
-      if (static_cast<size_t>(device.index()) >= at::getNumGPUs()) {
-        return FailedPrecondition("device '" + name + "' requested but only " +
-                                  std::to_string(at::getNumGPUs()) + " CUDA device(s) are visible");
-      }
-    } else if (!device.is_cpu()) {
-      return InvalidArgument("device '" + name + "' is not supported (cpu, cuda, cuda:N, auto)");
-    }
-    return device;
-  } catch (const c10::Error&) {
-    return InvalidArgument("device '" + name + "' is not a device name (cpu, cuda, cuda:N, auto)");
-  }
-}
-
 // Each present mask made additive ([.., .., T, S]), then summed; the columns that add_bias_kv /
 // add_zero_attn append are padded with zeros, as PyTorch pads attn_mask and key_padding_mask.
 at::Tensor BuildAdditiveMask(const ForwardInputs& in, bool include_causal, int64_t batch,

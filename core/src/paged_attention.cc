@@ -11,11 +11,13 @@
 namespace mha {
 namespace {
 
-// The pool as raw pages: slot s of a block-ordered store is s * E floats in.
+// The pool as raw pages: slot s of a block-ordered store is s * kv_embed floats in. Queries and
+// outputs have `heads` heads (embed = heads * head_dim floats per token); the pages kv_heads, a
+// divisor of heads: query head h reads K/V head h / group (group = heads / kv_heads).
 struct Pages {
   const float* keys = nullptr;
   const float* values = nullptr;
-  int64_t block_tokens = 0, embed = 0, heads = 0, head_dim = 0;
+  int64_t block_tokens = 0, embed = 0, heads = 0, head_dim = 0, kv_embed = 0, group = 1;
 };
 
 // One sequence of one item: its new tokens' queries against its cached keys.
@@ -54,7 +56,7 @@ inline void Axpy(float w, const float* x, float* y, int64_t n) {
 // Calls f(position, row of the store) for positions [0, count) of `u`'s row, block by block.
 template <typename F>
 void ForEachSlot(const Unit& u, const Pages& pages, const float* store, int64_t count, F&& f) {
-  const int64_t bt = pages.block_tokens, e = pages.embed;
+  const int64_t bt = pages.block_tokens, e = pages.kv_embed;
   for (int64_t block = 0, p = 0; p < count; ++block) {
     const float* base = store + (*u.table)[static_cast<size_t>(block)] * bt * e;
     const int64_t n = std::min(bt, count - p);
@@ -64,13 +66,13 @@ void ForEachSlot(const Unit& u, const Pages& pages, const float* store, int64_t 
 
 // scores[t, h, p] = (q_t * scale) . k_p for every visible key p: one pass over the key rows.
 void Scores(const Unit& u, const Pages& pages, const float* q, float* scores) {
-  const int64_t h_n = pages.heads, d = pages.head_dim, s = u.keys, t_n = u.tokens;
+  const int64_t h_n = pages.heads, d = pages.head_dim, s = u.keys, t_n = u.tokens, g = pages.group;
   const int64_t first = u.Visible(0);  // every token sees keys [0, first)
   ForEachSlot(u, pages, pages.keys, s, [&](int64_t p, const float* k) {
     for (int64_t t = p < first ? 0 : p - first + 1; t < t_n; ++t) {
       const float* qt = q + t * pages.embed;
       float* row = scores + t * h_n * s + p;
-      for (int64_t h = 0; h < h_n; ++h) row[h * s] = Dot(qt + h * d, k + h * d, d);
+      for (int64_t h = 0; h < h_n; ++h) row[h * s] = Dot(qt + h * d, k + h / g * d, d);
     }
   });
 }
@@ -93,14 +95,14 @@ void Softmax(const Unit& u, const Pages& pages, float* scores) {
 
 // out[t, h*D:(h+1)*D] = sum over visible p of probs[t, h, p] * v_p[h]: one pass over the values.
 void Mix(const Unit& u, const Pages& pages, const float* probs) {
-  const int64_t h_n = pages.heads, d = pages.head_dim, s = u.keys, e = pages.embed;
+  const int64_t h_n = pages.heads, d = pages.head_dim, s = u.keys, e = pages.embed, g = pages.group;
   std::fill(u.out, u.out + u.tokens * e, 0.0f);
   const int64_t first = u.Visible(0);
   ForEachSlot(u, pages, pages.values, s, [&](int64_t p, const float* v) {
     for (int64_t t = p < first ? 0 : p - first + 1; t < u.tokens; ++t) {
       const float* w = probs + t * h_n * s + p;
       float* out = u.out + t * e;
-      for (int64_t h = 0; h < h_n; ++h) Axpy(w[h * s], v + h * d, out + h * d, d);
+      for (int64_t h = 0; h < h_n; ++h) Axpy(w[h * s], v + h / g * d, out + h * d, d);
     }
   });
 }
@@ -127,7 +129,7 @@ void RunUnits(const std::vector<Unit>& units, const Pages& pages) {
   constexpr int64_t kMinWorkPerThread = int64_t{1} << 20;  // key/value floats read
   std::vector<int64_t> work;
   int64_t total = 0;
-  for (const Unit& u : units) work.push_back(total += u.keys * u.tokens * pages.embed + 1);
+  for (const Unit& u : units) work.push_back(total += u.keys * u.tokens * pages.kv_embed + 1);
   const int64_t runs = std::clamp<int64_t>(total / kMinWorkPerThread, 1, at::get_num_threads());
   std::vector<size_t> bounds{0};
   for (int64_t r = 1; r < runs; ++r) {
@@ -146,16 +148,19 @@ void RunUnits(const std::vector<Unit>& units, const Pages& pages) {
 
 }  // namespace
 
+bool PagedPoolSupported(const KvBlockPool& pool) {
+  return pool.keys().is_cpu() && pool.keys().scalar_type() == at::kFloat;
+}
+
 bool PagedAttentionApplies(const MhaModel& model, const std::vector<StepItem>& items) {
   const MhaOptions& o = model.options();
   if (o.add_bias_kv || o.add_zero_attn || items.empty()) return false;
   const KvBlockPool& pool = items.front().cache->pool();
+  if (!PagedPoolSupported(pool)) return false;
   for (const StepItem& item : items) {
-    const at::Tensor& keys = item.cache->pool().keys();
     const StepInputs& in = *item.inputs;
-    if (&item.cache->pool() != &pool || !keys.is_cpu() || keys.scalar_type() != at::kFloat ||
-        in.query.size(1) > kMaxPagedTokens || in.need_weights || in.key_padding_mask.defined() ||
-        in.attn_mask.defined()) {
+    if (&item.cache->pool() != &pool || in.query.size(1) > kMaxPagedTokens || in.need_weights ||
+        in.key_padding_mask.defined() || in.attn_mask.defined()) {
       return false;
     }
   }
@@ -164,27 +169,44 @@ bool PagedAttentionApplies(const MhaModel& model, const std::vector<StepItem>& i
 
 at::Tensor PagedAttention(const MhaModel& model, const std::vector<StepItem>& items,
                           const at::Tensor& q_all) {
-  const MhaOptions& o = model.options();
-  const KvBlockPool& pool = items.front().cache->pool();
-  TORCH_CHECK(q_all.scalar_type() == at::kFloat && q_all.is_cpu() && q_all.stride(1) == 1,
-              "PagedAttention: float32 CPU queries with unit column stride");
+  std::vector<PagedItem> paged;
+  paged.reserve(items.size());
+  for (const StepItem& item : items) {
+    paged.push_back(PagedItem{item.cache, item.inputs->query.size(1), !item.cross});
+  }
+  return PagedAttention(items.front().cache->pool(), model.options().num_heads, paged, q_all);
+}
+
+at::Tensor PagedAttention(const KvBlockPool& pool, int64_t query_heads,
+                          const std::vector<PagedItem>& items, const at::Tensor& q_all) {
+  const int64_t kv_heads = pool.heads(), d = pool.head_dim(), e = query_heads * d;
+  TORCH_CHECK(PagedPoolSupported(pool), "PagedAttention: float32 CPU pages");
+  TORCH_CHECK(query_heads % kv_heads == 0, "PagedAttention: ", query_heads,
+              " query heads for pages of ", kv_heads, " heads");
+  TORCH_CHECK(q_all.scalar_type() == at::kFloat && q_all.is_cpu() && q_all.dim() == 2 &&
+                  q_all.size(1) == e && q_all.stride(1) == 1,
+              "PagedAttention: float32 CPU queries [N, ", e, "] with unit column stride, got ",
+              q_all.sizes());
   const Pages pages{pool.keys().data_ptr<float>(),
                     pool.values().data_ptr<float>(),
                     pool.block_tokens(),
-                    o.embed_dim,
-                    o.num_heads,
-                    o.head_dim()};
-  at::Tensor out = at::empty({q_all.size(0), o.embed_dim}, q_all.options());
+                    e,
+                    query_heads,
+                    d,
+                    kv_heads * d,
+                    query_heads / kv_heads};
+  at::Tensor out = at::empty({q_all.size(0), e}, q_all.options());
   std::vector<Unit> units;
   int64_t offset = 0;
-  for (const StepItem& item : items) {
+  for (const PagedItem& item : items) {
     const KvCache& cache = *item.cache;
     TORCH_CHECK(&cache.pool() == &pool, "PagedAttention: items from different pools");
-    const int64_t t = item.inputs->query.size(1);
-    for (int64_t r = 0; r < cache.rows(); ++r, offset += t) {
-      units.push_back(Unit{&cache.table(r), cache.length(), t, !item.cross,
+    for (int64_t r = 0; r < cache.rows(); ++r, offset += item.tokens) {
+      TORCH_CHECK(offset + item.tokens <= q_all.size(0), "PagedAttention: more rows than the ",
+                  q_all.size(0), " queries");
+      units.push_back(Unit{&cache.table(r), cache.length(), item.tokens, item.causal,
                            q_all.data_ptr<float>() + offset * q_all.stride(0), q_all.stride(0),
-                           out.data_ptr<float>() + offset * o.embed_dim});
+                           out.data_ptr<float>() + offset * e});
     }
   }
   TORCH_CHECK(offset == q_all.size(0), "PagedAttention: ", offset, " query rows expected, got ",

@@ -125,8 +125,10 @@ Status ParseEntry(const std::string& path, const std::string& name, const nlohma
   return Status::Ok();
 }
 
-// The reader proper, over any seekable stream; `path` only names the source in messages.
-StatusOr<TensorMap> ReadSafetensorsStream(std::istream& in, const std::string& path) {
+// The reader proper, over any seekable stream; `path` only names the source in messages. Every
+// entry of the header is checked; only those `keep` accepts (all when it is empty) are read.
+StatusOr<TensorMap> ReadSafetensorsStream(std::istream& in, const std::string& path,
+                                          const TensorFilter& keep = {}) {
   try {
     in.seekg(0, std::ios::end);
     const auto file_size = static_cast<uint64_t>(in.tellg());
@@ -166,6 +168,7 @@ StatusOr<TensorMap> ReadSafetensorsStream(std::istream& in, const std::string& p
 
     TensorMap tensors;
     for (const Entry& entry : entries) {
+      if (keep && !keep(entry.name)) continue;
       at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(entry.dtype->type));
       const uint64_t nbytes = entry.end - entry.begin;
       if (nbytes > 0) {
@@ -198,6 +201,12 @@ StatusOr<TensorMap> ReadSafetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound(path + ": cannot open file");
   return ReadSafetensorsStream(in, path);
+}
+
+StatusOr<TensorMap> ReadSafetensors(const std::string& path, const TensorFilter& keep) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot open file");
+  return ReadSafetensorsStream(in, path, keep);
 }
 
 StatusOr<TensorMap> ReadSafetensorsFromBytes(const void* data, size_t size,

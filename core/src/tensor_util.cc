@@ -27,4 +27,27 @@ at::Tensor ToAdditiveMask(const at::Tensor& mask, at::ScalarType dtype, c10::Dev
   return on_device.to(dtype);
 }
 
+StatusOr<c10::Device> ResolveDevice(const std::string& name) {
+  if (name == "auto") return at::hasCUDA() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  try {
+    c10::Device device(name);
+    if (device.is_cuda()) {
+      if (!at::hasCUDA()) {
+        return FailedPrecondition("device '" + name +
+                                  "' requested but this LibTorch has no CUDA device available");
+      }
+      if (!device.has_index()) device.set_index(0);
+      if (static_cast<size_t>(device.index()) >= at::getNumGPUs()) {
+        return FailedPrecondition("device '" + name + "' requested but only " +
+                                  std::to_string(at::getNumGPUs()) + " CUDA device(s) are visible");
+      }
+    } else if (!device.is_cpu()) {
+      return InvalidArgument("device '" + name + "' is not supported (cpu, cuda, cuda:N, auto)");
+    }
+    return device;
+  } catch (const c10::Error&) {
+    return InvalidArgument("device '" + name + "' is not a device name (cpu, cuda, cuda:N, auto)");
+  }
+}
+
 }  // namespace mha

@@ -24,6 +24,8 @@ class ConfigReader {
   ConfigReader(const std::string& path, const nlohmann::json& json) : path_(path), json_(json) {}
 
   Status Int(const char* key, int64_t minimum, int64_t maximum, std::optional<int64_t>* out) const;
+  // Any JSON number (an integer too: "rope_theta": 10000) in [minimum, maximum].
+  Status Number(const char* key, double minimum, double maximum, std::optional<double>* out) const;
   Status Bool(const char* key, std::optional<bool>* out) const;
   Status String(const char* key, std::optional<std::string>* out) const;
   // A string, or an integer written as one ("version": 3).

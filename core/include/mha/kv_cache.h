@@ -3,9 +3,11 @@
 // model. A session's cache grows block by block and gives its blocks back when it ends.
 //
 // Storage: one keys tensor and one values tensor per pool, [blocks * block_tokens, H, head_dim]
-// (a "slot" is one token of one sequence), in the model's compute dtype on its device. Appends
-// write the projected [B, T, E] rows (E = H * head_dim, before split_heads) into their slots; a
-// gather over the block table gives the seeds' split_heads layout [B, H, S, head_dim].
+// (a "slot" is one token of one sequence), in the model's compute dtype on its device. H is the
+// number of heads the cache stores: an MhaModel's num_heads, or a grouped-query model's K/V heads
+// (mha/llama_stack.h). Appends write the projected [B, T, H * head_dim] rows (before split_heads)
+// into their slots; a gather over the block table gives the seeds' split_heads layout
+// [B, H, S, head_dim].
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "mha/model.h"
@@ -26,6 +29,15 @@ struct KvPoolOptions {
   int64_t block_tokens = 16;                    // tokens per block (--kv-block-tokens)
 };
 
+// What one token of one sequence stores: `heads` keys and values of `head_dim` each, in `dtype` on
+// `device`. bytes per token = 2 * heads * head_dim * dtype size.
+struct KvLayout {
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  at::ScalarType dtype = at::kFloat;
+  c10::Device device{c10::kCPU};
+};
+
 class KvBlockPool {
  public:
   // A pool for `model`'s heads, in its compute dtype on its device: capacity_bytes / block_bytes()
@@ -33,6 +45,9 @@ class KvBlockPool {
   // INVALID_ARGUMENT when block_tokens < 1 or not one block fits, naming the numbers.
   static StatusOr<std::shared_ptr<KvBlockPool>> Create(const KvPoolOptions& options,
                                                        const MhaModel& model);
+  // The same for any layout (a grouped-query model's K/V heads: LlamaAttentionStack::CreateKvPool).
+  static StatusOr<std::shared_ptr<KvBlockPool>> Create(const KvPoolOptions& options,
+                                                       const KvLayout& layout);
 
   // `count` free block ids, or RESOURCE_EXHAUSTED naming what was asked and what is free.
   // All or nothing: on failure no block is taken.
@@ -44,7 +59,9 @@ class KvBlockPool {
   int64_t free_blocks() const { return total_blocks_ - used_blocks(); }
   int64_t block_tokens() const { return block_tokens_; }
   int64_t block_bytes() const { return block_bytes_; }  // keys + values of one block
-  int64_t bytes_per_token() const { return block_bytes_ / block_tokens_; }  // 2 * E * dtype size
+  int64_t bytes_per_token() const { return block_bytes_ / block_tokens_; }  // 2 * H * D * dtype
+  int64_t heads() const { return keys_.size(1); }     // heads stored per token
+  int64_t head_dim() const { return keys_.size(2); }  // D
 
   // [total_blocks * block_tokens, H, head_dim]; writers own disjoint slots (their blocks).
   const at::Tensor& keys() const { return keys_; }
@@ -52,6 +69,10 @@ class KvBlockPool {
 
  private:
   KvBlockPool() = default;
+  // `per_token` explains the bytes per token in the error when not one block fits.
+  static StatusOr<std::shared_ptr<KvBlockPool>> Make(const KvPoolOptions& options,
+                                                     const KvLayout& layout,
+                                                     const std::string& per_token);
 
   int64_t total_blocks_ = 0;
   int64_t block_tokens_ = 0;

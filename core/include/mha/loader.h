@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@ StatusOr<WeightsFormat> DetectWeightsFormat(const std::string& path);
 
 // Raw readers: every tensor in the file, keyed as stored. Errors name the file.
 StatusOr<TensorMap> ReadSafetensors(const std::string& path);
+// Only the tensors whose names `keep` accepts (the whole header is still checked; the other
+// tensors' bytes are not read): a model's attention out of a whole checkpoint.
+using TensorFilter = std::function<bool(const std::string& name)>;
+StatusOr<TensorMap> ReadSafetensors(const std::string& path, const TensorFilter& keep);
 StatusOr<TensorMap> ReadTorchSave(const std::string& path);
 // TorchScript: named parameters and buffers; `attributes` receives int/bool attributes of the
 // root module that describe the layer (num_heads, embed_dim, kdim, vdim, add_zero_attn...).

@@ -25,6 +25,9 @@ namespace mha {
 // vs gather): 1 token 389 vs 667 us, 4 tokens 1115 vs 1366 us, 8 tokens 1550 vs 1288 us.
 constexpr int64_t kMaxPagedTokens = 4;
 
+// Whether `pool`'s pages can be read in place: float32 on the CPU.
+bool PagedPoolSupported(const KvBlockPool& pool);
+
 // Whether PagedAttention serves `items`: one CPU float32 pool for all, no add_bias_kv /
 // add_zero_attn, and no item with more than kMaxPagedTokens new tokens, masks or need_weights
 // (such passes take the gather path in decode.cc).
@@ -36,5 +39,22 @@ bool PagedAttentionApplies(const MhaModel& model, const std::vector<StepItem>& i
 // [N, E]: the per-head outputs in combine_heads layout, ready for the output projection.
 at::Tensor PagedAttention(const MhaModel& model, const std::vector<StepItem>& items,
                           const at::Tensor& q_all);
+
+// One item of a paged pass, without a model: every row of `cache`, whose last `tokens` positions
+// are the item's new tokens (appended already); causal: token t sees keys [0, S - T + 1 + t)
+// (self-attention), else every key (cross-attention).
+struct PagedItem {
+  const KvCache* cache = nullptr;
+  int64_t tokens = 0;
+  bool causal = true;
+};
+
+// The same pass for `query_heads` query heads over pages of the pool's K/V heads, a divisor of
+// query_heads: query head h reads K/V head h / (query_heads / pool.heads()) (grouped-query
+// attention; Hugging Face's repeat_kv). q_all: [N, query_heads * D] float32 on the CPU (any row
+// stride, unit column stride), the items' rows in order (N = sum of rows * tokens). Returns
+// [N, query_heads * D] in combine_heads layout. Throws c10::Error on misuse.
+at::Tensor PagedAttention(const KvBlockPool& pool, int64_t query_heads,
+                          const std::vector<PagedItem>& items, const at::Tensor& q_all);
 
 }  // namespace mha

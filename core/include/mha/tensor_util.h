@@ -3,7 +3,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
+
 #include "mha/options.h"
+#include "mha/status.h"
 
 namespace mha {
 
@@ -13,5 +16,9 @@ at::ScalarType ToScalarType(DType dtype);
 // A mask made additive in `dtype` on `device`: bool true -> -inf (false -> 0), a float mask is
 // cast (it is additive already). The conversion PyTorch 2.x applies before summing masks.
 at::Tensor ToAdditiveMask(const at::Tensor& mask, at::ScalarType dtype, c10::Device device);
+
+// "cpu", "cuda", "cuda:N" or "auto" (CUDA when present) as a device: FAILED_PRECONDITION when
+// the CUDA device is not there, INVALID_ARGUMENT for another name. "cuda" means "cuda:0".
+StatusOr<c10::Device> ResolveDevice(const std::string& name);
 
 }  // namespace mha

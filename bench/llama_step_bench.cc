@@ -1,0 +1,124 @@
+// The Llama per-layer step in one process (docs/afd.md), on the CPU in float32, with issue 37's
+// goal shape E=1024 H=16 KV=4 (D=64):
+//   BM_LlamaLayerStep/<attention>/<sessions>: one pass of one layer for `sessions` sessions of one
+//     new token each, every cache at 512 tokens; attention 0 = per-session (the pages read in
+//     place: what StepSessions runs on the CPU), 2 = per-session gather.
+//   BM_LlamaLayerStepChunk/<T>: one session at cache 512 taking a T-token prefill chunk.
+// Counters: steps/s and GFLOP/s (2 flops per multiply-add: the projections, q k^T and p v).
+// MHA_LLAMA_CHECKPOINT=DIR runs the same on a checkpoint (gen_fixtures.py --llama-checkpoint DIR)
+// instead of random weights; MHA_LLAMA_KV_HEADS=N another number of K/V heads (16 = MHA).
+#include <ATen/ATen.h>
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mha/llama_step.h"
+
+namespace {
+
+constexpr int64_t kCache = 512;
+
+mha::StatusOr<std::shared_ptr<mha::LlamaAttentionStack>> MakeStack() {
+  mha::LlamaStackOptions options;
+  options.device = "cpu";
+  const char* dir = std::getenv("MHA_LLAMA_CHECKPOINT");
+  if (dir != nullptr && *dir != '\0') {
+    options.path = dir;
+    return mha::LlamaAttentionStack::Create(options);
+  }
+  mha::LlamaConfig c;
+  const char* kv_heads = std::getenv("MHA_LLAMA_KV_HEADS");  // 4 unless set (16 = MHA)
+  c.hidden_size = 1024, c.num_attention_heads = 16;
+  c.num_key_value_heads = kv_heads != nullptr ? std::atoi(kv_heads) : 4;
+  c.head_dim = 64, c.num_hidden_layers = 1, c.max_position_embeddings = 4096;
+  at::manual_seed(0);
+  mha::TensorMap tensors;
+  for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+    const bool kv = proj[0] == 'k' || proj[0] == 'v';
+    const int64_t rows = proj[0] == 'o' ? c.hidden_size : kv ? c.kv_dim() : c.q_dim();
+    const int64_t cols = proj[0] == 'o' ? c.q_dim() : c.hidden_size;
+    tensors[mha::LlamaTensorName(0, proj, "weight")] = at::randn({rows, cols}) * 0.03;
+  }
+  return mha::LlamaAttentionStack::Create(options, c, tensors);
+}
+
+const mha::LlamaAttentionStack& Stack() {
+  static const auto stack = [] {
+    auto made = MakeStack();
+    if (!made.ok()) {
+      std::fprintf(stderr, "%s\n", made.status().ToString().c_str());
+      std::abort();
+    }
+    const mha::LlamaConfig& c = (*made)->config();
+    std::fprintf(stderr, "Llama stack: L=%lld E=%lld H=%lld KV=%lld D=%lld\n",
+                 static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+                 static_cast<long long>(c.num_attention_heads),
+                 static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim));
+    return *made;
+  }();
+  return *stack;
+}
+
+std::shared_ptr<mha::KvBlockPool> Pool() {
+  static auto pool = Stack().CreateKvPool({int64_t{1} << 30, 16}).value();
+  return pool;
+}
+
+// A layer cache of kCache tokens (random keys/values: the cost does not depend on them).
+std::unique_ptr<mha::KvCache> Filled(int64_t extra) {
+  const int64_t kv = Stack().config().kv_dim();
+  auto cache = std::make_unique<mha::KvCache>(Pool(), 1);
+  if (!cache->Reserve(kCache + extra).ok()) std::abort();
+  cache->Append(at::randn({1, kCache, kv}), at::randn({1, kCache, kv}));
+  return cache;
+}
+
+// Multiply-adds x 2 of one pass of `rows` new tokens over caches of about kCache tokens.
+double Flops(int64_t rows) {
+  const mha::LlamaConfig& c = Stack().config();
+  const double r = static_cast<double>(rows), e = static_cast<double>(c.hidden_size);
+  const double projections = 2 * r * e * (c.q_dim() + 2 * c.kv_dim()) + 2 * r * c.q_dim() * e;
+  const double attention = 2 * 2 * r * c.num_attention_heads * (kCache + 1) * c.head_dim;
+  return projections + attention;
+}
+
+void Run(benchmark::State& state, int64_t sessions, int64_t tokens, mha::StepAttention attention) {
+  std::vector<std::unique_ptr<mha::KvCache>> caches;
+  std::vector<at::Tensor> outs(static_cast<size_t>(sessions));
+  std::vector<mha::LlamaStepItem> items;
+  for (int64_t i = 0; i < sessions; ++i) {
+    caches.push_back(Filled(tokens));
+    items.push_back({caches.back().get(), at::randn({tokens, Stack().config().hidden_size}),
+                     &outs[static_cast<size_t>(i)]});
+  }
+  for (auto _ : state) {
+    if (!mha::LlamaLayerStep(Stack(), 0, items, attention).ok()) std::abort();
+    for (auto& c : caches) c->Truncate(kCache);
+    benchmark::DoNotOptimize(outs.back().data_ptr());
+  }
+  state.counters["steps/s"] = benchmark::Counter(static_cast<double>(sessions),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(Flops(sessions * tokens) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_LlamaLayerStep(benchmark::State& state) {
+  Run(state, state.range(1), 1, static_cast<mha::StepAttention>(state.range(0)));
+}
+BENCHMARK(BM_LlamaLayerStep)
+    ->ArgsProduct({{0, 2}, {1, 32, 128}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_LlamaLayerStepChunk(benchmark::State& state) {
+  Run(state, 1, state.range(0), mha::StepAttention::kPerSession);
+}
+BENCHMARK(BM_LlamaLayerStepChunk)->Arg(4)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,56 @@
+// One layer's step for several sessions at once (the attention side of attention-FFN
+// disaggregation, docs/afd.md): each item brings a session's hidden states for its new tokens at
+// one layer ([t, E]: t = 1 for a decode step, more for a prefill chunk) and that session's KV cache
+// of the layer. One pass: the new rows of every item projected together, RoPE at each item's own
+// positions (from its cache's length on), their keys and values appended to each cache, each item
+// attending over its own cache (causal within its new tokens), one output projection. Item i's
+// output equals rows [L, L + t) of the stateless causal forward of that layer over the session's
+// whole sequence (L = the cache's length before the step).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "mha/decode.h"
+#include "mha/kv_cache.h"
+#include "mha/llama_stack.h"
+#include "mha/status.h"
+
+namespace mha {
+
+struct LlamaStepItem {
+  // The session's cache for the step's layer: one row, from a pool of the stack's kv_layout(),
+  // with room for t more tokens (KvCache::Reserve(t); LlamaSessionCache::Prepare does both).
+  KvCache* cache = nullptr;
+  at::Tensor hidden;             // [t >= 1, E] floating: the layer's input rows of the new tokens
+  at::Tensor* output = nullptr;  // set to [t, E] in the stack's dtype, on hidden's device
+};
+
+// INVALID_ARGUMENT naming the entry ("entry 2: ...", items[2]) and the numbers: layer in range, a
+// cache with one row from a pool of the stack's layout (heads, head_dim, dtype, device), hidden [t
+// >= 1, E] floating, an output, no cache twice in one step.
+Status CheckLlamaStep(const LlamaAttentionStack& stack, int64_t layer,
+                      const std::vector<LlamaStepItem>& items);
+
+// Query heads per K/V head up to which the pages are read in place. Beyond, each K/V row serves
+// enough queries that gathering the (small) K/V heads and BLAS's matmuls win. bench/
+// llama_step_bench.cc BM_LlamaLayerStep, 128 sessions x 1 token at cache 512, E=1024 H=16 D=64,
+// one thread, CPU time paged vs gather: KV=16 (1 per K/V head) 58 vs 90 ms, KV=8 (2) 63 vs 62 ms,
+// KV=4 (4) 42 vs 36 ms, KV=1 (16) 36 vs 20 ms (docs/afd.md).
+constexpr int64_t kMaxPagedGroup = 2;
+
+// Whether a step of `items` reads the pages in place (mha/paged_attention.h): float32 pages on the
+// CPU, one pool, at most kMaxPagedTokens new tokens per item, at most kMaxPagedGroup query heads
+// per K/V head. Other steps gather each cache.
+bool LlamaPagedApplies(const LlamaConfig& config, const std::vector<LlamaStepItem>& items);
+
+// Runs `items` (which passed CheckLlamaStep, each cache with room for its tokens) as one pass of
+// `layer`. `attention`: kPerSession reads the pages in place where LlamaPagedApplies, else
+// gathers; kGather always gathers (tests, benchmarks); kPadded counts as kPerSession. LibTorch
+// errors come back as INTERNAL with every cache back at its length before the call.
+Status LlamaLayerStep(const LlamaAttentionStack& stack, int64_t layer,
+                      const std::vector<LlamaStepItem>& items,
+                      StepAttention attention = StepAttention::kPerSession);
+
+}  // namespace mha

@@ -1,0 +1,76 @@
+#include "llama_ops.h"
+
+#include <ATen/ATen.h>
+
+#include <limits>
+
+#include "mha/attention_ops.h"
+
+namespace mha::internal {
+namespace {
+
+// From this many rows on the fused [(H + 2 KV) D, E] GEMM; below, one GEMM per weight (the
+// measurement behind decode.cc's kFusedRows: OpenBLAS 0.3.21 runs three small GEMMs about twice as
+// fast as one fused for 1-2 rows, within noise from 4 rows on).
+constexpr int64_t kFusedRows = 4;
+
+at::Tensor RotateHalf(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
+}
+
+}  // namespace
+
+void ProjectQkv(const LlamaLayer& layer, const LlamaConfig& config, const at::Tensor& x,
+                at::Tensor* q, at::Tensor* k, at::Tensor* v) {
+  if (x.size(0) >= kFusedRows) {
+    const at::Tensor qkv = at::linear(x, layer.qkv_weight, layer.qkv_bias);
+    *q = qkv.narrow(1, 0, config.q_dim());
+    *k = qkv.narrow(1, config.q_dim(), config.kv_dim());
+    *v = qkv.narrow(1, config.q_dim() + config.kv_dim(), config.kv_dim());
+    return;
+  }
+  *q = at::linear(x, layer.q_weight, layer.q_bias);
+  *k = at::linear(x, layer.k_weight, layer.k_bias);
+  *v = at::linear(x, layer.v_weight, layer.v_bias);
+}
+
+void RopeTables(const at::Tensor& positions, const LlamaConfig& config, at::ScalarType dtype,
+                at::Tensor* cos, at::Tensor* sin) {
+  const int64_t d = config.head_dim;
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(positions.device());
+  // inv_freq_i = 1 / theta^(2i / D), i < D / 2 (Hugging Face's default rotary embedding).
+  const at::Tensor inv_freq = at::pow(config.rope_theta, at::arange(0, d, 2, f64) / d).reciprocal();
+  const at::Tensor angles = positions.to(at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);
+  const at::Tensor emb = at::cat({angles, angles}, -1);  // [N, D]
+  *cos = emb.cos().to(dtype);
+  *sin = emb.sin().to(dtype);
+}
+
+at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return x * cos.unsqueeze(-2) + RotateHalf(x) * sin.unsqueeze(-2);
+}
+
+at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            bool causal) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
+  const int64_t kv = k.size(1), s = k.size(2), group = h / kv;
+  // Query head h = j * group + g (repeat_kv's order) becomes rows [g * T, (g + 1) * T) of K/V
+  // head j's query matrix.
+  const at::Tensor qg = q.reshape({b, kv, group * t, d});
+  at::Tensor mask;
+  if (causal && t > 1) {  // one new token sees every key: no mask
+    mask = at::full({t, s}, -std::numeric_limits<double>::infinity(), q.options()).triu(s - t + 1);
+    if (group > 1) mask = mask.repeat({group, 1});
+  }
+  at::Tensor out;
+  if (fused_kernel_preferred(qg)) {
+    out = fused_attention(qg, k, v, mask, /*is_causal=*/false);
+  } else {
+    at::Tensor weights;
+    out = attention_with_weights(qg, k, v, mask, &weights);
+  }
+  return combine_heads(out.reshape({b, h, t, d}));
+}
+
+}  // namespace mha::internal

@@ -1,0 +1,178 @@
+#include "mha/llama_step.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <map>
+#include <string>
+
+#include "llama_ops.h"
+#include "mha/paged_attention.h"
+#include "mha/shape_string.h"
+#include "mha/tensor_util.h"
+
+namespace mha {
+namespace {
+
+std::string Num(int64_t v) { return std::to_string(v); }
+
+std::string LayoutWords(int64_t heads, int64_t head_dim, at::ScalarType dtype,
+                        const c10::Device& device) {
+  return Num(heads) + " heads of " + Num(head_dim) + " " + std::string(c10::toString(dtype)) +
+         " on " + device.str();
+}
+
+Status CheckItem(const LlamaAttentionStack& stack, const LlamaStepItem& item, size_t i) {
+  const std::string where = "entry " + std::to_string(i) + ": ";
+  if (item.cache == nullptr || item.output == nullptr) {
+    return InvalidArgument(where + "a cache and an output are required");
+  }
+  const KvBlockPool& pool = item.cache->pool();
+  const KvLayout want = stack.kv_layout();
+  if (pool.heads() != want.heads || pool.head_dim() != want.head_dim ||
+      pool.keys().scalar_type() != want.dtype || pool.keys().device() != want.device) {
+    return InvalidArgument(where + "the cache's pool stores " +
+                           LayoutWords(pool.heads(), pool.head_dim(), pool.keys().scalar_type(),
+                                       pool.keys().device()) +
+                           " per token, the model's layers need " +
+                           LayoutWords(want.heads, want.head_dim, want.dtype, want.device));
+  }
+  if (item.cache->rows() != 1) {
+    return InvalidArgument(where + "a session's layer cache holds one sequence, this one " +
+                           Num(item.cache->rows()));
+  }
+  const at::Tensor& h = item.hidden;
+  const int64_t e = stack.config().hidden_size;
+  if (!h.defined() || h.dim() != 2 || h.size(0) < 1 || h.size(1) != e ||
+      !at::isFloatingType(h.scalar_type())) {
+    return InvalidArgument(
+        where + "hidden: expected floating [t >= 1, " + Num(e) +
+        "] (new tokens, hidden_size), got " +
+        (h.defined() ? ShapeString(h.sizes()) + " " + std::string(c10::toString(h.scalar_type()))
+                     : std::string("none")));
+  }
+  return Status::Ok();
+}
+
+// Every item's new keys and values appended to its cache; k and v: [N, KV * D] in item order.
+void AppendAll(const std::vector<LlamaStepItem>& items, const at::Tensor& k, const at::Tensor& v) {
+  int64_t offset = 0;
+  for (const LlamaStepItem& item : items) {
+    const int64_t t = item.hidden.size(0);
+    item.cache->Append(k.narrow(0, offset, t).unsqueeze(0), v.narrow(0, offset, t).unsqueeze(0));
+    offset += t;
+  }
+}
+
+// Each item's attention over its gathered cache (after the append): [N, H * D].
+at::Tensor AttendGathered(const LlamaConfig& c, const std::vector<LlamaStepItem>& items,
+                          const at::Tensor& q) {
+  std::vector<at::Tensor> outs;
+  int64_t offset = 0;
+  for (const LlamaStepItem& item : items) {
+    const int64_t t = item.hidden.size(0);
+    const at::Tensor qh =
+        q.narrow(0, offset, t).reshape({1, t, c.num_attention_heads, c.head_dim}).transpose(1, 2);
+    outs.push_back(internal::GroupedAttention(qh, item.cache->Keys(), item.cache->Values(),
+                                              /*causal=*/true)
+                       .view({t, c.q_dim()}));
+    offset += t;
+  }
+  return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
+}
+
+at::Tensor AttendPaged(const LlamaConfig& c, const std::vector<LlamaStepItem>& items,
+                       const at::Tensor& q) {
+  std::vector<PagedItem> paged;
+  paged.reserve(items.size());
+  for (const LlamaStepItem& item : items) {
+    paged.push_back(PagedItem{item.cache, item.hidden.size(0), /*causal=*/true});
+  }
+  return PagedAttention(items.front().cache->pool(), c.num_attention_heads, paged, q);
+}
+
+void RunStep(const LlamaAttentionStack& stack, int64_t layer,
+             const std::vector<LlamaStepItem>& items, StepAttention attention) {
+  const LlamaConfig& c = stack.config();
+  const internal::LlamaLayer& w = stack.layer(layer);
+  const KvLayout layout = stack.kv_layout();
+  std::vector<at::Tensor> rows;
+  std::vector<int64_t> positions;
+  for (const LlamaStepItem& item : items) {
+    rows.push_back(item.hidden.to(layout.device, layout.dtype));
+    for (int64_t j = 0; j < item.hidden.size(0); ++j) positions.push_back(item.cache->length() + j);
+  }
+  const at::Tensor x = rows.size() == 1 ? rows[0] : at::cat(rows, 0);  // [N, E]
+  const int64_t n = x.size(0);
+  at::Tensor q, k, v, cos, sin;
+  internal::ProjectQkv(w, c, x, &q, &k, &v);
+  internal::RopeTables(at::tensor(positions, at::kLong).to(layout.device), c, layout.dtype, &cos,
+                       &sin);
+  q = internal::ApplyRope(q.reshape({n, c.num_attention_heads, c.head_dim}), cos, sin)
+          .reshape({n, c.q_dim()});
+  k = internal::ApplyRope(k.reshape({n, c.num_key_value_heads, c.head_dim}), cos, sin)
+          .reshape({n, c.kv_dim()});
+  AppendAll(items, k, v);
+  const at::Tensor attended = attention != StepAttention::kGather && LlamaPagedApplies(c, items)
+                                  ? AttendPaged(c, items, q)
+                                  : AttendGathered(c, items, q);
+  const at::Tensor out = at::linear(attended, w.o_weight, w.o_bias).to(ToScalarType(stack.dtype()));
+  int64_t offset = 0;
+  for (const LlamaStepItem& item : items) {
+    const int64_t t = item.hidden.size(0);
+    *item.output = out.narrow(0, offset, t).to(item.hidden.device());
+    offset += t;
+  }
+}
+
+}  // namespace
+
+Status CheckLlamaStep(const LlamaAttentionStack& stack, int64_t layer,
+                      const std::vector<LlamaStepItem>& items) {
+  if (layer < 0 || layer >= stack.num_layers()) {
+    return InvalidArgument("layer " + Num(layer) + " out of range: the model has " +
+                           Num(stack.num_layers()) + " layers (0 .. " +
+                           Num(stack.num_layers() - 1) + ")");
+  }
+  std::map<const KvCache*, size_t> seen;
+  for (size_t i = 0; i < items.size(); ++i) {
+    MHA_RETURN_IF_ERROR(CheckItem(stack, items[i], i));
+    auto [it, fresh] = seen.emplace(items[i].cache, i);
+    if (!fresh) {
+      return InvalidArgument("entries " + std::to_string(it->second) + " and " + std::to_string(i) +
+                             " step the same cache: one entry per session and layer in a step");
+    }
+  }
+  return Status::Ok();
+}
+
+bool LlamaPagedApplies(const LlamaConfig& config, const std::vector<LlamaStepItem>& items) {
+  if (items.empty() || config.group_size() > kMaxPagedGroup) return false;
+  const KvBlockPool& pool = items.front().cache->pool();
+  if (!PagedPoolSupported(pool)) return false;
+  for (const LlamaStepItem& item : items) {
+    if (&item.cache->pool() != &pool || item.hidden.size(0) > kMaxPagedTokens) return false;
+  }
+  return true;
+}
+
+Status LlamaLayerStep(const LlamaAttentionStack& stack, int64_t layer,
+                      const std::vector<LlamaStepItem>& items, StepAttention attention) {
+  if (items.empty()) return Status::Ok();
+  std::vector<int64_t> lengths;
+  for (const LlamaStepItem& item : items) lengths.push_back(item.cache->length());
+  std::string error;
+  try {
+    c10::InferenceMode guard;
+    RunStep(stack, layer, items, attention);
+    return Status::Ok();
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  for (size_t i = 0; i < items.size(); ++i) items[i].cache->Truncate(lengths[i]);
+  return Internal("Llama layer step failed: " + error);
+}
+
+}  // namespace mha
