@@ -191,7 +191,7 @@ TEST_P(LlamaSessionsTest, InterleavedStepsEqualEveryLayersCausalForward) {
 
 std::vector<SessionsParam> SessionsParams() {
   std::vector<SessionsParam> params;
-  for (const std::string& device : testing::LlamaTestDevices()) {
+  for (const std::string& device : testing::TestDevices()) {
     params.emplace_back(device, DType::kFloat32, false);
     params.emplace_back(device, DType::kFloat32, true);
     params.emplace_back(device, DType::kFloat16, false);

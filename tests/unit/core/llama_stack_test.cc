@@ -52,7 +52,7 @@ TEST_P(LlamaStackFixtureTest, EveryLayerEqualsTorchReference) {
 
 std::vector<CaseOnDevice> FixtureCases() {
   std::vector<CaseOnDevice> cases;
-  for (const std::string& device : testing::LlamaTestDevices()) {
+  for (const std::string& device : testing::TestDevices()) {
     // mha_ratio1: H = KV; gqa_ratio4: 4:1; mqa: KV = 1; bias_head_dim: biases, H*D != E.
     for (const std::string& name : testing::LlamaCaseNames("stateless")) {
       cases.emplace_back(name, device);
@@ -109,7 +109,7 @@ TEST_P(LlamaStackHalfTest, CloseToTheReference) {
 
 std::vector<HalfCase> HalfCases() {
   std::vector<HalfCase> cases;
-  for (const std::string& device : testing::LlamaTestDevices()) {
+  for (const std::string& device : testing::TestDevices()) {
     for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
       for (const char* name : {"gqa_ratio4", "bias_head_dim"}) {
         cases.emplace_back(dtype, device, name);

@@ -87,7 +87,7 @@ TEST_P(LlamaStepFixtureTest, StepwiseEqualsTorchCausalForward) {
 
 std::vector<StepParam> StepParams() {
   std::vector<StepParam> params;
-  for (const std::string& device : testing::LlamaTestDevices()) {
+  for (const std::string& device : testing::TestDevices()) {
     for (const std::string& name : testing::LlamaCaseNames("stateless")) {
       for (bool gather : {false, true}) {
         params.push_back({name, 1, 1, gather, device});  // one token a step

@@ -62,13 +62,6 @@ inline std::shared_ptr<LlamaAttentionStack> LoadLlamaStack(const LlamaCase& c,
   return stack.ok() ? *stack : nullptr;
 }
 
-// "cpu", and "cuda" when LibTorch sees a GPU.
-inline std::vector<std::string> LlamaTestDevices() {
-  std::vector<std::string> devices = {"cpu"};
-  if (at::hasCUDA()) devices.push_back("cuda");
-  return devices;
-}
-
 // Half precision against the fp32 reference, norm-wise relative error (testing::RelativeError;
 // docs/afd.md): over a whole forward or a session's whole sequence of a layer <= 2e-2; over the
 // E values of one step <= 5e-2. bfloat16 keeps 8 significant bits: PyTorch's own bfloat16 (Hugging
