@@ -1,5 +1,5 @@
-// The fakes of the DynamicBatcher tests (batcher_test.cc): a forward function that can be held
-// at a gate, a collector of answers, tasks filled with their id.
+// The fakes of the DynamicBatcher tests (dynamic_batcher_test.cc): a forward function that can be
+// held at a gate, a collector of answers, tasks filled with their id.
 #pragma once
 
 #include <ATen/ATen.h>

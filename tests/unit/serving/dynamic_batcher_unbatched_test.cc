@@ -1,6 +1,6 @@
-// The scheduler with batching off (DynamicBatcher, one request per pass; no gRPC): drops expired
-// and cancelled tasks before compute, refuses at once when the queue is full or after Shutdown,
-// calls `done` exactly once per task, and delivers big outputs on the completion thread.
+// DynamicBatcher with batching off (one request per pass, a real small model; no gRPC): drops
+// expired and cancelled tasks before compute, refuses at once when the queue is full or after
+// Shutdown, calls `done` exactly once per task, and delivers big outputs on the completion thread.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -57,7 +57,7 @@ struct Results {
   }
 };
 
-TEST(UnbatchedScheduler, RunsTheForwardPassAndReportsTimings) {
+TEST(DynamicBatcherUnbatchedTest, RunsTheForwardPassAndReportsTimings) {
   auto model = SmallModel();
   auto scheduler = Scheduler(model, Unbatched(1, 4));
   DynamicBatcher& runner = *scheduler;
@@ -80,7 +80,7 @@ TEST(UnbatchedScheduler, RunsTheForwardPassAndReportsTimings) {
   EXPECT_LE(r.queue_us + r.compute_us, elapsed_us);
 }
 
-TEST(UnbatchedScheduler, ExpiredAndCancelledTasksAreDroppedBeforeCompute) {
+TEST(DynamicBatcherUnbatchedTest, ExpiredAndCancelledTasksAreDroppedBeforeCompute) {
   auto model = SmallModel();
   auto scheduler = Scheduler(model, Unbatched(1, 4));
   DynamicBatcher& runner = *scheduler;
@@ -101,7 +101,7 @@ TEST(UnbatchedScheduler, ExpiredAndCancelledTasksAreDroppedBeforeCompute) {
   EXPECT_EQ(results.results[1].compute_us, 0);
 }
 
-TEST(UnbatchedScheduler, ModelErrorsComeBackAsStatus) {
+TEST(DynamicBatcherUnbatchedTest, ModelErrorsComeBackAsStatus) {
   auto model = SmallModel();
   auto scheduler = Scheduler(model, Unbatched(1, 4));
   DynamicBatcher& runner = *scheduler;
@@ -116,7 +116,7 @@ TEST(UnbatchedScheduler, ModelErrorsComeBackAsStatus) {
   EXPECT_NE(results.results[0].status.message().find("forward pass failed"), std::string::npos);
 }
 
-TEST(UnbatchedScheduler, FullQueueIsRefusedInlineAndEveryTaskIsAnsweredOnce) {
+TEST(DynamicBatcherUnbatchedTest, FullQueueIsRefusedInlineAndEveryTaskIsAnsweredOnce) {
   auto model = SmallModel();
   std::mutex gate_mu;
   std::condition_variable gate_cv;
@@ -156,7 +156,7 @@ TEST(UnbatchedScheduler, FullQueueIsRefusedInlineAndEveryTaskIsAnsweredOnce) {
   EXPECT_EQ(ok, 3);
 }
 
-TEST(UnbatchedScheduler, ShutdownDrainsAcceptedTasksThenRefuses) {
+TEST(DynamicBatcherUnbatchedTest, ShutdownDrainsAcceptedTasksThenRefuses) {
   auto model = SmallModel();
   Results results;
   auto runner = Scheduler(model, Unbatched(2, 64));
@@ -176,7 +176,7 @@ TEST(UnbatchedScheduler, ShutdownDrainsAcceptedTasksThenRefuses) {
   EXPECT_EQ(results.results.back().status.code(), StatusCode::kUnavailable);
 }
 
-TEST(UnbatchedScheduler, BigOutputsCompleteOnTheCompletionThread) {
+TEST(DynamicBatcherUnbatchedTest, BigOutputsCompleteOnTheCompletionThread) {
   auto model = SmallModel();
   BatcherOptions options = Unbatched(1, 8);
   options.inline_completion_max_bytes = 0;  // every completion is handed off

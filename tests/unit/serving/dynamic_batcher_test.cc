@@ -1,6 +1,8 @@
 // DynamicBatcher scheduling with a fake forward function: merging, max rows/tokens, bucketing,
-// oldest group first, deadlines, cancellation, full queue, shutdown, failure isolation. (With a
-// real model: batch_assembly_test.cc.)
+// oldest group first, deadlines, cancellation, full queue, shutdown, failure isolation. (Batching
+// off: dynamic_batcher_unbatched_test.cc; with a real model: batch_assembly_test.cc.)
+#include "server/serving/scheduling/dynamic_batcher.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,8 +12,7 @@
 #include <thread>
 
 #include "batch_test_util.h"
-#include "batcher_test_util.h"
-#include "server/serving/scheduling/dynamic_batcher.h"
+#include "dynamic_batcher_test_util.h"
 
 namespace mha::serve {
 namespace {
