@@ -41,17 +41,7 @@ struct Replica {
   }
   // Forward calls this replica answered OK (every mha_requests_total series of the model).
   double AnsweredOk() {
-    httplib::Client http("127.0.0.1", own.metrics_port);
-    auto res = http.Get("/metrics");
-    if (!res) return -1;
-    double sum = 0;
-    std::istringstream lines(res->body);
-    for (std::string line; std::getline(lines, line);) {
-      if (line.rfind("mha_requests_total{", 0) == 0 && Contains(line, "code=\"OK\"")) {
-        sum += std::stod(line.substr(line.rfind(' ') + 1));
-      }
-    }
-    return sum;
+    return ScrapeMetricSum(own.metrics_port, "mha_requests_total", R"(code="OK")");
   }
 };
 
