@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -120,20 +119,29 @@ TEST(DynamicBatcherUnbatchedTest, FullQueueIsRefusedInlineAndEveryTaskIsAnswered
   auto model = SmallModel();
   std::mutex gate_mu;
   std::condition_variable gate_cv;
-  bool open = false;
-  std::atomic<bool> started{false};
+  bool open = false, started = false;
   // The first pass blocks the only worker until the gate opens (a held model: no timing).
   auto forward = [&](const ForwardInputs& in, ForwardOutputs* out) {
-    if (!started.exchange(true)) {
+    {
       std::unique_lock<std::mutex> lock(gate_mu);
-      gate_cv.wait(lock, [&] { return open; });
+      if (!started) {
+        started = true;
+        gate_cv.notify_all();
+        gate_cv.wait(lock, [&] { return open; });
+      }
     }
     return model->ForwardValidated(in, out);
   };
   DynamicBatcher runner("small", MakeBatchModelInfo(*model), forward, Unbatched(1, 2));
   Results results;
   runner.Submit(Task(model), results.Callback());  // the blocker
-  while (!started) std::this_thread::yield();
+  bool blocked = false;
+  {
+    std::unique_lock<std::mutex> lock(gate_mu);
+    blocked = gate_cv.wait_for(lock, std::chrono::seconds(60), [&] { return started; });
+    open = open || !blocked;  // a failing test leaves no pass held
+  }
+  ASSERT_TRUE(blocked) << "the first pass never began";
   runner.Submit(Task(model), results.Callback());  // queued (1/2)
   runner.Submit(Task(model), results.Callback());  // queued (2/2)
   runner.Submit(Task(model), results.Callback());  // refused, inline
