@@ -2,6 +2,8 @@
 // BOOL conversion, binary framing, REST-only parameters taken out, hostile bodies refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -47,6 +49,41 @@ TEST(RestInferBody, HalfBFloatAndBoolConversions) {
   EXPECT_FALSE(Parse(R"({"inputs":[{"name":"m","datatype":"BOOL","shape":[1],"data":[1]}]})").ok());
   EXPECT_FALSE(
       Parse(R"({"inputs":[{"name":"q","datatype":"FP32","shape":[1],"data":[true]}]})").ok());
+}
+
+// tritonclient.http sends a float mask's -inf as -Infinity (Python's json.dumps): accepted in
+// data, each datatype getting the IEEE value; BOOL data still needs true/false, and the tokens
+// anywhere else are still invalid JSON.
+TEST(RestInferBody, NonFiniteDataAsPythonWritesIt) {
+  auto r = Parse(R"({"inputs":[
+      {"name":"attn_mask","datatype":"FP32","shape":[2,2],"data":[0.0,-Infinity,NaN,Infinity]},
+      {"name":"key_padding_mask","datatype":"FP16","shape":[2],"data":[-Infinity,NaN]},
+      {"name":"value","datatype":"BF16","shape":[1],"data":[Infinity]}]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  float mask[4];
+  ASSERT_EQ(r->request.raw_input_contents(0).size(), sizeof(mask));
+  std::memcpy(mask, r->request.raw_input_contents(0).data(), sizeof(mask));
+  EXPECT_EQ(mask[0], 0.0f);
+  EXPECT_EQ(mask[1], -INFINITY);
+  EXPECT_TRUE(std::isnan(mask[2]));
+  EXPECT_EQ(mask[3], INFINITY);
+  uint16_t half[2];
+  ASSERT_EQ(r->request.raw_input_contents(1).size(), sizeof(half));
+  std::memcpy(half, r->request.raw_input_contents(1).data(), sizeof(half));
+  EXPECT_EQ(half[0], 0xfc00);                                            // -inf
+  EXPECT_TRUE((half[1] & 0x7c00) == 0x7c00 && (half[1] & 0x03ff) != 0);  // a NaN
+  uint16_t bf = 0;
+  ASSERT_EQ(r->request.raw_input_contents(2).size(), sizeof(bf));
+  std::memcpy(&bf, r->request.raw_input_contents(2).data(), sizeof(bf));
+  EXPECT_EQ(bf, 0x7f80);  // +inf
+  auto bool_nan = Parse(R"({"inputs":[{"name":"m","datatype":"BOOL","shape":[1],"data":[NaN]}]})");
+  ASSERT_FALSE(bool_nan.ok());
+  EXPECT_EQ(bool_nan.status().message(), "m: datatype BOOL needs data of true/false values");
+  auto parameter = Parse(R"({"inputs":[{"name":"q","datatype":"FP32","shape":[1],"data":[NaN]}],
+                             "parameters":{"need_weights":NaN}})");
+  ASSERT_FALSE(parameter.ok());
+  EXPECT_NE(parameter.status().message().find("request body is not valid JSON"), std::string::npos)
+      << parameter.status().message();
 }
 
 TEST(RestInferBody, BinaryFramingAndRestOnlyParametersAreTakenOut) {

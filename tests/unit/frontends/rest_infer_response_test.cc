@@ -1,7 +1,9 @@
-// The REST infer answer (infer_response.h): JSON data in shortest form, binary outputs after the
-// JSON with its length.
+// The REST infer answer (infer_response.h): JSON data in shortest form (NaN and infinities as
+// Python writes them), binary outputs after the JSON with its length.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -40,6 +42,31 @@ TEST(RestInferResponse, JsonDataAndBinaryOutputs) {
   out = EncodeInferResponse(&response, request);
   EXPECT_FALSE(out.header_length.has_value());
   EXPECT_EQ(nlohmann::json::parse(out.body)["outputs"][1]["data"], nlohmann::json::parse("[3,-4]"));
+}
+
+// NaN and infinities as Python's json.dumps and Triton's TritonJson (kWriteNanAndInfFlag) write
+// them: bare NaN, Infinity, -Infinity; FP16 and BF16 as the float they are.
+TEST(RestInferResponse, NonFiniteValuesAreWrittenAsPythonDoes) {
+  inference::ModelInferResponse response;
+  response.set_model_name("m");
+  response.set_model_version("1");
+  auto* fp32 = response.add_outputs();
+  fp32->set_name("output");
+  fp32->set_datatype("FP32");
+  fp32->add_shape(4);
+  const float f[] = {std::nanf(""), INFINITY, -INFINITY, 1.5f};
+  response.add_raw_output_contents()->assign(reinterpret_cast<const char*>(f), sizeof(f));
+  auto* fp16 = response.add_outputs();
+  fp16->set_name("attn_weights");
+  fp16->set_datatype("FP16");
+  fp16->add_shape(3);
+  const uint16_t h[] = {0x7e00, 0xfc00, 0x3c00};  // NaN, -inf, 1
+  response.add_raw_output_contents()->assign(reinterpret_cast<const char*>(h), sizeof(h));
+  const RestResponse out = EncodeInferResponse(&response, InferBody());
+  EXPECT_FALSE(out.header_length.has_value());
+  EXPECT_NE(out.body.find(R"("data":[NaN,Infinity,-Infinity,1.5])"), std::string::npos) << out.body;
+  EXPECT_NE(out.body.find(R"("data":[NaN,-Infinity,1])"), std::string::npos) << out.body;
+  EXPECT_EQ(out.body.find("null"), std::string::npos) << out.body;
 }
 
 }  // namespace
