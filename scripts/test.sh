@@ -4,8 +4,9 @@
 #   scripts/test.sh [CTEST_ARGS...]             the suite (what .ci/run calls)
 #   scripts/test.sh --sanitize [CTEST_ARGS...]  ASan + UBSan build of our code in build-asan/
 #   scripts/test.sh --tsan [CTEST_ARGS...]      ThreadSanitizer build in build-tsan/ (default: every
-#                                               suite of the serving and front-end unit binaries
-#                                               and the core's decode suites; docs/testing.md)
+#                                               suite of the serving, front-end and wire unit
+#                                               binaries and the core's decode suites;
+#                                               docs/testing.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
@@ -28,7 +29,7 @@ case "${1:-}" in
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitize/tsan.supp}
     if [[ $# -eq 0 ]]; then  # only the binaries the default run needs
       tsan_default=1
-      export MHA_TARGETS=${MHA_TARGETS:-mha_serving_tests mha_frontend_tests mha_core_tests}
+      export MHA_TARGETS=${MHA_TARGETS:-mha_serving_tests mha_frontend_tests mha_wire_tests mha_core_tests}
     fi
     ;;
 esac
@@ -38,7 +39,7 @@ if [[ -n $tsan_default ]]; then
   # them (tests/cmake/gtest_suites_list.cmake), so a new or renamed suite cannot fall out of the
   # run; and the core's decode (gather and in-place paged) and KV-pool suites. --no-tests=error:
   # an empty match fails.
-  suites=$(for t in mha_serving_tests mha_frontend_tests; do
+  suites=$(for t in mha_serving_tests mha_frontend_tests mha_wire_tests; do
     "$MHA_BUILD_DIR/tests/unit/$t" --gtest_list_tests
   done | sed -nE 's#^([A-Za-z_][A-Za-z0-9_/]*)\.( .*)?$#\1#p' | paste -sd'|')
   decode='Fixtures/(Paged)?(Self|Cross)DecodeTest|DecodeBatch|DecodeValidation|KvPool|PagedDecodeBatch|KvCachePages'

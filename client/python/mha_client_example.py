@@ -80,14 +80,17 @@ def build_module(state, num_heads, add_zero_attn, prefix):
     return mha.eval().double()
 
 
-def reference(mha, query, key, value):
-    """PyTorch's slow path on [T, B, E] (batch_first handled by transposing), float64."""
+def reference(mha, query, key, value, attn_mask=None):
+    """PyTorch's slow path on [T, B, E] (batch_first handled by transposing), float64; attn_mask
+    [T, S] as PyTorch takes it (bool: True = masked; float: added to the scores)."""
     q, k, v = (t.double().transpose(0, 1) for t in (query, key, value))
+    if attn_mask is not None and attn_mask.is_floating_point():
+        attn_mask = attn_mask.double()
     separate = not mha._qkv_same_embed_dim
     out, weights = F.multi_head_attention_forward(
         q, k, v, mha.embed_dim, mha.num_heads, mha.in_proj_weight, mha.in_proj_bias,
         mha.bias_k, mha.bias_v, mha.add_zero_attn, 0.0, mha.out_proj.weight, mha.out_proj.bias,
-        training=False, need_weights=True, average_attn_weights=False,
+        training=False, need_weights=True, attn_mask=attn_mask, average_attn_weights=False,
         use_separate_proj_weight=separate, q_proj_weight=mha.q_proj_weight,
         k_proj_weight=mha.k_proj_weight, v_proj_weight=mha.v_proj_weight)
     return out.transpose(0, 1), weights

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Calls mha-server's KServe v2 HTTP/REST endpoint with Debian's python3-requests: health, model
 metadata, then one inference in JSON and one in the binary tensor extension (both ask for per-head
-attention weights), and a three-step sequence (sequence_start with a 4-token prefill, one token,
-sequence_end). With --weights the answers are checked against PyTorch (the reference of
+attention weights), one in JSON with a float mask holding -inf (Python's json, like
+tritonclient.http, writes it -Infinity; the row it masks entirely comes back NaN), and a
+three-step sequence (sequence_start with a 4-token prefill, one token, sequence_end). With --weights the answers are checked against PyTorch (the reference of
 mha_client_example.py, which needs the gRPC stubs of gen_stubs.sh on PYTHONPATH); exit 1 on any
 mismatch. Without --weights it only prints what the server answered.
 
@@ -19,11 +20,15 @@ import torch
 
 
 def infer_json(url, model, inputs, parameters):
+    """JSON data, written by Python's json as tritonclient.http writes it: a float NaN or infinity
+    becomes the bare token NaN, Infinity or -Infinity (requests' json= refuses them); the answer
+    writes them the same way and json.loads reads them back."""
     body = {"id": "python-rest-json", "parameters": parameters,
             "inputs": [{"name": n, "datatype": "FP32", "shape": list(t.shape),
                         "data": t.flatten().tolist()} for n, t in inputs]}
-    r = requests.post(f"{url}/v2/models/{model}/infer", json=body, timeout=60)
-    answer = r.json()
+    r = requests.post(f"{url}/v2/models/{model}/infer", data=json.dumps(body),
+                      headers={"Content-Type": "application/json"}, timeout=60)
+    answer = json.loads(r.content)
     if r.status_code != 200:
         raise SystemExit(f"HTTP {r.status_code}: {answer['error']}")
     return answer, {o["name"]: torch.tensor(o["data"]).reshape(o["shape"])
@@ -52,6 +57,33 @@ def infer_binary(url, model, inputs, parameters):
         outputs[o["name"]] = torch.tensor(values).reshape(o["shape"])
         offset += size
     return answer, outputs
+
+
+def masked_infer(args, query, params, mha):
+    """A float attn_mask with -inf (sent as -Infinity): query row 0 does not see key 1, row 1 sees
+    no key at all. PyTorch gives NaN for such a row, and so must the server (sent back as NaN);
+    the other rows are finite. With the weights, everything == PyTorch (NaN where it is NaN)."""
+    mask = torch.zeros(args.seq, args.seq)
+    mask[0, 1] = float("-inf")
+    mask[1, :] = float("-inf")
+    _, got = infer_json(args.url, args.model, [("query", query), ("attn_mask", mask)], params)
+    nan_rows = torch.isnan(got["output"]).any(-1)  # [B, T]
+    print(f"json, -inf mask: query rows with NaN in the output: "
+          f"{nan_rows.any(0).nonzero().flatten().tolist()} (row 1 sees no key)")
+    failures = []
+    if not (torch.isnan(got["output"][:, 1]).all() and nan_rows.sum() == args.batch):
+        failures.append("-inf mask: NaN in other rows than row 1, or not all of row 1")
+    if mha is not None:
+        import mha_client_example as native  # noqa: E402
+        for name, want in zip(("output", "attn_weights"),
+                              native.reference(mha, query, query, query, attn_mask=mask)):
+            have = got[name].double()
+            same_nan = torch.equal(torch.isnan(have), torch.isnan(want))
+            diff = (have - want).nan_to_num(0.0).abs().max().item()
+            print(f"  {name}: NaN where PyTorch has NaN: {same_nan}, elsewhere max |d| = {diff:.3g}")
+            if not same_nan or not diff <= args.atol:
+                failures.append(f"-inf mask {name}: same NaN {same_nan}, {diff:.3g} > {args.atol}")
+    return failures
 
 
 def causal_reference(mha, query):
@@ -111,6 +143,7 @@ def main():
                 print(f"  {name}: max |server - pytorch| = {diff:.3g}")
                 if not diff <= args.atol:
                     failures.append(f"{form} {name}: {diff:.3g} > {args.atol}")
+    failures += masked_infer(args, query, params, mha if reference is not None else None)
     # A sequence (Triton's sequence extension on a decoding session): prefill, step, end.
     steps = [(0, 4, {"sequence_start": True}), (4, 5, {}), (5, 6, {"sequence_end": True})]
     pieces = []

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "hold_gate.h"
+#include "metrics_scrape.h"
 #include "service_test_util.h"
 
 namespace mha::testing {
@@ -53,16 +54,6 @@ TEST(Hardening, ResponseOverTheBudgetIsRefusedBeforeComputeAndTheServerGoesOn) {
   auto after = client.ForwardRaw(SelfAttentionRequest("", 1, 4, 512));
   EXPECT_TRUE(after.ok()) << after.status().ToString();
   EXPECT_EQ(server.Stop(), 0) << server.log();
-}
-
-int ReadPortFile(const std::string& path) {
-  for (int i = 0; i < 500; ++i) {
-    std::ifstream in(path);
-    int port = 0;
-    if (in >> port && port > 0) return port;
-    std::this_thread::sleep_for(10ms);
-  }
-  return 0;
 }
 
 // A client that sends half a request and then one byte now and then, never finishing it.
@@ -182,14 +173,6 @@ TEST(Hardening, EchoedNamesAreCapped) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-double Scrape(int port, const std::string& series) {
-  httplib::Client http("127.0.0.1", port);
-  auto res = http.Get("/metrics");
-  if (!res) return -1;
-  const size_t at = res->body.find("\n" + series + " ");
-  return at == std::string::npos ? 0 : std::stod(res->body.substr(at + series.size() + 2));
-}
-
 TEST(Hardening, AStreamCountsOneOutcomePerAnsweredMessage) {
   ModelRepositoryDir repository({"self_basic"});
   ServerProcess server;
@@ -207,25 +190,9 @@ TEST(Hardening, AStreamCountsOneOutcomePerAnsweredMessage) {
   EXPECT_EQ(status.code(), StatusCode::kNotFound);
   ASSERT_EQ(responses.size(), 2u);
   // Two answers and the failure that ended the stream; the messages after it are not counted.
-  EXPECT_EQ(Scrape(port, R"(mha_requests_total{code="OK",model="self_basic"})"), 2);
-  EXPECT_EQ(Scrape(port, R"(mha_requests_total{code="NOT_FOUND",model="unknown"})"), 1);
+  EXPECT_EQ(ScrapeMetric(port, R"(mha_requests_total{code="OK",model="self_basic"})"), 2);
+  EXPECT_EQ(ScrapeMetric(port, R"(mha_requests_total{code="NOT_FOUND",model="unknown"})"), 1);
   EXPECT_EQ(server.Stop(), 0) << server.log();
-}
-
-// The sum of every mha_requests_total series with this code (whatever the model label); code ""
-// sums every code.
-double ScrapeCode(int port, const std::string& code) {
-  httplib::Client http("127.0.0.1", port);
-  auto res = http.Get("/metrics");
-  if (!res) return -1;
-  const std::string prefix = "\nmha_requests_total{code=\"" + code + (code.empty() ? "" : "\"");
-  double sum = 0;
-  for (size_t at = res->body.find(prefix); at != std::string::npos;
-       at = res->body.find(prefix, at + 1)) {
-    const size_t value = res->body.find("} ", at);
-    if (value != std::string::npos) sum += std::stod(res->body.substr(value + 2));
-  }
-  return sum;
 }
 
 // Messages already in flight when the stream ends (here: its deadline passes while they wait
@@ -264,11 +231,15 @@ TEST(Hardening, AStreamEndedByItsDeadlineCountsOnlyWhatTheClientSaw) {
   // messages behind it are dropped as expired then. Wait for it; then a call queued behind every
   // message of the stream (one worker, in order): once it is answered, each of them has been
   // settled (and counted, if it were counted), so the count is final. It adds one OK.
-  auto failures = [&] { return ScrapeCode(port, "") - ScrapeCode(port, "OK"); };
+  auto failures = [&] {
+    return ScrapeMetricSum(port, "mha_requests_total") -
+           ScrapeMetricSum(port, "mha_requests_total", R"(code="OK")");
+  };
   for (int i = 0; i < 300 && failures() < 1; ++i) std::this_thread::sleep_for(50ms);
   client::TensorClient after({server.target(), 60s});
   ASSERT_TRUE(after.ForwardRaw(SelfAttentionRequest("self_basic", 1, 3, 16)).ok());
-  EXPECT_EQ(ScrapeCode(port, "OK"), static_cast<double>(responses.size()) + 1);
+  EXPECT_EQ(ScrapeMetricSum(port, "mha_requests_total", R"(code="OK")"),
+            static_cast<double>(responses.size()) + 1);
   EXPECT_EQ(failures(), 1) << "one failure ended the stream";
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }

@@ -12,7 +12,9 @@
 //   gate.ReleaseAll();
 //
 // Passes are numbered from 1 over every model from the server's start (warmup passes do not go
-// through the scheduler and are not counted).
+// through the scheduler and are not counted). A ReleaseOnExit declared after the calls that wait
+// on held passes lets them go before those calls' destructors wait for them, also when an
+// assertion ends the test early.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -74,6 +76,18 @@ class HoldGate {
   void Touch(const std::string& name) const { std::ofstream(dir_.File(name)).close(); }
 
   TempDir dir_;
+};
+
+// Lets every pass through when it goes out of scope.
+class ReleaseOnExit {
+ public:
+  explicit ReleaseOnExit(const HoldGate& gate) : gate_(gate) {}
+  ~ReleaseOnExit() { gate_.ReleaseAll(); }
+  ReleaseOnExit(const ReleaseOnExit&) = delete;
+  ReleaseOnExit& operator=(const ReleaseOnExit&) = delete;
+
+ private:
+  const HoldGate& gate_;
 };
 
 }  // namespace mha::testing

@@ -1,5 +1,6 @@
-// Server life cycle: health NOT_SERVING -> SERVING, a full queue, SIGTERM during a burst, the
-// built-in default model, a repository without a default model, server reflection.
+// Server life cycle: health NOT_SERVING -> SERVING, a full queue and SIGTERM during a burst (passes
+// held at mha-test-server's gate, hold_gate.h), the built-in default model, a repository without a
+// default model, server reflection.
 #include <ATen/ATen.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "hold_gate.h"
 #include "service_test_util.h"
 
 namespace mha::testing {
@@ -102,42 +104,55 @@ TEST(ServiceLifecycle, HealthIsNotServingUntilModelsAreLoaded) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
+// Batching off, one worker, a queue of 1: with the first pass held at the gate (no assumption on
+// how long a pass takes), one more request waits in the queue and the next is refused at once.
+// (The batcher's own queue-full path is tested with a fake model in dynamic_batcher_test.cc.)
 TEST(ServiceLifecycle, FullQueueIsResourceExhaustedAndTheServerRecovers) {
-  // The direct runner, one worker, a queue of 1: at most two of 12 simultaneous requests fit.
-  // Each B=4, T=1024 pass of the built-in E=512 model is ~17 GFLOP (hundreds of ms) for 8 MiB of
-  // input, so the burst arrives long before the first pass ends. (The batcher's own queue-full
-  // path is tested deterministically with a fake model in batcher_test.)
   ServerProcess server;
-  ASSERT_TRUE(server.Start({"--batching", "off", "--workers", "1", "--max-queue-size", "1"}));
+  HoldGate gate;
+  gate.Attach(&server);
+  ASSERT_TRUE(
+      server.Start(gate.Args({"--batching", "off", "--workers", "1", "--max-queue-size", "1"})));
   client::TensorClient client({server.target(), std::chrono::seconds(120)});
-  Burst burst(client, SelfAttentionRequest("", 4, 1024, 512), 12);
-  ASSERT_TRUE(burst.WaitFor(burst.size(), std::chrono::seconds(300)));
-  int ok = 0, exhausted = 0;
-  for (const auto& s : burst.statuses()) {
-    if (s.ok()) {
-      ++ok;
-    } else {
-      EXPECT_EQ(s.error_code(), grpc::RESOURCE_EXHAUSTED) << s.error_message();
-      EXPECT_NE(s.error_message().find("queue full"), std::string::npos) << s.error_message();
-      EXPECT_NE(s.error_message().find("--max-queue-size 1"), std::string::npos);
-      ++exhausted;
-    }
-  }
-  EXPECT_GE(ok, 1);
-  EXPECT_GE(exhausted, 1) << "12 simultaneous requests never filled a queue of 1";
+  const v1::ForwardRequest request = SelfAttentionRequest("", 1, 4, 512);
+  gate.Hold();
+  Burst running(client, request, 1);
+  const ReleaseOnExit release_running(gate);
+  ASSERT_TRUE(gate.WaitEntered(1));  // the only worker is busy with it
+  Burst more(client, request, 2);    // one waits in the queue of 1, the other is refused
+  const ReleaseOnExit release_more(gate);
+  ASSERT_TRUE(more.WaitFor(1, std::chrono::seconds(120))) << "neither was refused";
+  const grpc::Status refused = more.statuses()[0];
+  EXPECT_EQ(refused.error_code(), grpc::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("queue full"), std::string::npos);
+  EXPECT_NE(refused.error_message().find("--max-queue-size 1"), std::string::npos);
+  EXPECT_TRUE(running.statuses().empty()) << "the held pass answered";
+  gate.ReleaseAll();
+  ASSERT_TRUE(running.WaitFor(1, std::chrono::seconds(300)));
+  ASSERT_TRUE(more.WaitFor(2, std::chrono::seconds(300)));
+  EXPECT_TRUE(running.statuses()[0].ok()) << running.statuses()[0].error_message();
+  EXPECT_TRUE(more.statuses()[1].ok()) << more.statuses()[1].error_message();
   auto after = client.ForwardRaw(SelfAttentionRequest("", 1, 4, 512));
   EXPECT_TRUE(after.ok()) << after.status().ToString();
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
+// SIGTERM lands while a pass is held at the gate and the other calls wait behind it (whatever
+// the machine's speed): every call is answered, the server exits 0.
 TEST(ServiceLifecycle, SigtermDuringABurstAnswersEveryCallAndExitsZero) {
   ServerProcess server;
-  ASSERT_TRUE(
-      server.Start({"--workers", "1", "--max-queue-size", "64", "--grace-period-s", "120"}));
+  HoldGate gate;
+  gate.Attach(&server);
+  ASSERT_TRUE(server.Start(
+      gate.Args({"--workers", "1", "--max-queue-size", "64", "--grace-period-s", "120"})));
   client::TensorClient client({server.target(), std::chrono::seconds(120)});
+  gate.Hold();
   Burst burst(client, SelfAttentionRequest("", 8, 128, 512), 16);
-  ASSERT_TRUE(burst.WaitFor(1, std::chrono::seconds(120)));  // the others are queued or running
+  const ReleaseOnExit release(gate);
+  ASSERT_TRUE(gate.WaitEntered(1));  // a pass is running; the others are queued or on their way
   server.Signal(SIGTERM);
+  ASSERT_TRUE(WaitForLog(server, "NOT_SERVING, finishing in-flight calls"));
+  gate.ReleaseAll();
   ASSERT_TRUE(burst.WaitFor(burst.size(), std::chrono::seconds(300)))
       << "some calls never got an answer";
   int ok = 0;

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "metrics_scrape.h"
 #include "service_test_util.h"
 
 namespace mha::testing {
@@ -49,26 +50,6 @@ inline void AddCorruptVersion(const std::string& root, const std::string& model,
   const fs::path staging = fs::path(root) / model / (".staging-" + version);
   WriteText(staging / "model.safetensors", "this is not a safetensors file");
   fs::rename(staging, fs::path(root) / model / version);
-}
-
-// The port a server wrote to `path` (waits up to 60 s for the file); 0 when none.
-inline int ReadPort(const std::string& path) {
-  for (int i = 0; i < 6000; ++i) {
-    std::ifstream in(path);
-    int port = 0;
-    if (in >> port && port > 0) return port;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return 0;
-}
-
-// One series' value from /metrics (0 when absent, -1 when the endpoint did not answer).
-inline double ScrapeMetric(int port, const std::string& series) {
-  httplib::Client http("127.0.0.1", port);
-  auto res = http.Get("/metrics");
-  if (!res) return -1;
-  const size_t at = res->body.find("\n" + series + " ");
-  return at == std::string::npos ? 0 : std::stod(res->body.substr(at + series.size() + 2));
 }
 
 struct Answer {

@@ -176,7 +176,7 @@ TEST(ModelControl, UnloadDrainsAcceptedRequests) {
       server.Start(gate.Args({"--model-repository", repo.path(), "--model-control-mode", "explicit",
                               "--batching", "off", "--workers", "1", "--metrics-address",
                               "127.0.0.1:0", "--metrics-port-file", metrics_port_file})));
-  const int metrics_port = ReadPort(metrics_port_file);
+  const int metrics_port = ReadPortFile(metrics_port_file);
   ASSERT_GT(metrics_port, 0);
   client::TensorClient client({server.target(), 120s});
   gate.Hold();

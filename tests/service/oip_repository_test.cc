@@ -133,7 +133,7 @@ TEST(OipRepository, LoadUnloadAndIndexAreTheLifecyclesAndInferRoutesByVersion) {
   // on mha.v1.
   client::TensorClient native({server.target(), 60s});
   ASSERT_TRUE(native.ForwardRaw(SelfAttentionRequest("b", 1, 4, 16)).ok());
-  const int metrics_port = ReadPort(metrics_port_file);
+  const int metrics_port = ReadPortFile(metrics_port_file);
   ASSERT_GT(metrics_port, 0);
   EXPECT_EQ(ScrapeMetric(metrics_port, R"(mha_protocol_requests_total{code="OK",protocol="oip"})"),
             3);

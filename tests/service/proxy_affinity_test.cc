@@ -41,17 +41,7 @@ struct Replica {
   }
   // Forward calls this replica answered OK (every mha_requests_total series of the model).
   double AnsweredOk() {
-    httplib::Client http("127.0.0.1", own.metrics_port);
-    auto res = http.Get("/metrics");
-    if (!res) return -1;
-    double sum = 0;
-    std::istringstream lines(res->body);
-    for (std::string line; std::getline(lines, line);) {
-      if (line.rfind("mha_requests_total{", 0) == 0 && Contains(line, "code=\"OK\"")) {
-        sum += std::stod(line.substr(line.rfind(' ') + 1));
-      }
-    }
-    return sum;
+    return ScrapeMetricSum(own.metrics_port, "mha_requests_total", R"(code="OK")");
   }
 };
 
@@ -236,14 +226,23 @@ TEST_F(ProxyAffinity, AReplicaKilledMidDecodeCostsNoStep) {
   EXPECT_EQ(resumes, held) << "each session the killed replica held is resumed once";
 }
 
+// Consistent hashing moves a session only to the replica that joined. Before the last round every
+// session has stepped where its hash points now, so the sessions open on the new replica are
+// exactly those that moved: each of them, and no other, was resumed once.
 TEST_F(ProxyAffinity, AReplicaAddedMidDecodeCostsNoStep) {
+  const int64_t last = c_.inputs.query.size(1) - 1;
+  ASSERT_GT(last, 7);
+  double moved = -1;
   const int64_t resumes = Decode(16, [&](int64_t p) {
-    if (p != 6) return;
-    ASSERT_TRUE(AddReplica());
-    ASSERT_TRUE(nginx_.Reload(Ports()));
+    if (p == 6) {
+      ASSERT_TRUE(AddReplica());
+      ASSERT_TRUE(nginx_.Reload(Ports()));
+    }
+    if (p == last) moved = replicas_.back()->Sessions();
   });
-  EXPECT_GE(resumes, 0);  // sessions whose hash moved to the new replica resumed there
-  std::printf("sessions resumed after the fourth replica joined: %lld\n",
+  EXPECT_GE(moved, 0) << "the new replica's metrics did not answer";
+  EXPECT_EQ(resumes, moved) << "sessions resumed vs sessions that moved to the new replica";
+  std::printf("sessions moved to the fourth replica and resumed there: %lld\n",
               static_cast<long long>(resumes));
 }
 

@@ -2,7 +2,7 @@
 // written from the specification (rest_test_util.h): every fixture case in JSON and in the binary
 // tensor extension equals PyTorch; weights only when asked; the id and the request id echoed;
 // health, metadata, config and statistics have the gRPC front end's content; errors carry the
-// HTTP status of their code and gRPC's message.
+// HTTP status of their code and gRPC's message; NaN and infinities in tensor data, in and out.
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -125,6 +125,67 @@ TEST_F(RestServer, NestedDataPerOutputBinaryAndEchoedHeaders) {
   EXPECT_EQ(header("X-Request-Id"), "rest-req-1");
   EXPECT_EQ(header("traceparent"), traceparent);
   EXPECT_TRUE(Contains(shared_->server->log(), "trace_id=4bf92f3577b34da6a3ce929d0e0e4736"));
+}
+
+// Issue 36 item 5: tritonclient.http sends a float mask's -inf as -Infinity (Python's json.dumps),
+// and Triton takes it. A raw body with -Infinity in a float attn_mask answers as the same mask as
+// BOOL does. The query row whose every key is masked is NaN in the output and the weights (as in
+// PyTorch: 1.13 gives NaN for such a row) and comes back as bare NaN tokens, as Python writes
+// them; the other rows are finite. NaN anywhere but an input's data is still invalid JSON.
+TEST_F(RestServer, NonFiniteMaskValuesInAndOut) {
+  const at::Tensor query = Case("self_basic").inputs.query.contiguous();
+  const int64_t t = query.size(1);
+  ASSERT_GE(t, 3);
+  std::string float_mask, bool_mask;  // query row 0: key 1 masked; query row 1: every key
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t j = 0; j < t; ++j) {
+      const bool masked = (i == 0 && j == 1) || i == 1;
+      const std::string comma = i + j > 0 ? ", " : "";
+      float_mask += comma + (masked ? "-Infinity" : "0.0");
+      bool_mask += comma + (masked ? "true" : "false");
+    }
+  }
+  const std::string query_json = R"({"name": "query", "datatype": "FP32", "shape": )" +
+                                 nlohmann::json(query.sizes().vec()).dump() + R"(, "data": )" +
+                                 FlatData(query).dump() + "}";
+  const auto body = [&](const std::string& datatype, const std::string& mask) {
+    return R"({"parameters": {"need_weights": true, "average_attn_weights": true}, "inputs": [)" +
+           query_json + R"(, {"name": "attn_mask", "datatype": ")" + datatype + R"(", "shape": [)" +
+           std::to_string(t) + ", " + std::to_string(t) + R"(], "data": [)" + mask + "]}]}";
+  };
+  const std::string path = "/v2/models/self_basic/infer";
+  const RestAnswer with_float = RestCall(*http_, "POST", path, body("FP32", float_mask));
+  const RestAnswer with_bool = RestCall(*http_, "POST", path, body("BOOL", bool_mask));
+  ASSERT_EQ(with_float.status, 200) << with_float.text;
+  ASSERT_EQ(with_bool.status, 200) << with_bool.text;
+  EXPECT_TRUE(Contains(with_float.text, "[NaN,NaN,") || Contains(with_float.text, ",NaN,NaN,"));
+  EXPECT_FALSE(Contains(with_float.text, "null"));
+  const at::Tensor out = RestOutput(with_float, "output");
+  const at::Tensor weights = RestOutput(with_float, "attn_weights");
+  const at::Tensor bool_out = RestOutput(with_bool, "output");
+  const at::Tensor bool_weights = RestOutput(with_bool, "attn_weights");
+  ASSERT_TRUE(out.defined() && weights.defined() && bool_out.defined() && bool_weights.defined());
+  EXPECT_TRUE(at::isnan(out.select(1, 1)).all().item<bool>()) << out;
+  EXPECT_TRUE(at::isnan(weights.select(1, 1)).all().item<bool>()) << weights;
+  EXPECT_TRUE(at::isfinite(out.select(1, 0)).all().item<bool>()) << out;
+  EXPECT_TRUE(at::isfinite(out.narrow(1, 2, t - 2)).all().item<bool>()) << out;
+  EXPECT_TRUE((weights.select(1, 0).select(-1, 1) == 0).all().item<bool>()) << weights;
+  EXPECT_TRUE(at::allclose(out, bool_out, 1e-6, 1e-6, /*equal_nan=*/true)) << out << bool_out;
+  EXPECT_TRUE(at::allclose(weights, bool_weights, 1e-6, 1e-6, /*equal_nan=*/true));
+
+  const RestAnswer infinite_query =
+      RestCall(*http_, "POST", path,
+               R"({"inputs": [{"name": "query", "datatype": "FP32", "shape": [1, 1, 16], "data": [)"
+               R"(Infinity, NaN, -Infinity, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}]})");
+  EXPECT_EQ(infinite_query.status, 200) << infinite_query.text;
+  for (const std::string not_data :
+       {R"(, "parameters": {"need_weights": NaN}})", R"(, "id": Infinity})"}) {
+    const RestAnswer refused =
+        RestCall(*http_, "POST", path, R"({"inputs": [)" + query_json + "]" + not_data);
+    EXPECT_EQ(refused.status, 400) << refused.text;
+    EXPECT_TRUE(Contains(RestError(refused), "request body is not valid JSON ("));
+    EXPECT_TRUE(Contains(RestError(refused), "accepted only as values of an input's data"));
+  }
 }
 
 // W3C trace context on gRPC too: a valid traceparent in the metadata is echoed in the initial

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -59,9 +60,54 @@ inline std::unique_ptr<httplib::Client> RestClient(int port) {
   return http;
 }
 
+// An answer's JSON text parsed by nlohmann, which knows no NaN or infinities: the bare tokens
+// NaN, Infinity and -Infinity that the server writes for them (as Python's json does) are read as
+// the strings "NaN", "Infinity", "-Infinity" (JsonFloat reads them back). Written here, apart from
+// the server's parser, so that the tests do not take the server's word for its own output.
+inline nlohmann::json ParseAnswerJson(const std::string& text) {
+  std::string quoted;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      quoted += c;
+      continue;
+    }
+    in_string = c == '"';
+    const char* token = nullptr;
+    for (const char* t : {"-Infinity", "Infinity", "NaN"}) {
+      if (text.compare(i, std::strlen(t), t) == 0) token = t;
+      if (token) break;
+    }
+    if (token == nullptr) {
+      quoted += c;
+      continue;
+    }
+    quoted += std::string("\"") + token + "\"";
+    i += std::strlen(token) - 1;
+  }
+  return nlohmann::json::parse(quoted, nullptr, false);
+}
+
+// A value of `data` as a float: a number, or one of the non-finite tokens (ParseAnswerJson).
+inline float JsonFloat(const nlohmann::json& v) {
+  if (!v.is_string()) return v.get<float>();
+  const std::string s = v.get<std::string>();
+  EXPECT_TRUE(s == "NaN" || s == "Infinity" || s == "-Infinity") << s;
+  return s == "NaN" ? std::nanf("") : s == "Infinity" ? INFINITY : -INFINITY;
+}
+
 struct RestAnswer {
   int status = 0;  // 0 = no HTTP answer
   nlohmann::json json;
+  std::string text;    // the JSON as the server wrote it
   std::string binary;  // bytes after the JSON (binary outputs)
   httplib::Headers headers;
 };
@@ -86,7 +132,8 @@ inline RestAnswer RestCall(httplib::Client& client, const std::string& method,
   if (result->has_header("Inference-Header-Content-Length")) {
     json_length = std::stoul(result->get_header_value("Inference-Header-Content-Length"));
   }
-  answer.json = nlohmann::json::parse(result->body.substr(0, json_length), nullptr, false);
+  answer.text = result->body.substr(0, json_length);
+  answer.json = ParseAnswerJson(answer.text);
   answer.binary = result->body.substr(std::min(json_length, result->body.size()));
   return answer;
 }
@@ -108,7 +155,8 @@ inline at::Tensor RestOutput(const RestAnswer& a, const std::string& name) {
     const auto shape = o["shape"].get<std::vector<int64_t>>();
     at::Tensor out = at::empty(shape, at::kFloat);
     if (o.contains("data")) {
-      const auto values = o["data"].get<std::vector<float>>();
+      std::vector<float> values;
+      for (const auto& v : o["data"]) values.push_back(JsonFloat(v));
       EXPECT_EQ(static_cast<int64_t>(values.size()), out.numel()) << name;
       if (static_cast<int64_t>(values.size()) != out.numel()) return {};
       std::memcpy(out.data_ptr(), values.data(), values.size() * sizeof(float));

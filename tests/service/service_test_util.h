@@ -8,9 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/tensor_client.h"
@@ -31,6 +33,21 @@ inline int ConnectLoopback(int port) {
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
   close(fd);
   return -1;
+}
+
+// Waits until `server`'s log holds `text` (looking every 10 ms, at most `timeout`).
+inline ::testing::AssertionResult WaitForLog(
+    const ServerProcess& server, const std::string& text,
+    std::chrono::seconds timeout = std::chrono::seconds(60)) {
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (server.log().find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      return ::testing::AssertionFailure() << "the server never logged '" << text << "':\n"
+                                           << server.log();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // Self-attention request for a model with embed dim `e`.

@@ -63,7 +63,7 @@ struct OwnServer {
                 {"--model-repository", repository->path(), "--metrics-address", "127.0.0.1:0",
                  "--metrics-port-file", port_file, "--kv-block-tokens", "4"});
     auto started = server.Start(args);
-    if (started) metrics_port = ReadPort(port_file);
+    if (started) metrics_port = ReadPortFile(port_file);
     return started;
   }
   std::unique_ptr<client::TensorClient> Client() {

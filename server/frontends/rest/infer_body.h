@@ -7,7 +7,8 @@
 //    "outputs": [{"name", "parameters": {"binary_data": true, ...}}]}
 //
 // Tensor data comes either as JSON `data` (flattened or nested row-major; numbers for
-// FP32/FP16/BF16, true/false for BOOL) or, with the binary tensor extension, as bytes after the
+// FP32/FP16/BF16, and there also NaN, Infinity, -Infinity as Python writes them (json_body.h);
+// true/false for BOOL) or, with the binary tensor extension, as bytes after the
 // JSON: the header `Inference-Header-Content-Length` gives the JSON's length, each binary input
 // has parameters.binary_data_size, and the inputs' bytes follow in the order of `inputs`
 // (contiguous row-major little-endian, BOOL one byte). Either way every input ends up in

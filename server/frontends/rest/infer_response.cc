@@ -4,10 +4,10 @@
 #include <c10/util/Half.h>
 
 #include <charconv>
-#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "server/frontends/rest/json_nonfinite.h"
 #include "server/frontends/rest/proto_json.h"
 
 namespace mha::serve::rest {
@@ -25,8 +25,8 @@ T Load(const std::string& raw, size_t i) {
 }
 
 void AppendFloat(float v, std::string* out) {
-  if (!std::isfinite(v)) {
-    out->append("null");
+  if (const char* token = NonFiniteToken(v)) {
+    out->append(token);
     return;
   }
   char buf[32];

@@ -7,7 +7,8 @@
 // follow the JSON in the order of `outputs`; the JSON's length is then the response header
 // Inference-Header-Content-Length. JSON data is flattened row-major: floats in their shortest
 // round-trip form (FP16/BF16 as the float they are), INT32/INT64 as integers, BOOL as
-// true/false; NaN and infinities, which JSON cannot spell, as null.
+// true/false; NaN and infinities, which JSON cannot spell, as the bare tokens NaN, Infinity and
+// -Infinity, as Python's json and Triton's REST API write them (and as requests may send them).
 #pragma once
 
 #include <optional>

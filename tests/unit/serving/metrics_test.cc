@@ -8,12 +8,12 @@
 #include <torch/version.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <sstream>
+#include <cmath>
 #include <thread>
 #include <vector>
 
 #include "batch_test_util.h"
+#include "metrics_text.h"
 #include "server/serving/observability/metrics_http.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
 
@@ -22,12 +22,7 @@ namespace {
 
 // The value of the sample line `series` (exact name and labels as serialized), NaN if absent.
 double Sample(const std::string& text, const std::string& series) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(series + " ", 0) == 0) return std::strtod(line.c_str() + series.size(), nullptr);
-  }
-  return std::nan("");
+  return testing::SeriesValue(text, series).value_or(std::nan(""));
 }
 
 BuildInfo TestBuild() { return BuildInfo{"9.9.9", "1.13.1", "cpu"}; }

@@ -12,6 +12,7 @@
 #include <future>
 
 #include "batch_test_util.h"
+#include "metrics_text.h"
 #include "server/serving/repository/default_model.h"
 
 namespace mha::serve {
@@ -172,11 +173,8 @@ class CoreFixture {
     EXPECT_EQ(future.wait_for(std::chrono::seconds(30)), std::future_status::ready);
     return future.get();
   }
-  double Sample(const std::string& series) {
-    const std::string text = core_->metrics()->Serialize();
-    const size_t at = text.find("\n" + series + " ");
-    if (at == std::string::npos) return -1;
-    return std::stod(text.substr(at + series.size() + 2));
+  double Sample(const std::string& series) {  // -1 when absent
+    return testing::SeriesValue(core_->metrics()->Serialize(), series).value_or(-1);
   }
 
  private:

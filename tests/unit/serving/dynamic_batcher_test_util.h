@@ -1,5 +1,6 @@
-// The fakes of the DynamicBatcher tests (batcher_test.cc): a forward function that can be held
-// at a gate, a collector of answers, tasks filled with their id.
+// The fakes of the DynamicBatcher tests (dynamic_batcher_test.cc): a forward function that can be
+// held at a gate (and waited for, without polling), a collector of answers, tasks filled with their
+// id.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -29,6 +30,7 @@ class FakeModel {
     {
       std::lock_guard<std::mutex> lock(mu_);
       calls_.push_back({in.query.size(0), in.query.size(1), in.query.max().item<float>()});
+      called_.notify_all();
     }
     if (hold_) gate_.wait();
     if (at::isnan(in.query).any().item<bool>()) return Internal("poisoned input");
@@ -49,9 +51,20 @@ class FakeModel {
     std::lock_guard<std::mutex> lock(mu_);
     return calls_;
   }
+  // Waits until `n` passes have begun (true), or `timeout` has passed (false, and the gate is
+  // released, so that a failing test leaves no pass held): a held pass has begun once it is
+  // recorded, so this is how a test knows the worker is busy.
+  bool WaitForCalls(size_t n, std::chrono::milliseconds timeout = 60s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (called_.wait_for(lock, timeout, [&] { return calls_.size() >= n; })) return true;
+    lock.unlock();
+    Release();
+    return false;
+  }
 
  private:
   std::mutex mu_;
+  std::condition_variable called_;
   std::vector<Call> calls_;
   std::atomic<bool> hold_{false};
   std::promise<void> promise_;

@@ -1,11 +1,11 @@
-// The lifecycle keys of config.json (version_policy, warmup), layered config files (a version
-// folder's over its model's) and the content fingerprint, without a server.
+// The serving part of config.json (serving_config.h): the lifecycle keys (version_policy,
+// warmup) and layered config files (a version folder's over its model's), without a server.
+#include "server/serving/repository/serving_config.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-#include "server/serving/repository/fingerprint.h"
-#include "server/serving/repository/serving_config.h"
 #include "test_util.h"
 
 namespace mha::testing {
@@ -20,7 +20,7 @@ std::string Write(const TempDir& dir, const std::string& name, const std::string
   return path;
 }
 
-TEST(LifecycleConfig, VersionPolicies) {
+TEST(ServingConfigTest, VersionPolicies) {
   TempDir dir;
   auto none = ReadServingConfig(Write(dir, "a.json", R"({"num_heads": 4})"));
   ASSERT_TRUE(none.ok());
@@ -40,7 +40,7 @@ TEST(LifecycleConfig, VersionPolicies) {
   EXPECT_EQ(specific->version_policy.versions, (std::vector<int64_t>{1, 4}));
 }
 
-TEST(LifecycleConfig, BadPoliciesAndWarmupsNameTheFileAndKey) {
+TEST(ServingConfigTest, BadPoliciesAndWarmupsNameTheFileAndKey) {
   TempDir dir;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"version_policy": "latest"})", "'version_policy' must be an object with one key"},
@@ -65,7 +65,7 @@ TEST(LifecycleConfig, BadPoliciesAndWarmupsNameTheFileAndKey) {
   }
 }
 
-TEST(LifecycleConfig, WarmupShapes) {
+TEST(ServingConfigTest, WarmupShapes) {
   TempDir dir;
   auto config = ReadServingConfig(
       Write(dir, "config.json", R"({"warmup": [{"batch": 2, "seq": 8}, {"need_weights": true}]})"));
@@ -79,7 +79,7 @@ TEST(LifecycleConfig, WarmupShapes) {
   EXPECT_TRUE(config->warmup[1].need_weights);
 }
 
-TEST(LifecycleConfig, AVersionFileOverridesTheModelsKeyByKey) {
+TEST(ServingConfigTest, AVersionFileOverridesTheModelsKeyByKey) {
   TempDir dir;
   const std::string model = Write(dir, "model.json", R"({"num_heads": 4, "max_queue_size": 9})");
   const std::string version = Write(dir, "version.json", R"({"max_queue_size": 3})");
@@ -92,19 +92,6 @@ TEST(LifecycleConfig, AVersionFileOverridesTheModelsKeyByKey) {
   ASSERT_FALSE(failed.ok());
   EXPECT_NE(failed.status().message().find(bad + ": 'instances'"), std::string::npos)
       << failed.status().message();
-}
-
-TEST(LifecycleConfig, FingerprintFollowsTheBytesNotSizeOrTime) {
-  TempDir dir;
-  const std::string a = Write(dir, "a.bin", "0123456789");
-  auto first = serve::FingerprintFiles({a});
-  ASSERT_TRUE(first.ok());
-  EXPECT_EQ(first->size(), 16u);
-  EXPECT_EQ(serve::FingerprintFiles({a}).value(), *first);
-  Write(dir, "a.bin", "0123456780");  // same size
-  EXPECT_NE(serve::FingerprintFiles({a}).value(), *first);
-  EXPECT_EQ(serve::FingerprintFiles({dir.path() + "/missing"}).status().code(),
-            StatusCode::kNotFound);
 }
 
 }  // namespace

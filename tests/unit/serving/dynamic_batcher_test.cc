@@ -1,6 +1,8 @@
 // DynamicBatcher scheduling with a fake forward function: merging, max rows/tokens, bucketing,
-// oldest group first, deadlines, cancellation, full queue, shutdown, failure isolation. (With a
-// real model: batch_assembly_test.cc.)
+// oldest group first, deadlines, cancellation, full queue, shutdown, failure isolation. (Batching
+// off: dynamic_batcher_unbatched_test.cc; with a real model: batch_assembly_test.cc.)
+#include "server/serving/scheduling/dynamic_batcher.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,8 +12,7 @@
 #include <thread>
 
 #include "batch_test_util.h"
-#include "batcher_test_util.h"
-#include "server/serving/scheduling/dynamic_batcher.h"
+#include "dynamic_batcher_test_util.h"
 
 namespace mha::serve {
 namespace {
@@ -117,7 +118,7 @@ TEST(DynamicBatcherTest, RespectsMaxRowsAndTokens) {
   Results results;
   fake.Hold();
   batcher->Submit(Task(100, 16), results.For(100));  // occupies the worker
-  while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(fake.WaitForCalls(1)) << "the first pass never began";
   for (int id = 1; id <= 5; ++id) batcher->Submit(Task(id, 16), results.For(id));
   batcher->Submit(Task(6, 3, 4), results.For(6));  // 4 rows x T=3: fits alone (12 tokens)
   fake.Release();
@@ -136,7 +137,7 @@ TEST(DynamicBatcherTest, BucketsByLengthAndServesTheOldestGroupFirst) {
   Results results;
   fake.Hold();
   batcher->Submit(Task(100, 2), results.For(100));
-  while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(fake.WaitForCalls(1)) << "the first pass never began";
   batcher->Submit(Task(1, 40), results.For(1));  // oldest: bucket 40
   for (int id = 2; id <= 6; ++id) batcher->Submit(Task(id, 8 + id), results.For(id));  // 16
   batcher->Submit(Task(7, 35), results.For(7));  // bucket 40 again
@@ -161,7 +162,7 @@ TEST(DynamicBatcherTest, DropsExpiredAndCancelledTasksBeforeCompute) {
   Results results;
   fake.Hold();
   batcher->Submit(Task(100, 2), results.For(100));
-  while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(fake.WaitForCalls(1)) << "the first pass never began";
   InferenceTask expiring = Task(1, 4);
   expiring.enqueue_time = clock.Now();
   expiring.deadline = clock.Now() + 20ms;
@@ -190,7 +191,7 @@ TEST(DynamicBatcherTest, FullQueueAnswersResourceExhaustedInline) {
   Results results;
   fake.Hold();
   batcher->Submit(Task(100, 2), results.For(100));
-  while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(fake.WaitForCalls(1)) << "the first pass never began";
   batcher->Submit(Task(1, 4), results.For(1));
   batcher->Submit(Task(2, 4), results.For(2));
   EXPECT_EQ(batcher->queue_depth(), 2u);
@@ -293,7 +294,7 @@ TEST(DynamicBatcherTest, MergesOnlyWhatTheEstimatedPassTimeAllows) {
   Results results;
   fake.Hold();
   batcher->Submit(Task(100, 2), results.For(100));  // occupies the worker
-  while (fake.calls().empty()) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(fake.WaitForCalls(1)) << "the first pass never began";
   const Clock::time_point soon = Clock::now() + 10min, late = Clock::now() + 48h;
   InferenceTask a = Task(1, 4);
   a.deadline = late;  // alone: 4 tokens, no estimate

@@ -1,9 +1,10 @@
 // tensor_codec on its own: header checks before Torch (overflow-safe), BOOL bytes, round trips
 // for every wire dtype, borrowed decoding.
+#include "proto/wire/tensor_codec.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "proto/wire/tensor_codec.h"
 #include "wire_tensors.h"
 
 namespace mha::testing {

@@ -1,10 +1,9 @@
-// The scheduler with batching off (DynamicBatcher, one request per pass; no gRPC): drops expired
-// and cancelled tasks before compute, refuses at once when the queue is full or after Shutdown,
-// calls `done` exactly once per task, and delivers big outputs on the completion thread.
+// DynamicBatcher with batching off (one request per pass, a real small model; no gRPC): drops
+// expired and cancelled tasks before compute, refuses at once when the queue is full or after
+// Shutdown, calls `done` exactly once per task, and delivers big outputs on the completion thread.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -57,7 +56,7 @@ struct Results {
   }
 };
 
-TEST(UnbatchedScheduler, RunsTheForwardPassAndReportsTimings) {
+TEST(DynamicBatcherUnbatchedTest, RunsTheForwardPassAndReportsTimings) {
   auto model = SmallModel();
   auto scheduler = Scheduler(model, Unbatched(1, 4));
   DynamicBatcher& runner = *scheduler;
@@ -80,7 +79,7 @@ TEST(UnbatchedScheduler, RunsTheForwardPassAndReportsTimings) {
   EXPECT_LE(r.queue_us + r.compute_us, elapsed_us);
 }
 
-TEST(UnbatchedScheduler, ExpiredAndCancelledTasksAreDroppedBeforeCompute) {
+TEST(DynamicBatcherUnbatchedTest, ExpiredAndCancelledTasksAreDroppedBeforeCompute) {
   auto model = SmallModel();
   auto scheduler = Scheduler(model, Unbatched(1, 4));
   DynamicBatcher& runner = *scheduler;
@@ -101,7 +100,7 @@ TEST(UnbatchedScheduler, ExpiredAndCancelledTasksAreDroppedBeforeCompute) {
   EXPECT_EQ(results.results[1].compute_us, 0);
 }
 
-TEST(UnbatchedScheduler, ModelErrorsComeBackAsStatus) {
+TEST(DynamicBatcherUnbatchedTest, ModelErrorsComeBackAsStatus) {
   auto model = SmallModel();
   auto scheduler = Scheduler(model, Unbatched(1, 4));
   DynamicBatcher& runner = *scheduler;
@@ -116,24 +115,33 @@ TEST(UnbatchedScheduler, ModelErrorsComeBackAsStatus) {
   EXPECT_NE(results.results[0].status.message().find("forward pass failed"), std::string::npos);
 }
 
-TEST(UnbatchedScheduler, FullQueueIsRefusedInlineAndEveryTaskIsAnsweredOnce) {
+TEST(DynamicBatcherUnbatchedTest, FullQueueIsRefusedInlineAndEveryTaskIsAnsweredOnce) {
   auto model = SmallModel();
   std::mutex gate_mu;
   std::condition_variable gate_cv;
-  bool open = false;
-  std::atomic<bool> started{false};
+  bool open = false, started = false;
   // The first pass blocks the only worker until the gate opens (a held model: no timing).
   auto forward = [&](const ForwardInputs& in, ForwardOutputs* out) {
-    if (!started.exchange(true)) {
+    {
       std::unique_lock<std::mutex> lock(gate_mu);
-      gate_cv.wait(lock, [&] { return open; });
+      if (!started) {
+        started = true;
+        gate_cv.notify_all();
+        gate_cv.wait(lock, [&] { return open; });
+      }
     }
     return model->ForwardValidated(in, out);
   };
   DynamicBatcher runner("small", MakeBatchModelInfo(*model), forward, Unbatched(1, 2));
   Results results;
   runner.Submit(Task(model), results.Callback());  // the blocker
-  while (!started) std::this_thread::yield();
+  bool blocked = false;
+  {
+    std::unique_lock<std::mutex> lock(gate_mu);
+    blocked = gate_cv.wait_for(lock, std::chrono::seconds(60), [&] { return started; });
+    open = open || !blocked;  // a failing test leaves no pass held
+  }
+  ASSERT_TRUE(blocked) << "the first pass never began";
   runner.Submit(Task(model), results.Callback());  // queued (1/2)
   runner.Submit(Task(model), results.Callback());  // queued (2/2)
   runner.Submit(Task(model), results.Callback());  // refused, inline
@@ -156,7 +164,7 @@ TEST(UnbatchedScheduler, FullQueueIsRefusedInlineAndEveryTaskIsAnsweredOnce) {
   EXPECT_EQ(ok, 3);
 }
 
-TEST(UnbatchedScheduler, ShutdownDrainsAcceptedTasksThenRefuses) {
+TEST(DynamicBatcherUnbatchedTest, ShutdownDrainsAcceptedTasksThenRefuses) {
   auto model = SmallModel();
   Results results;
   auto runner = Scheduler(model, Unbatched(2, 64));
@@ -176,7 +184,7 @@ TEST(UnbatchedScheduler, ShutdownDrainsAcceptedTasksThenRefuses) {
   EXPECT_EQ(results.results.back().status.code(), StatusCode::kUnavailable);
 }
 
-TEST(UnbatchedScheduler, BigOutputsCompleteOnTheCompletionThread) {
+TEST(DynamicBatcherUnbatchedTest, BigOutputsCompleteOnTheCompletionThread) {
   auto model = SmallModel();
   BatcherOptions options = Unbatched(1, 8);
   options.inline_completion_max_bytes = 0;  // every completion is handed off

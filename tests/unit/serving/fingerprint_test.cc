@@ -1,0 +1,35 @@
+// The content fingerprint of a model version's files (repository/fingerprint.h): what a reload
+// compares to decide whether a version changed.
+#include "server/serving/repository/fingerprint.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "test_util.h"
+
+namespace mha::testing {
+namespace {
+
+std::string Write(const TempDir& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir.path() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(FingerprintTest, FollowsTheBytesNotSizeOrTime) {
+  TempDir dir;
+  const std::string a = Write(dir, "a.bin", "0123456789");
+  auto first = serve::FingerprintFiles({a});
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->size(), 16u);
+  EXPECT_EQ(serve::FingerprintFiles({a}).value(), *first);
+  Write(dir, "a.bin", "0123456780");  // same size
+  EXPECT_NE(serve::FingerprintFiles({a}).value(), *first);
+  EXPECT_EQ(serve::FingerprintFiles({dir.path() + "/missing"}).status().code(),
+            StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace mha::testing
