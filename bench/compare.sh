@@ -15,7 +15,7 @@ import json, sys
 core = json.load(open(sys.argv[1]))
 torch = json.loads(sys.argv[2])
 med = {b["run_name"]: b for b in core["benchmarks"] if b.get("aggregate_name") == "median"}
-f0, f1 = med["BM_Forward/need_weights:0/real_time"], med["BM_Forward/need_weights:1/real_time"]
+f0, f1 = med["BM_Forward/need_weights:0/graphs:0/real_time"], med["BM_Forward/need_weights:1/graphs:0/real_time"]
 mm = med["BM_Matmul1024/real_time"]
 flops = 8 * 8 * 128 * 512**2 + 4 * 8 * 128 * 128 * 512
 print(f"core forward, no weights : {f0['passes/s']:.1f} passes/s, {f0['GFLOP/s']:.1f} GFLOP/s")

@@ -74,13 +74,14 @@ double ForwardFlops(int64_t b, int64_t t, int64_t s, int64_t e) {
   return 8.0 * b * t * e * e + 4.0 * b * t * s * e;
 }
 
-std::unique_ptr<mha::MhaModel> MakeModel() {
+std::unique_ptr<mha::MhaModel> MakeModel(bool cuda_graphs) {
   const int64_t kEmbed = Shape().embed;
   mha::MhaOptions o;
   o.embed_dim = kEmbed;
   o.num_heads = Shape().heads;
   o.device = BenchDevice();
   o.dtype = BenchDType();
+  o.cuda_graphs = cuda_graphs;
   at::manual_seed(0);
   mha::MhaWeights w;
   w.q_weight = at::randn({kEmbed, kEmbed}) * 0.05;
@@ -99,13 +100,16 @@ std::unique_ptr<mha::MhaModel> MakeModel() {
   return std::move(model).value();
 }
 
-const mha::MhaModel& Model() {
-  static const auto model = MakeModel();
-  return *model;
+// The eager model (BM_Forward, BM_ForwardHost) and one that replays CUDA graphs (BM_ForwardGraphs).
+const mha::MhaModel& Model(bool cuda_graphs = false) {
+  static const auto eager = MakeModel(false);
+  if (!cuda_graphs) return *eager;
+  static const auto graphed = MakeModel(true);
+  return *graphed;
 }
 
 void BM_Forward(benchmark::State& state) {
-  const mha::MhaModel& model = Model();
+  const mha::MhaModel& model = Model(state.range(1) != 0);
   mha::ForwardInputs in;
   const auto& sh = Shape();
   // On a GPU the input starts there (as for PyTorch's own module); on the CPU it stays fp32.
@@ -125,9 +129,9 @@ void BM_Forward(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Forward)
-    ->ArgName("need_weights")
-    ->Arg(0)
-    ->Arg(1)
+    ->ArgNames({"need_weights", "graphs"})
+    ->Args({0, 0})
+    ->Args({1, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
@@ -197,6 +201,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (BenchTensorOptions().device().is_cuda()) {
+    // The same pass replayed from a CUDA graph (mha/cuda_graphs.h; output only, so no weights).
+    benchmark::RegisterBenchmark("BM_Forward", BM_Forward)
+        ->ArgNames({"need_weights", "graphs"})
+        ->Args({0, 1})
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark("BM_ForwardHost", BM_ForwardHost)
         ->ArgName("need_weights")
         ->Arg(0)

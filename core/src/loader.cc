@@ -153,6 +153,7 @@ StatusOr<LoadedWeights> LoadWeightsImpl(const LoadOptions& options) {
                                                        : DType::kFloat32;
   opts.dtype = options.dtype ? *options.dtype : config.dtype.value_or(stored_dtype);
   opts.device = options.device ? *options.device : config.device.value_or("auto");
+  opts.cuda_graphs = options.cuda_graphs;
 
   Status valid = opts.Validate();
   if (!valid.ok()) return Status(valid.code(), path + ": " + valid.message());

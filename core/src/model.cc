@@ -67,6 +67,10 @@ StatusOr<std::unique_ptr<MhaModel>> MhaModel::Create(const MhaOptions& options,
     return Internal("placing weights on " + model->device_name_ + ": " +
                     e.what_without_backtrace());
   }
+  if (device->is_cuda() && options.cuda_graphs) {
+    CudaGraphOptions graphs;
+    model->graphs_ = std::make_unique<CudaGraphCache>(graphs);
+  }
   return model;
 }
 
@@ -157,7 +161,7 @@ void MhaModel::RunForwardOnDevice(const ForwardInputs& in, ForwardOutputs* out) 
     stream.WaitForCaller();
   }
   for (at::Tensor* t : tensors) *t = StageToDevice(*t, device_);
-  RunForward(staged, out);
+  if (!RunGraphed(staged, out)) RunForward(staged, out);
   at::Tensor* const outputs[] = {&out->output,       &out->attn_weights, &out->topk_values,
                                  &out->topk_indices, &out->head_entropy, &out->head_max_weight};
   for (at::Tensor* t : outputs) {
@@ -168,6 +172,28 @@ void MhaModel::RunForwardOnDevice(const ForwardInputs& in, ForwardOutputs* out) 
     }
   }
   stream.Synchronize();  // outputs complete before they leave this thread and stream
+}
+
+bool MhaModel::RunGraphed(const ForwardInputs& in, ForwardOutputs* out) const {
+  // Output-only self-attention with no mask but causality: what a graph captures.
+  const bool eligible = graphs_ && graphs_->Enabled() && !in.key.defined() && !in.value.defined() &&
+                        !in.key_padding_mask.defined() && !in.attn_mask.defined() &&
+                        !in.need_weights && !in.wants_head_options();
+  if (!eligible) return false;
+  const bool causal = in.is_causal;
+  at::Tensor output = graphs_->Run(in.query.to(compute_scalar_type_), causal,
+                                   [this, causal](const at::Tensor& query) {
+                                     ForwardInputs pass;
+                                     pass.query = query;
+                                     pass.is_causal = causal;
+                                     ForwardOutputs result;
+                                     RunForward(pass, &result);
+                                     return result.output;
+                                   });
+  if (!output.defined()) return false;
+  *out = ForwardOutputs();
+  out->output = std::move(output);
+  return true;
 }
 
 void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {

@@ -110,6 +110,10 @@ void AddServingFlags(CLI::App& app, ServerConfig* c) {
   Add(app, "--default-model", &c->core.default_model,
       "Model used when a request names none (default: the only model, if there is one)");
   Add(app, "--device", &c->device, "cpu, cuda, cuda:N or auto; empty = each model's config.json");
+  Add(app, "--cuda-graphs", &c->core.overrides.cuda_graphs,
+      "On a GPU, capture each small output-only pass shape (batch padded to a power of two, at "
+      "most 4096 tokens, 32 shapes a model) once as a CUDA graph and replay it; false = always "
+      "eager");
   Add(app, "--dtype", &c->dtype,
       "float32, float16 or bfloat16 for every model; empty = each model's config.json");
   Add(app, "--intra-op-threads", &c->intra_op_threads,

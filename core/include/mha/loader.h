@@ -61,6 +61,7 @@ struct LoadOptions {
   std::optional<bool> add_zero_attn;
   std::optional<DType> dtype;
   std::optional<std::string> device;
+  bool cuda_graphs = true;  // MhaOptions::cuda_graphs
 };
 
 struct LoadedWeights {

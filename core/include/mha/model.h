@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "mha/cuda_graphs.h"
 #include "mha/forward_io.h"
 #include "mha/options.h"
 #include "mha/status.h"
@@ -41,6 +42,9 @@ class MhaModel {
   // The dtype the math runs in: options().dtype, or float32 where the device lacks kernels for it.
   DType compute_dtype() const { return compute_dtype_; }
   int64_t parameter_count() const;
+  // CUDA graphs captured so far (mha/cuda_graphs.h); 0 on the CPU or with options().cuda_graphs
+  // off.
+  int64_t cuda_graphs_captured() const { return graphs_ ? graphs_->size() : 0; }
   const MhaWeights& weights() const { return weights_; }
   // The fused q/k/v in-projection [3E, E] and its bias [3E] (q_weight, k_weight and v_weight are
   // row views of it); undefined unless kdim == vdim == E (the bias also when bias=False).
@@ -59,6 +63,9 @@ class MhaModel {
                             ForwardOutputs* outputs) const;
   // CUDA only: RunForward on this thread's stream with staged inputs (mha/device_stream.h).
   void RunForwardOnDevice(const ForwardInputs& inputs, ForwardOutputs* outputs) const;
+  // CUDA only: the pass from a captured graph when it is eligible (mha/cuda_graphs.h); false when
+  // it must run eagerly.
+  bool RunGraphed(const ForwardInputs& staged, ForwardOutputs* outputs) const;
 
   MhaOptions options_;
   MhaWeights weights_;
@@ -68,6 +75,7 @@ class MhaModel {
   c10::Device device_{c10::kCPU};
   DType compute_dtype_ = DType::kFloat32;
   at::ScalarType compute_scalar_type_ = at::kFloat;
+  std::unique_ptr<CudaGraphCache> graphs_;  // CUDA device with options_.cuda_graphs only
 };
 
 }  // namespace mha

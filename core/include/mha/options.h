@@ -27,6 +27,8 @@ struct MhaOptions {
   bool add_zero_attn = false;
   DType dtype = DType::kFloat32;
   std::string device = "auto";  // "cpu", "cuda", "cuda:N" or "auto" (CUDA when present)
+  // On a CUDA device, small output-only passes replay captured CUDA graphs (mha/cuda_graphs.h).
+  bool cuda_graphs = true;
 
   int64_t head_dim() const { return num_heads > 0 ? embed_dim / num_heads : 0; }
   int64_t key_dim() const { return kdim > 0 ? kdim : embed_dim; }

@@ -57,6 +57,7 @@ ModelEntry MakeDefaultModel(const LoadOverrides& overrides) {
   options.num_heads = kDefaultNumHeads;
   if (overrides.dtype) options.dtype = *overrides.dtype;
   if (overrides.device) options.device = *overrides.device;
+  options.cuda_graphs = overrides.cuda_graphs;
   try {
     auto model = MhaModel::Create(options, DefaultModelWeights(kDefaultEmbedDim));
     if (!model.ok()) {

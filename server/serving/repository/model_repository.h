@@ -55,6 +55,7 @@ bool VersionLess(const std::string& a, const std::string& b);
 struct LoadOverrides {  // server flags that win over each config.json
   std::optional<DType> dtype;
   std::optional<std::string> device;
+  bool cuda_graphs = true;  // --cuda-graphs: small passes on a GPU replay captured CUDA graphs
 };
 
 // One model folder DIR/<name>: the versions its version_policy selects, each LOADING, or FAILED

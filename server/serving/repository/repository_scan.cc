@@ -212,6 +212,7 @@ void LoadModelEntry(const LoadOverrides& overrides, ModelEntry* entry) {
     options.config = &entry->config.model;  // read once, at scan time
     options.dtype = overrides.dtype;
     options.device = overrides.device;
+    options.cuda_graphs = overrides.cuda_graphs;
     auto loaded = LoadWeights(options);
     if (!loaded.ok()) return fail(loaded.status());
     entry->format = WeightsFormatName(loaded->format);
