@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one command to run on the GPU device (issue 18): risks, build against the device's LibTorch
 # and the carried prefix, tests on CUDA, benchmarks. Every step records its result and the script
-# goes on; what comes back is $OUT (7 files, flat, each under 16 MiB): risks.log.gz, build.log.gz,
-# ctest.log.gz, bench.log.gz (gzip -9), errors.txt (scripts/build_errors.py: the first failed edges
+# goes on; what comes back is $OUT (8 files, flat, each under 16 MiB): risks.log.gz, build.log.gz,
+# ctest.log.gz, bench.log.gz, profile.log.gz (gzip -9), errors.txt (scripts/build_errors.py: the first failed edges
 # in full, every undefined symbol demangled and deduplicated), torch_ref.json and summary.json.
 # A step whose binaries did not build is recorded as needs-build, with one line naming them.
 #
@@ -11,7 +11,7 @@
 #                 on a warm machine between calls)
 #   env knobs:    OUT (default /tmp/gpu-check-out), GPU_CHECK_BUDGET (seconds, default 530),
 #                 GPU_CHECK_STEPS (default "risks unpack torchref configure build ctest streamtest
-#                 corebench streambench servebench goals"; a second call on the warm machine, e.g.
+#                 corebench streambench servebench profile goals"; a second call on the warm machine, e.g.
 #                 GPU_CHECK_STEPS="streamtest streambench", reuses build-cuda: the carried
 #                 prefix is unpacked again only when its MANIFEST changed, and sources whose
 #                 content did not change get back the mtimes of the last build, so a fresh copy
@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 OUT=${OUT:-/tmp/gpu-check-out}; mkdir -p "$OUT"
 budget=${GPU_CHECK_BUDGET:-530}
-steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest streamtest corebench streambench servebench goals}
+steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest streamtest corebench streambench servebench profile goals}
 jobs=${JOBS:-$(nproc)}
 prefix=${MHA_DEPS_PREFIX:-/tmp/mha-deps}
 build=${BUILD:-build-cuda}
@@ -135,6 +135,7 @@ step unpack 60 "$risks" unpack_step
 # Python (torch, grpcio) keeps the device's own libraries: the carried libssl/libcurl/... are put
 # on LD_LIBRARY_PATH for the C++ build and tests only.
 orig_ld=${LD_LIBRARY_PATH-}
+export MHA_ORIG_LD_LIBRARY_PATH=$orig_ld  # for the Python steps of scripts/gpu-profile.sh
 [ -d "$prefix/usr" ] && eval "$(scripts/device-deps.sh env "$prefix")"
 # The prefix's GLIBC needs, now that it exists (the risk the issue names first).
 { echo "## carried libraries: newest GLIBC / GLIBCXX needed"
@@ -169,6 +170,17 @@ echo "gpu-check: CUDA support: $cuda_on"
 # -k 0: one call shows every compile error, not only the first.
 step build 300 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
 python3 scripts/build_errors.py "$blog" > "$OUT/errors.txt" 2>&1
+# CUDA graphs are the one unit written against LibTorch's CUDA API without a CUDA machine to
+# compile it on: if that unit is what failed, build on without it (eager passes only).
+if grep -q 'cuda_graphs\.cc' "$OUT/errors.txt" && grep -q 'MHA_CUDA_GRAPHS:BOOL=ON' "$build/CMakeCache.txt"; then
+  echo "gpu-check: core/src/cuda_graphs.cc failed: building with -DMHA_CUDA_GRAPHS=OFF"
+  mv "$OUT/errors.txt" "$bdir/errors-graphs.txt"
+  steps="$steps configure-nographs build-nographs"
+  step configure-nographs 60 "$blog" cmake -S . -B "$build" -DMHA_CUDA_GRAPHS=OFF
+  step build-nographs 200 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
+  { python3 scripts/build_errors.py "$blog"; echo; echo "## the build with MHA_CUDA_GRAPHS=ON"
+    cat "$bdir/errors-graphs.txt"; } > "$OUT/errors.txt" 2>&1
+fi
 [ -f "$build/build.ninja" ] && save_mtimes
 
 # ---- 4. Tests on CUDA --------------------------------------------------------------------------
@@ -178,12 +190,12 @@ tlog=$OUT/ctest.log; : > "$tlog"
     echo "$b: $(ldd "$build/$b" 2>/dev/null | grep -cE 'libtorch_cuda|libc10_cuda') cuda libs, $(ldd "$build/$b" 2>/dev/null | grep -c 'not found') not found"
   done
   echo "## unit test cases on cuda:"; "$build"/tests/unit/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
-built ctest tests/unit/mha_core_tests && step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j4 \
+built ctest tests/unit/mha_core_tests && step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j8 \
   --output-on-failure --timeout 120
-# Streams and pinned staging (tests/unit/core/device_stream_test.cc): run alone, verbose, and a skip
+# Streams, pinned staging and CUDA graphs (device_stream_test.cc, cuda_graphs_test.cc): run alone, verbose; a skip
 # counts as a failure here (it would mean the binary sees no GPU).
 streamtest() {
-  "$build"/tests/unit/mha_core_tests --gtest_filter='DeviceStream*' 2>&1 | tee "$bdir/streamtest.txt"
+  "$build"/tests/unit/mha_core_tests --gtest_filter='DeviceStream*:CudaGraph*' 2>&1 | tee "$bdir/streamtest.txt"
   local rc=${PIPESTATUS[0]}
   if grep -q '^\[  SKIPPED \]' "$bdir/streamtest.txt"; then echo "streamtest: skipped cases"; return 3; fi
   return "$rc"
@@ -261,6 +273,8 @@ goals() {
     --dtype "${SERVE_DTYPE:-float16}"
 }
 export -f goals
+# Where the time goes: mha_core's kernels per pass (ncu) beside PyTorch's (torch.profiler).
+built profile bench/mha_core_bench && step profile 200 "$OUT/profile.log" scripts/gpu-profile.sh "$build"
 built goals server/mha-server client/mha-client bench/mha_echo_floor &&
   step goals 150 "$OUT/bench.log" goals
 
@@ -323,11 +337,14 @@ try:
         if "op" in c or "ms" not in c:
             continue
         key = f"{c['B']}_{c['T']}_{c['E']}_{c['H']}_{c['dtype']}"
-        b = core.get(f"{key}/BM_Forward/need_weights:{int(c['need_weights'])}/real_time")
+        b = core.get(f"{key}/BM_Forward/need_weights:{int(c['need_weights'])}/graphs:0/real_time")
         if b and "passes/s" in b:
             ratios[f"{key}/need_weights:{int(c['need_weights'])}"] = b["passes/s"] * c["ms"] / 1e3
+        g = core.get(f"{key}/BM_Forward/need_weights:0/graphs:1/real_time")
+        if g and "passes/s" in g and not c["need_weights"]:
+            ratios[f"{key}/need_weights:0/graphs"] = g["passes/s"] * c["ms"] / 1e3
     s["core_over_torch_speed"] = ratios
-    big = core.get("4_4096_2048_16_bfloat16/BM_Forward/need_weights:0/real_time")
+    big = core.get("4_4096_2048_16_bfloat16/BM_Forward/need_weights:0/graphs:0/real_time")
     if big and "GFLOP/s" in big:
         s["big_bf16_no_weights_over_matmul"] = big["GFLOP/s"] / 1e3 / ref["matmul_8192_bf16_tflops"]
 except Exception as e:

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Where a pass's time goes on the GPU (issue 35; run by scripts/gpu-check.sh, step profile): the
+# kernels mha_core launches for one pass and each one's duration (Nsight Compute, clocks left
+# alone), beside PyTorch's nn.MultiheadAttention's kernels at the same shapes (torch.profiler,
+# bench/torch_gpu_profile.py). The sum of a pass's kernel times against its wall time (corebench)
+# says whether it is launch-bound; kernels PyTorch does not launch are our extra work.
+#   scripts/gpu-profile.sh BUILD_DIR       (prints to stdout)
+set -uo pipefail
+build=${1:-build-cuda}
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+tmp=$(mktemp)
+cases=("32,1024,1024,16 float16 0" "32,1024,1024,16 float16 1" "8,128,512,8 float16 0")
+for c in "${cases[@]}"; do
+  read -r shape dtype weights <<< "$c"
+  echo "### mha_core shape $shape $dtype need_weights=$weights: kernels of passes (ncu)"
+  if [ -n "$ncu" ]; then
+    # Skip the weights' placement and the first passes; then 30 kernels (3+ passes).
+    MHA_BENCH_DEVICE=cuda MHA_BENCH_DTYPE=$dtype MHA_BENCH_SHAPE=$shape timeout 60 "$ncu" \
+      --clock-control none --launch-skip 200 --launch-count 30 --metrics gpu__time_duration.sum \
+      --csv --page raw "$build"/bench/mha_core_bench \
+      --benchmark_filter="^BM_Forward/need_weights:$weights/graphs:0" --benchmark_min_time=0.5 \
+      > "$tmp" 2>&1
+    python3 - "$tmp" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[1], errors="replace") if l.startswith('"'))]
+if not rows:
+    print(open(sys.argv[1], errors="replace").read()[-2000:])
+    sys.exit()
+head, units = rows[0], rows[1]
+name, dur = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
+total = 0.0
+for r in rows[2:]:
+    print(f"{r[dur]:>10} {units[dur]}  {r[name][:110]}")
+    total += float(r[dur].replace(",", "") or 0)
+print(f"sum {total:.1f} {units[dur]} over {len(rows) - 2} kernels")
+PY
+  else
+    echo "no ncu on this machine"
+  fi
+  echo "### torch"
+  LD_LIBRARY_PATH=${MHA_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}} timeout 60 python3 bench/torch_gpu_profile.py --shape "$shape" --dtype "$dtype" --need-weights "$weights" 2>&1 | tail -22
+done
