@@ -168,7 +168,7 @@ step configure 120 "$blog" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Re
 if grep -q 'CUDA support: ON' "$blog"; then cuda_on=true; else cuda_on=false; fi
 echo "gpu-check: CUDA support: $cuda_on"
 # -k 0: one call shows every compile error, not only the first.
-step build 300 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
+step build 340 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
 python3 scripts/build_errors.py "$blog" > "$OUT/errors.txt" 2>&1
 # CUDA graphs are the one unit written against LibTorch's CUDA API without a CUDA machine to
 # compile it on: if that unit is what failed, build on without it (eager passes only).
