@@ -92,9 +92,18 @@ function(_mha_filtered_view dir out)
   set(${out} "${view}" PARENT_SCOPE)
 endfunction()
 
-# mha_filter_torch_includes(): every LibTorch target's include dirs -> their filtered views.
+# mha_filter_torch_includes(): every LibTorch target's include dirs -> their filtered views. The
+# targets: those reachable from TORCH_LIBRARIES, and every other target imported in this directory
+# (find_package(Torch) imports c10, torch_cpu, torch_cuda, c10_cuda..., and a wheel gives each of
+# them the include root too; torch_library and torch_cpu_library reach them only through generator
+# expressions, $<TARGET_PROPERTY:torch_cpu,INTERFACE_INCLUDE_DIRECTORIES>, which the walk above
+# does not follow: on the H200 the include root came back that way). Dirs outside LibTorch's
+# prefix are left alone (_mha_filtered_view).
 function(mha_filter_torch_includes)
   _mha_torch_targets(targets)
+  get_directory_property(imported IMPORTED_TARGETS)
+  list(APPEND targets ${imported})
+  list(REMOVE_DUPLICATES targets)
   foreach(t IN LISTS targets)
     get_target_property(imported "${t}" IMPORTED)
     if(NOT imported)

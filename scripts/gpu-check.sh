@@ -217,19 +217,6 @@ corebench() {
 }
 export -f corebench
 built corebench bench/mha_core_bench && step corebench 120 "$OUT/bench.log" corebench
-# Host query -> pinned staging -> GPU -> pinned outputs, 1 vs 2 threads (two instances, each on its
-# own pool stream): summary.json's stream_overlap is passes/s at 2 threads over 1.
-streambench() {
-  for shape in 8,128,512,8 32,1024,1024,16; do
-    echo "### BM_ForwardHost shape B,T,E,H=$shape dtype=float16"
-    MHA_BENCH_DEVICE=cuda MHA_BENCH_DTYPE=float16 MHA_BENCH_SHAPE=$shape "$build"/bench/mha_core_bench \
-      --benchmark_filter='^BM_ForwardHost/' --benchmark_min_time=0.2 --benchmark_repetitions=3 \
-      --benchmark_report_aggregates_only=true --benchmark_out_format=json \
-      --benchmark_out="$bdir/stream_${shape//,/_}_float16.json" || echo "rc=$?"
-  done
-}
-export -f streambench
-built streambench bench/mha_core_bench && step streambench 60 "$OUT/bench.log" streambench
 
 # Served on the device (issue 18's serving figures, fp16 on cuda, server + client on loopback):
 # served / in-process at B=8 T=128 and the p50 added at B=1 T=16 (client/served_vs_local.py, both
@@ -239,13 +226,13 @@ built streambench bench/mha_core_bench && step streambench 60 "$OUT/bench.log" s
 servebench() {
   local gpu=(--device "${SERVE_DEVICE:-cuda}" --dtype "${SERVE_DTYPE:-float16}")  # cpu: a dry run
   echo "### served_vs_local big"; python3 client/served_vs_local.py --build "$build" big \
-    --rounds 5 --seconds 1 "${gpu[@]}" 2>&1 | tail -3
+    --rounds 3 --seconds 1 "${gpu[@]}" 2>&1 | tail -3
   echo "### served_vs_local small"; python3 client/served_vs_local.py --build "$build" small \
-    --rounds 5 --seconds 1 "${gpu[@]}" 2>&1 | tail -3
-  echo "### batching_on_off"; DUR=5 MHA_BUILD_DIR="$build" bench/batching_on_off.sh "${gpu[@]}" 2>&1 |
+    --rounds 3 --seconds 1 "${gpu[@]}" 2>&1 | tail -3
+  echo "### batching_on_off"; DUR=3 MHA_BUILD_DIR="$build" bench/batching_on_off.sh "${gpu[@]}" 2>&1 |
     grep -E '^== batching|throughput|latency|metrics:'
   # The same load with merged passes of up to 8192 tokens (the default 2048 is the CPU's sweet spot).
-  echo "### batching_on max_batch_tokens=8192"; DUR=5 MODES=on MHA_BUILD_DIR="$build" \
+  echo "### batching_on max_batch_tokens=8192"; DUR=3 MODES=on MHA_BUILD_DIR="$build" \
     bench/batching_on_off.sh "${gpu[@]}" --max-batch-tokens 8192 2>&1 |
     grep -E '^== batching|throughput|latency|metrics:'
   local work; work=$(mktemp -d)
@@ -274,7 +261,20 @@ goals() {
 }
 export -f goals
 # Where the time goes: mha_core's kernels per pass (ncu) beside PyTorch's (torch.profiler).
-built profile bench/mha_core_bench && step profile 200 "$OUT/profile.log" scripts/gpu-profile.sh "$build"
+built profile bench/mha_core_bench && step profile 100 "$OUT/profile.log" scripts/gpu-profile.sh "$build"
+# Host query -> pinned staging -> GPU -> pinned outputs, 1 vs 2 threads (two instances, each on its
+# own pool stream): summary.json's stream_overlap is passes/s at 2 threads over 1.
+streambench() {
+  for shape in 8,128,512,8 32,1024,1024,16; do
+    echo "### BM_ForwardHost shape B,T,E,H=$shape dtype=float16"
+    MHA_BENCH_DEVICE=cuda MHA_BENCH_DTYPE=float16 MHA_BENCH_SHAPE=$shape "$build"/bench/mha_core_bench \
+      --benchmark_filter='^BM_ForwardHost/' --benchmark_min_time=0.2 --benchmark_repetitions=3 \
+      --benchmark_report_aggregates_only=true --benchmark_out_format=json \
+      --benchmark_out="$bdir/stream_${shape//,/_}_float16.json" || echo "rc=$?"
+  done
+}
+export -f streambench
+built streambench bench/mha_core_bench && step streambench 60 "$OUT/bench.log" streambench
 built goals server/mha-server client/mha-client bench/mha_echo_floor &&
   step goals 150 "$OUT/bench.log" goals
 

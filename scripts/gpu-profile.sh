@@ -9,7 +9,7 @@ set -uo pipefail
 build=${1:-build-cuda}
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 tmp=$(mktemp)
-cases=("32,1024,1024,16 float16 0" "32,1024,1024,16 float16 1" "8,128,512,8 float16 0")
+cases=("32,1024,1024,16 float16 1" "8,128,512,8 float16 0" "32,1024,1024,16 float16 0")
 for c in "${cases[@]}"; do
   read -r shape dtype weights <<< "$c"
   echo "### mha_core shape $shape $dtype need_weights=$weights: kernels of passes (ncu)"

@@ -108,6 +108,15 @@ get_filename_component(TORCH_INSTALL_PREFIX "${{CMAKE_CURRENT_LIST_DIR}}/../../.
 set(TORCH_INCLUDE_DIRS "${{TORCH_INSTALL_PREFIX}}/include"
   "${{TORCH_INSTALL_PREFIX}}/include/torch/csrc/api/include")
 set_target_properties(torch PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${{TORCH_INCLUDE_DIRS}}")
+# The wheel's Caffe2Targets.cmake gives c10, torch_cpu (and torch_cuda, c10_cuda) the include root
+# as well, "${{_IMPORT_PREFIX}}/include"; torch_library and torch_cpu_library pass torch_cpu's on
+# through $<TARGET_PROPERTY:torch_cpu,INTERFACE_INCLUDE_DIRECTORIES> (how it reached the units on
+# the H200 after torch's own dirs were filtered).
+foreach(t c10 torch_cpu)
+  if(TARGET ${{t}})
+    set_target_properties(${{t}} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${{TORCH_INSTALL_PREFIX}}/include")
+  endif()
+endforeach()
 # Trap 2: a LibTorch library exports libstdc++'s std::filesystem (poisoned here). Needed by every
 # binary that links LibTorch, as libtorch.so is (TorchConfig links it --no-as-needed).
 set_property(TARGET torch APPEND PROPERTY INTERFACE_LINK_LIBRARIES
