@@ -30,7 +30,7 @@ Status ReadVersionPolicy(const std::string& path, const Json& json, VersionPolic
                            JsonForMessage(*it));
   }
   const std::string kind = it->begin().key();
-  const Json& body = it->begin().value();
+  const Json body = it->begin().value();  // a copy: GCC 13 warns of a dangling reference
   if (!body.is_object()) {
     return InvalidArgument(where + "." + kind + " must be an object, got " + JsonForMessage(body));
   }
