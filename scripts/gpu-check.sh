@@ -189,7 +189,29 @@ tlog=$OUT/ctest.log; : > "$tlog"
   for b in tests/unit/mha_core_tests tests/service/mha-test-server server/mha-server bench/mha_core_bench; do
     echo "$b: $(ldd "$build/$b" 2>/dev/null | grep -cE 'libtorch_cuda|libc10_cuda') cuda libs, $(ldd "$build/$b" 2>/dev/null | grep -c 'not found') not found"
   done
-  echo "## unit test cases on cuda:"; "$build"/tests/unit/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda; } >> "$tlog" 2>&1
+  echo "## unit test cases on cuda:"; "$build"/tests/unit/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda
+  # Trap 2 on the device (2026-11-26: the temp-dir suites still crashed with libstdc++ first on the
+  # link line): where std::filesystem binds, and why.
+  echo "## compiler and its libstdc++"; "${CXX:-c++}" --version 2>&1 | head -1
+  cc_bin=$(awk -F= '/^CMAKE_CXX_COMPILER:/ {print $2}' "$build/CMakeCache.txt")
+  echo "$cc_bin: $("$cc_bin" --version 2>&1 | head -1); libstdc++.so: $("$cc_bin" -print-file-name=libstdc++.so)"
+  echo "## DT_NEEDED, in order"
+  for b in tests/unit/mha_core_tests server/mha-server; do
+    echo "$b: $(readelf -d "$build/$b" 2>/dev/null | awk '/NEEDED/ {gsub(/[][]/, "", $5); printf "%s ", $5}')"
+  done
+  echo "## the link command of mha_core_tests"; ninja -C "$build" -t commands tests/unit/mha_core_tests | tail -1 | cut -c1-3000
+  echo "## libstdc++ / libtorch: who defines remove_all"
+  tlib=$(dirname "$(ldd "$build/tests/unit/mha_core_tests" | awk '/libtorch.so / {print $3}')")
+  for so in $(ldd "$build/tests/unit/mha_core_tests" | awk '/libstdc\+\+|libtorch|libc10/ {print $3}'); do
+    echo "$so: $(nm -D --defined-only "$so" 2>/dev/null | grep -c '_ZNSt10filesystem') std::filesystem symbols;" \
+      "$(nm -D --defined-only "$so" 2>/dev/null | grep 'remove_all' | head -2 | tr '\n' ' ')"
+  done
+  echo "## bindings of one temp-dir suite (LD_DEBUG=bindings)"
+  LD_DEBUG=bindings LD_DEBUG_OUTPUT="$bdir/ld" timeout 60 "$build"/tests/unit/mha_core_tests \
+    --gtest_filter='LoaderConfig.*' > "$bdir/ld.out" 2>&1; echo "rc=$?"; tail -3 "$bdir/ld.out"
+  cat "$bdir"/ld.* 2>/dev/null | grep -E 'filesystem' | grep -v 'ld.out' | sed 's/^ *[0-9]*: *//' | sort | uniq -c |
+    sort -rn | head -30
+  } >> "$tlog" 2>&1
 built ctest tests/unit/mha_core_tests && step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j8 \
   --output-on-failure --timeout 120
 # Streams, pinned staging and CUDA graphs (device_stream_test.cc, cuda_graphs_test.cc): run alone, verbose; a skip
