@@ -159,6 +159,19 @@ mha_filter_torch_includes()
 add_library(mha_torch INTERFACE)
 add_library(mha::torch ALIAS mha_torch)
 target_link_libraries(mha_torch INTERFACE ${TORCH_LIBRARIES})
+# A toolchain whose libstdc++ is static (GCC configured --with-static-standard-libraries, or one
+# without libstdc++.so, as the H200's /opt/gcc behaved): an archive first on the line contributes
+# nothing (nothing is undefined yet), and the objects' std::filesystem references then resolve to
+# the first shared library that defines them, LibTorch. One -u per std::filesystem member of
+# libstdc++.a (fs_ops.o, fs_path.o, fs_dir.o) makes the binary take those members, so it defines
+# std::filesystem itself and its own definitions win; with a shared libstdc++ they are plain
+# references to libstdc++.so.6, which is first. (tests/wheel: wheel.stdcxx links both ways.)
+set(MHA_STDCXX_FS_ANCHORS
+  _ZNSt10filesystem10remove_allERKNS_7__cxx114pathERSt10error_code
+  _ZNSt10filesystem7__cxx114path14_M_split_cmptsEv
+  _ZNSt10filesystem7__cxx1128recursive_directory_iteratorC1ERKNS0_4pathENS_17directory_optionsEPSt10error_code)
 if(UNIX AND NOT APPLE AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-  add_link_options("SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
+  list(TRANSFORM MHA_STDCXX_FS_ANCHORS PREPEND "-Wl,-u," OUTPUT_VARIABLE _mha_anchors)
+  list(JOIN _mha_anchors " " _mha_anchors)
+  add_link_options("SHELL:-Wl,--push-state,--no-as-needed ${_mha_anchors} -lstdc++ -Wl,--pop-state")
 endif()

@@ -275,6 +275,30 @@ def stdcxx(a):
     if r.returncode:
         fail(f"{target} linked with the poisoned library in LibTorch's place exited {r.returncode}")
     print(f"wheel-traps: {target} with {POISON} in LibTorch's place passed {TEMP_DIR_SUITES}")
+    stdcxx_static(a, cmd, exe, target, env)
+
+
+def stdcxx_static(a, cmd, exe, target, env):
+    """The same with a toolchain whose libstdc++ is static (GCC --with-static-standard-libraries, or
+    no libstdc++.so; the H200's /opt/gcc crashed with libstdc++ first on the link line): an archive
+    first on the line gives nothing (nothing is undefined yet), so libtorch's exported copy would
+    win; the -u of one symbol per std::filesystem member makes the binary hold its own."""
+    grouped = " -lstdc++ -Wl,--pop-state"
+    if grouped not in cmd:
+        fail(f"{target}'s link command has no '-lstdc++' in the push-state group: {cmd[:400]}")
+    static_exe = exe + ".static"
+    static_cmd = (cmd.replace(grouped, " -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic -Wl,--pop-state")
+                  .replace(f" -o {shlex.quote(exe)} ", f" -static-libstdc++ -o {shlex.quote(static_exe)} "))
+    r = subprocess.run(static_cmd, shell=True, cwd=a.build, text=True, capture_output=True)
+    if r.returncode:
+        fail(f"relinking {target} with a static libstdc++:\n{r.stderr[-3000:]}")
+    if "libstdc++" in " ".join(needed(static_exe)):
+        fail(f"{static_exe} still needs libstdc++.so: the static variant would prove nothing")
+    r = run([static_exe, f"--gtest_filter={TEMP_DIR_SUITES}", "--gtest_brief=1"], env=env, cwd=a.guard)
+    print(r.stdout[-1000:], r.stderr[-2000:])
+    if r.returncode:
+        fail(f"{target} with a static libstdc++ and {POISON} in LibTorch's place exited {r.returncode}")
+    print(f"wheel-traps: the same with a static libstdc++ passed")
 
 
 # ---- needed ---------------------------------------------------------------------------------
