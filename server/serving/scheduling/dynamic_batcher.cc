@@ -70,6 +70,11 @@ DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info,
   for (int i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
+DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, BatchForwardFn forward,
+                               BatcherOptions options, StatsAggregator* metrics)
+    : DynamicBatcher(std::move(model_name), info, MakePassRunner(info, std::move(forward)),
+                     std::move(options), metrics) {}
+
 std::unique_ptr<DynamicBatcher> DynamicBatcher::ForModel(std::shared_ptr<const MhaModel> model,
                                                          std::string model_name,
                                                          BatcherOptions options,

@@ -95,6 +95,9 @@ class DynamicBatcher final : public ModelRunner {
   // (merge/pass_runner.h: a real model's, or a test's fake forward).
   DynamicBatcher(std::string model_name, BatchModelInfo info, std::unique_ptr<PassRunner> passes,
                  BatcherOptions options, StatsAggregator* metrics = nullptr);
+  // The same over a forward function (MakePassRunner(info, forward)): tests' fakes.
+  DynamicBatcher(std::string model_name, BatchModelInfo info, BatchForwardFn forward,
+                 BatcherOptions options, StatsAggregator* metrics = nullptr);
   // The batcher of a real model: MakeModelPassRunner and its BatchModelInfo.
   static std::unique_ptr<DynamicBatcher> ForModel(std::shared_ptr<const MhaModel> model,
                                                   std::string model_name, BatcherOptions options,
