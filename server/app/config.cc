@@ -133,9 +133,10 @@ void AddServingFlags(CLI::App& app, ServerConfig* c) {
       ->check(CLI::Range(-1, 256));
   Add(app, "--inter-op-threads", &c->inter_op_threads, "ATen inter-op threads")
       ->check(CLI::Range(1, 256));
+  // -1 (not given) is only the default: a given value is checked as main's --workers was.
   Add(app, "--workers", &c->deprecated_workers,
-      "Deprecated: --instances (this old name of it logs a warning); -1 = not given")
-      ->check(CLI::Range(-1, 1024));
+      "Deprecated: --instances (this old name of it logs a warning)")
+      ->check(CLI::Range(0, 1024));
   Add(app, "--tls-cert-file", &c->tls_cert_file,
       "gRPC TLS: server certificate chain (PEM); with --tls-key-file. Empty = plaintext");
   Add(app, "--tls-key-file", &c->tls_key_file,
