@@ -13,6 +13,7 @@
 
 #include "batch_test_util.h"
 #include "metrics_text.h"
+#include "mha/tensor_adapter.h"
 #include "server/serving/repository/default_model.h"
 
 namespace mha::serve {
@@ -165,7 +166,7 @@ class CoreFixture {
   InferenceResponse Run(const std::string& model, ForwardInputs inputs) {
     InferenceRequest request;
     request.model = model;
-    request.inputs = std::move(inputs);
+    request.inputs = testing::ToHostInputs(inputs);
     std::promise<InferenceResponse> answer;
     core_->Infer(std::move(request),
                  [&answer](InferenceResponse r) { answer.set_value(std::move(r)); });
@@ -261,7 +262,7 @@ TEST(ServerCoreTest, RoutesEachModelToItsOwnSchedulerAndMatchesAlone) {
       requests.push_back(MakeRequest(model->options(), {1, 3 + i, i % 2 ? 5 : 0}, gen));
       InferenceRequest request;
       request.model = i % 2 ? "kdim_vdim" : "self_basic";
-      request.inputs = requests.back();
+      request.inputs = testing::ToHostInputs(requests.back());
       f.core().Infer(std::move(request),
                      [&answers, i](InferenceResponse r) { answers[i].set_value(std::move(r)); });
     }
@@ -273,7 +274,7 @@ TEST(ServerCoreTest, RoutesEachModelToItsOwnSchedulerAndMatchesAlone) {
       EXPECT_EQ(r.model, i % 2 ? "kdim_vdim" : "self_basic");
       ForwardOutputs alone;
       ASSERT_TRUE((i % 2 ? cross : self)->Forward(requests[i], &alone).ok());
-      EXPECT_TRUE(testing::TensorsNear(r.outputs.output, alone.output, 1e-5)) << i;
+      EXPECT_TRUE(testing::TensorsNear(ToTensor(r.outputs.output), alone.output, 1e-5)) << i;
     }
     f.core().Stop();
     EXPECT_EQ(f.Run("self_basic", requests[0]).status.code(), StatusCode::kUnavailable);
