@@ -73,7 +73,7 @@ TEST(ModelConfigTest, MissingKeysKeepTheFlags) {
 
 TEST(ModelConfigTest, KeysOverrideTheFlags) {
   TempDir dir;
-  auto o = ReadBatcherConfig(WriteConfig(dir, R"({"num_heads": 4, "max_batch_size": 32,
+  auto o = ReadBatcherConfig(WriteConfig(dir, R"({"num_heads": 4, "max_batch_rows": 32,
       "max_batch_tokens": 4096, "max_queue_delay_us": 0, "max_queue_size": 5, "instances": 3})"),
                              Defaults());
   ASSERT_TRUE(o.ok()) << o.status().ToString();
@@ -84,10 +84,26 @@ TEST(ModelConfigTest, KeysOverrideTheFlags) {
   EXPECT_EQ(o->instances, 3);
 }
 
+// max_batch_size, max_batch_rows' old name, still sets it; both, disagreeing, are refused.
+TEST(ModelConfigTest, MaxBatchSizeIsTheDeprecatedNameOfMaxBatchRows) {
+  TempDir dir;
+  auto old = ReadBatcherConfig(WriteConfig(dir, R"({"max_batch_size": 24})"), Defaults());
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->max_batch_rows, 24);
+  auto both = ReadServingConfig(WriteConfig(dir, R"({"max_batch_rows": 8, "max_batch_size": 24})"));
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("max_batch_size 24 (deprecated) contradicts "
+                                         "max_batch_rows 8"),
+            std::string::npos)
+      << both.status().message();
+  auto same = ReadServingConfig(WriteConfig(dir, R"({"max_batch_rows": 8, "max_batch_size": 8})"));
+  EXPECT_TRUE(same.ok());
+}
+
 TEST(ModelConfigTest, BadValuesNameTheFileAndKey) {
   TempDir dir;
   for (const char* json :
-       {R"({"max_batch_size": 0})", R"({"max_batch_tokens": "big"})",
+       {R"({"max_batch_size": 0})", R"({"max_batch_rows": 0})", R"({"max_batch_tokens": "big"})",
         R"({"max_queue_delay_us": -1})", R"({"instances": 1.5})", R"({"instances": 1000})",
         R"({"max_queue_size": 0})", R"({"instances": 1099511627776})", R"({"num_heads": true})",
         R"({"version": [1]})", R"([1, 2])"}) {
