@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "mha/tensor_adapter.h"
 #include "proto/wire/tensor_codec.h"
 
 namespace mha::client {
@@ -9,7 +10,9 @@ namespace {
 
 Status Encode(const at::Tensor& t, const char* field, v1::Tensor* out) {
   if (!t.defined()) return Status::Ok();
-  const Status s = codec::EncodeTensor(t, v1::DATA_TYPE_UNSPECIFIED, out);
+  auto type = ToElementType(t.scalar_type());
+  if (!type.ok()) return InvalidArgument(std::string(field) + ": " + type.status().message());
+  const Status s = codec::EncodeTensor(ToHost(t, *type), out);
   if (!s.ok()) return InvalidArgument(std::string(field) + ": " + s.message());
   return s;
 }
@@ -36,7 +39,7 @@ Status DecodeIfPresent(bool present, const v1::Tensor& t, const char* field, at:
   if (!present) return Status::Ok();
   auto decoded = codec::DecodeTensor(t, field);
   if (!decoded.ok()) return Internal(decoded.status().message());
-  *out = std::move(decoded.value());
+  *out = ToTensor(*decoded);  // over the decoded copy, which the tensor keeps alive
   return Status::Ok();
 }
 
@@ -71,7 +74,7 @@ StatusOr<ForwardResult> ParseForwardResponse(const v1::ForwardResponse& response
   if (!response.has_output()) return Internal("response without output");
   auto output = codec::DecodeTensor(response.output(), "output");
   if (!output.ok()) return Internal(output.status().message());
-  result.output = std::move(output.value());
+  result.output = ToTensor(*output);
   const v1::ForwardResponse& r = response;
   MHA_RETURN_IF_ERROR(DecodeIfPresent(r.has_attn_weights(), r.attn_weights(), "attn_weights",
                                       &result.attn_weights));

@@ -1,5 +1,5 @@
-// The at::Tensor layer over mha_client: ForwardInputs in, at::Tensor (CPU) out. Needs LibTorch's
-// headers and libraries, not mha_core's code (mha/forward_io.h is header-only).
+// The at::Tensor layer over mha_client: ForwardInputs in, at::Tensor (CPU) out, through the
+// core's tensor adapter (mha/tensor_adapter.h) and the wire's torch-free codec.
 #pragma once
 
 #include <ATen/core/Tensor.h>

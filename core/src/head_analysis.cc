@@ -7,6 +7,8 @@
 #include <cmath>
 #include <string>
 
+#include "mha/weights.h"
+
 namespace mha {
 namespace {
 

@@ -78,18 +78,6 @@ Status CheckHeadOptions(const MhaOptions& o, const ForwardInputs& in, int64_t ke
   return Status::Ok();
 }
 
-int64_t SelectedShape::numel() const { return batch * (heads > 0 ? heads : 1) * rows * columns; }
-
-SelectedShape SelectedWeightsShape(const ForwardInputs& in, int64_t num_heads, int64_t keys) {
-  const WeightsSelection& s = in.weights_selection;
-  SelectedShape shape;
-  shape.batch = in.query.size(0);
-  shape.heads = in.average_attn_weights ? 0 : (s.heads.empty() ? num_heads : s.heads.size());
-  shape.rows = s.query_end.value_or(in.query.size(1)) - s.query_begin.value_or(0);
-  shape.columns = s.top_k > 0 ? s.top_k : keys;
-  return shape;
-}
-
 void SelectWeights(const at::Tensor& probs, const WeightsSelection& s, bool average,
                    at::ScalarType dtype, ForwardOutputs* out) {
   at::Tensor w = probs;  // [B, H, T, S']

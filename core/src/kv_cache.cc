@@ -8,7 +8,17 @@
 #include <string>
 #include <utility>
 
+#include "mha/kv_layout.h"
+#include "mha/model.h"
+
 namespace mha {
+
+struct KvBlockPool::Storage {
+  at::Tensor keys, values;
+};
+
+const at::Tensor& KvBlockPool::keys() const { return storage_->keys; }
+const at::Tensor& KvBlockPool::values() const { return storage_->values; }
 
 StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Create(const KvPoolOptions& options,
                                                            const MhaModel& model) {
@@ -52,12 +62,15 @@ StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Make(const KvPoolOptions& op
   pool->total_blocks_ = options.capacity_bytes / block_bytes;
   pool->block_tokens_ = options.block_tokens;
   pool->block_bytes_ = block_bytes;
+  pool->heads_ = layout.heads;
+  pool->head_dim_ = layout.head_dim;
   try {
     c10::InferenceMode guard;  // steps write in place under InferenceMode
     const auto opts = at::TensorOptions().dtype(layout.dtype).device(layout.device);
     const int64_t slots = pool->total_blocks_ * pool->block_tokens_;
-    pool->keys_ = at::empty({slots, layout.heads, layout.head_dim}, opts);
-    pool->values_ = at::empty({slots, layout.heads, layout.head_dim}, opts);
+    pool->storage_ = std::make_shared<Storage>();
+    pool->storage_->keys = at::empty({slots, layout.heads, layout.head_dim}, opts);
+    pool->storage_->values = at::empty({slots, layout.heads, layout.head_dim}, opts);
   } catch (const c10::Error& e) {
     return ResourceExhausted("allocating the KV cache pool of " +
                              std::to_string(options.capacity_bytes) + " bytes on " +

@@ -6,6 +6,11 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#ifdef MHA_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 namespace mha {
 namespace {
 
@@ -65,6 +70,34 @@ std::string RuntimeSummary() {
          std::to_string(at::get_num_threads()) + " intra-op thread(s), " +
          std::to_string(at::get_num_interop_threads()) + " inter-op thread(s), BLAS " +
          (BlasThreads() > 0 ? std::to_string(BlasThreads()) + " thread(s)" : "threads unknown");
+}
+
+std::string TorchVersion() { return TORCH_VERSION; }
+bool CudaAvailable() { return at::hasCUDA(); }
+int IntraOpThreads() { return at::get_num_threads(); }
+int InterOpThreads() { return at::get_num_interop_threads(); }
+
+std::vector<DeviceMemory> CudaMemoryStats() {
+  std::vector<DeviceMemory> out;
+#ifdef MHA_WITH_CUDA
+  namespace alloc = c10::cuda::CUDACachingAllocator;
+  constexpr size_t aggregate = 0;  // StatType::AGGREGATE (its namespace moved across versions)
+  const int devices = static_cast<int>(c10::cuda::device_count());
+  for (int d = 0; d < devices; ++d) {
+    // Before CUDA is initialised in this process (e.g. every model on the CPU) the allocator has
+    // no stats and throws: then there is nothing to report for the device. The stats type is not
+    // named: CUDACachingAllocator::DeviceStats in 1.x, an alias of
+    // c10::CachingDeviceAllocator::DeviceStats in later 2.x.
+    try {
+      const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+      out.push_back(DeviceMemory{d, stats.allocated_bytes[aggregate].current,
+                                 stats.reserved_bytes[aggregate].current});
+    } catch (const c10::Error&) {
+      continue;
+    }
+  }
+#endif
+  return out;
 }
 
 }  // namespace mha

@@ -1,5 +1,7 @@
 #include "server/app/config.h"
 
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
@@ -54,8 +56,10 @@ void AddSessionFlags(CLI::App& app, ServerConfig* c);
 
 }  // namespace
 
-int ServerConfig::ResolvedWorkers() const {
-  if (core.workers > 0) return core.workers;
+int ServerConfig::ResolvedInstances() const {
+  if (instances > 0) return instances;
+  if (deprecated_workers > 0) return deprecated_workers;
+  if (core.batching) return 1;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / std::max(1, intra_op_threads));
 }
@@ -68,7 +72,12 @@ StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
     o.overrides.dtype = *dtype;
   }
   if (!c.device.empty()) o.overrides.device = c.device;
-  o.workers = c.ResolvedWorkers();
+  if (c.deprecated_workers >= 0) {
+    spdlog::warn(
+        "--workers (MHA_WORKERS) is deprecated: use --instances (MHA_INSTANCES), the same "
+        "setting, batching on or off");
+  }
+  o.batcher.instances = c.ResolvedInstances();
   if (!o.startup_models.empty() && o.model_control != ModelControlMode::kExplicit) {
     return InvalidArgument("--load-model needs --model-control-mode explicit");
   }
@@ -128,9 +137,9 @@ void AddServingFlags(CLI::App& app, ServerConfig* c) {
       ->check(CLI::Range(-1, 256));
   Add(app, "--inter-op-threads", &c->inter_op_threads, "ATen inter-op threads")
       ->check(CLI::Range(1, 256));
-  Add(app, "--workers", &c->core.workers,
-      "Batching off: forward-pass worker threads per model; 0 = cores / intra-op threads. Keep "
-      "1 when BLAS threads each GEMM itself (OpenBLAS): more workers oversubscribe the cores")
+  // -1 (not given) is only the default: a given value is checked as main's --workers was.
+  Add(app, "--workers", &c->deprecated_workers,
+      "Deprecated: --instances (this old name of it logs a warning)")
       ->check(CLI::Range(0, 1024));
   Add(app, "--tls-cert-file", &c->tls_cert_file,
       "gRPC TLS: server certificate chain (PEM); with --tls-key-file. Empty = plaintext");
@@ -172,7 +181,7 @@ void AddBatchingFlags(CLI::App& app, ServerConfig* c) {
   Add(app, "--batching", &c->core.batching,
       "Dynamic batching: merge concurrent requests of a model into one forward pass (on/off)");
   Add(app, "--max-batch-rows", &c->core.batcher.max_batch_rows,
-      "Batching: rows (sum of the requests' B) per forward pass (config.json: max_batch_size)")
+      "Batching: rows (sum of the requests' B) per forward pass (config.json: max_batch_rows)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   Add(app, "--max-batch-tokens", &c->core.batcher.max_batch_tokens,
       "Batching: padded tokens per forward pass (config.json: max_batch_tokens)")
@@ -181,9 +190,11 @@ void AddBatchingFlags(CLI::App& app, ServerConfig* c) {
       "Batching: how long the oldest request may wait for others (config.json: "
       "max_queue_delay_us)")
       ->check(CLI::Range(int64_t{0}, int64_t{60000000}));
-  Add(app, "--instances", &c->core.batcher.instances,
-      "Batching: concurrent forward passes per model (config.json: instances)")
-      ->check(CLI::Range(1, 256));
+  Add(app, "--instances", &c->instances,
+      "Concurrent forward passes (worker threads) per model, batching on or off (config.json: "
+      "instances); 0 = 1 with batching, cores / intra-op threads without. Keep 1 when BLAS "
+      "threads each GEMM itself (OpenBLAS): more oversubscribe the cores")
+      ->check(CLI::Range(0, 256));
 }
 
 void AddOperationFlags(CLI::App& app, ServerConfig* c) {

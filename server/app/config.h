@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "server/serving/server_core.h"
+#include "server/serving/serving_defaults.h"
 
 namespace mha::serve {
 
@@ -25,7 +26,7 @@ struct ServerConfig {
   std::string dtype;   // "" = each model's config.json (else float32)
   int intra_op_threads = 1;
   int inter_op_threads = 1;
-  int64_t max_message_bytes = 64ll << 20;
+  int64_t max_message_bytes = serve::kDefaultMaxMessageBytes;
   int stream_window = 4;
   // gRPC transport security (server/app/tls.h): plaintext unless cert + key are set; a client CA
   // makes client certificates mandatory (mTLS). The metrics/health HTTP endpoint stays plaintext.
@@ -45,10 +46,12 @@ struct ServerConfig {
   std::string admin_token_file;     // "" = model control RPCs need no token
   int64_t debug_load_delay_ms = 0;  // test-only: widens the NOT_SERVING window
 
-  int ResolvedWorkers() const;
+  int instances = 0;            // --instances (0 = auto: ResolvedInstances)
+  int deprecated_workers = -1;  // --workers, its old name; -1 = not given
+  int ResolvedInstances() const;
 };
 
-// The core's options as the binary runs them: --dtype/--device as overrides, --workers resolved,
+// The core's options as the binary runs them: --dtype/--device as overrides, --instances resolved,
 // the batcher's queue size shared with the direct runner. INVALID_ARGUMENT for flags that
 // contradict each other (--load-model without explicit mode).
 StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& config);

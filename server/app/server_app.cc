@@ -1,6 +1,5 @@
 #include "server/app/server_app.h"
 
-#include <ATen/Parallel.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -59,7 +58,6 @@ class ServerApp {
   Status StartHttp();
   Status StartGrpc();
   Status StartRest();
-  template <class KServeOptions>
   void FillKServeOptions(KServeOptions* o) const;
   void SetServing(bool serving);
   std::unique_ptr<oip::GrpcInferenceServiceImpl> MakeOipService();
@@ -97,16 +95,11 @@ Status ServerApp::Start(const ServerCoreOptions& options) {
   return StartRest();
 }
 
-// What both KServe v2 front ends (OIP gRPC, REST) take from the app: the same limits, scheduling
-// defaults, health, statistics, repository control and admin token.
-template <class KServeOptions>
+// What both KServe v2 front ends (OIP gRPC, REST) take from the app: the same limits, health,
+// repository control and admin token (frontends/common/kserve_options.h).
 void ServerApp::FillKServeOptions(KServeOptions* o) const {
   o->max_message_bytes = c_.max_message_bytes;
-  o->scheduling.batching = core_->options().batching;
-  o->scheduling.batcher = core_->options().batcher;
-  o->scheduling.workers = core_->options().workers;
   o->server_ready = [this] { return ready_.load(); };
-  o->metrics = core_->metrics();
   o->controller = core_.get();
   o->admin_token = admin_token_;
 }
@@ -169,11 +162,11 @@ Status ServerApp::StartGrpc() {
   SetServing(false);
   spdlog::info(
       "mha-server listening on {} (port {}, {}): NOT_SERVING until models are loaded; "
-      "workers={} intra_op_threads={} inter_op_threads={} max_queue_size={} "
+      "instances={} intra_op_threads={} inter_op_threads={} max_queue_size={} "
       "max_batch_size={} max_sequence_length={} max_message_bytes={}",
-      c_.grpc_address, port_, TransportSecurityName(c_), c_.ResolvedWorkers(),
-      at::get_num_threads(), at::get_num_interop_threads(), c_.core.batcher.max_queue_size,
-      c_.core.limits.max_batch_size, c_.core.limits.max_sequence_length, c_.max_message_bytes);
+      c_.grpc_address, port_, TransportSecurityName(c_), c_.ResolvedInstances(), IntraOpThreads(),
+      InterOpThreads(), c_.core.batcher.max_queue_size, c_.core.limits.max_batch_size,
+      c_.core.limits.max_sequence_length, c_.max_message_bytes);
   spdlog::info("runtime: {}", RuntimeSummary());
   return Status::Ok();
 }

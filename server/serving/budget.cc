@@ -1,10 +1,6 @@
 #include "server/serving/budget.h"
 
-#include <ATen/core/Tensor.h>
-
 #include <limits>
-
-#include "mha/head_selection.h"
 
 namespace mha::serve {
 namespace {
@@ -51,7 +47,7 @@ struct WeightsCost {
 };
 
 WeightsCost EstimateWeightsCost(const MhaOptions& o, int64_t compute, int64_t out,
-                                const ForwardInputs& in) {
+                                const HostInputs& in) {
   const int64_t b = in.query.size(0), t = in.query.size(1);
   const int64_t s = in.key.defined() ? in.key.size(1) : t, keys = Add(s, ExtraKeys(o));
   WeightsCost cost;
@@ -61,10 +57,12 @@ WeightsCost EstimateWeightsCost(const MhaOptions& o, int64_t compute, int64_t ou
     cost.work = Add(cost.work, Add(cost.response, Mul({b, t, keys, compute})));
   }
   if (!in.need_weights) return cost;
-  const SelectedShape shape = SelectedWeightsShape(in, o.num_heads, keys);
+  const SelectedShape shape =
+      SelectedWeightsShape(in.weights_selection, in.average_attn_weights, b, t, o.num_heads, keys);
   const int64_t values =
       Mul({shape.batch, shape.heads > 0 ? shape.heads : 1, shape.rows, shape.columns});
-  const int64_t value_bytes = in.weights_dtype ? at::elementSize(*in.weights_dtype) : out;
+  const int64_t value_bytes =
+      in.weights_dtype ? static_cast<int64_t>(ElementSize(*in.weights_dtype)) : out;
   int64_t bytes = Mul({values, value_bytes});
   if (in.weights_selection.top_k > 0) {
     bytes = Add(bytes, Mul({values, in.weights_selection.topk_indices_int64 ? 8 : 4}));
@@ -76,8 +74,7 @@ WeightsCost EstimateWeightsCost(const MhaOptions& o, int64_t compute, int64_t ou
 
 }  // namespace
 
-PassCost EstimatePassCost(const MhaOptions& o, DType compute, DType output,
-                          const ForwardInputs& in) {
+PassCost EstimatePassCost(const MhaOptions& o, DType compute, DType output, const HostInputs& in) {
   const int64_t b = in.query.size(0), t = in.query.size(1);
   const int64_t s = in.key.defined() ? in.key.size(1) : t;
   PassCost cost;
@@ -92,7 +89,7 @@ PassCost EstimatePassCost(const MhaOptions& o, DType compute, DType output,
   return cost;
 }
 
-Status CheckPassCost(const PassCost& cost, const ForwardInputs& in, int64_t max_response_bytes,
+Status CheckPassCost(const PassCost& cost, const HostInputs& in, int64_t max_response_bytes,
                      int64_t max_work_bytes) {
   std::string how = "use a smaller batch (B) or shorter sequences (T, S)";
   if (in.need_weights) {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "mha/forward_io.h"
+#include "mha/host_io.h"
 #include "mha/options.h"
 #include "mha/status.h"
 
@@ -20,7 +20,7 @@ struct PassCost {
 
 // `inputs` must be validated. `compute` is the dtype the math runs in, `output` the wire dtype.
 PassCost EstimatePassCost(const MhaOptions& options, DType compute, DType output,
-                          const ForwardInputs& inputs);
+                          const HostInputs& inputs);
 
 // The working memory of one pass over `rows` rows of t queries and s keys (s' = s + extra_keys),
 // `compute_bytes` per element; the batcher checks merged passes with it.
@@ -28,7 +28,7 @@ int64_t PassWorkBytes(int64_t embed_dim, int64_t num_heads, int64_t extra_keys,
                       int64_t compute_bytes, int64_t rows, int64_t t, int64_t s, bool need_weights);
 
 // RESOURCE_EXHAUSTED naming the estimate, the limit and what to change; OK when within both.
-Status CheckPassCost(const PassCost& cost, const ForwardInputs& inputs, int64_t max_response_bytes,
+Status CheckPassCost(const PassCost& cost, const HostInputs& inputs, int64_t max_response_bytes,
                      int64_t max_work_bytes);
 
 }  // namespace mha::serve

@@ -8,11 +8,12 @@
 #include <optional>
 #include <string>
 
-#include "mha/model.h"
+#include "mha/host_io.h"
 #include "mha/options.h"
 #include "mha/status.h"
 #include "server/serving/clock.h"
 #include "server/serving/protocol.h"
+#include "server/serving/serving_defaults.h"
 
 namespace mha::serve {
 
@@ -22,14 +23,14 @@ struct InferenceRequest {
   // Decoded but not yet validated: ServerCore::Infer validates once (shapes against the model,
   // limits). The tensors may borrow the wire message's bytes; the front end keeps the message
   // alive until `done` has run.
-  ForwardInputs inputs;
-  std::optional<DType> output_dtype;       // unset = the model's dtype
+  HostInputs inputs;
+  std::optional<DType> output_dtype;       // unset = the model's dtype (the core casts once)
   Clock::time_point start = Clock::now();  // when the front end received it
   Clock::time_point deadline = Clock::time_point::max();
   std::function<bool()> is_cancelled;  // empty = never; must be cheap and thread-safe
   std::string request_id;
   // false: ServerCore does not count this request's outcome in mha_requests_total; the front end
-  // does (InferenceServer::RecordOutcome), e.g. only once the answer has been written.
+  // does (InferenceServer::CountRequest), e.g. only once the answer has been written.
   bool count_outcome = true;
   Protocol protocol = Protocol::kNative;  // the front end's: mha_protocol_requests_total
   // A decoding session's step (docs/sessions.md): `inputs.query` holds only the new tokens and
@@ -43,7 +44,7 @@ struct OpenSessionRequest {
   std::string model_version;  // "" = the newest READY version; the session stays on it
   int64_t batch_size = 1;     // 0 = 1
   int64_t max_tokens = 0;     // tokens per row; 0 = --max-sequence-length
-  at::Tensor key, value;      // both: cross-attention over these [B, S, kdim] / [B, S, vdim]
+  HostTensor key, value;      // both: cross-attention over these [B, S, kdim] / [B, S, vdim]
   std::string session_id;     // client-chosen (CheckSessionId); "" = the server makes one
 };
 
@@ -63,12 +64,12 @@ struct CloseSessionResponse {
 
 struct InferenceResponse {
   Status status;
-  ForwardOutputs outputs;  // set when status is OK
-  std::string model;       // the model that answered ("" when none was resolved)
+  HostOutputs outputs;  // set when status is OK: in output_dtype / weights_dtype already
+  std::string model;    // the model that answered ("" when none was resolved)
   std::string model_version;
   DType output_dtype = DType::kFloat32;  // the request's, else the model's
   // The request's weights_dtype (the weights tensors already have it); unset = output_dtype.
-  std::optional<at::ScalarType> weights_dtype;
+  std::optional<ElementType> weights_dtype;
   int64_t queue_us = 0;
   int64_t compute_us = 0;
   int64_t session_tokens = -1;  // a session step: tokens in the session after it (else -1)
@@ -83,9 +84,9 @@ struct RequestLimits {
   int64_t max_batch_size = 64;         // B of one request
   int64_t max_sequence_length = 4096;  // T and S
   // The encoded response (output + weights): well under protobuf's 2 GiB message limit.
-  int64_t max_response_bytes = int64_t{1} << 30;
+  int64_t max_response_bytes = kDefaultMaxResponseBytes;
   // The estimated working memory of one pass (server/serving/budget.h); a merged pass obeys it too.
-  int64_t max_work_bytes = int64_t{4} << 30;
+  int64_t max_work_bytes = kDefaultMaxWorkBytes;
 };
 
 }  // namespace mha::serve

@@ -9,16 +9,26 @@
 
 #include "mha/head_analysis.h"
 #include "server/serving/inference.h"
+#include "server/serving/observability/stats_aggregator.h"
 #include "server/serving/repository/model_repository.h"
 
 namespace mha::serve {
 
-// One model version's statistics (Triton's ModelStatistics), since the server started.
+// One model version's statistics since the server started: its aggregator read once
+// (stats_aggregator.h); mha.v1, the Open Inference Protocol and REST each format these.
 struct VersionStatistics {
   std::string name, version;
-  int64_t inference_count = 0, execution_count = 0, success_count = 0, failure_count = 0;
-  int64_t queue_ns = 0, compute_ns = 0;
-  int64_t last_inference_ms = 0;  // Unix time; 0 = none yet
+  StatsSnapshot stats;  // zeros when the version never had any
+};
+
+// How a served version is scheduled: its handle's effective options (the server's flags with the
+// model's config.json on top, computed once when the version is published).
+struct SchedulerView {
+  bool batching = true;
+  int instances = 1;
+  int64_t max_batch_rows = 0, max_batch_tokens = 0;
+  int64_t max_queue_delay_us = 0;
+  int64_t max_queue_size = 0;
 };
 
 // AnalyzeModel's answer: the version that answered and its head analysis (shared, cached).
@@ -37,15 +47,21 @@ class InferenceServer {
   // one sent with count_outcome = false (a stream counts only what it answers). `model` as
   // requested
   // ("" = the default model); nullopt when the request could not even be read ("unknown").
-  virtual void RecordOutcome(const std::optional<std::string>& model, const Status& status,
-                             Clock::time_point start, Protocol protocol) = 0;
+  virtual void CountRequest(const std::optional<std::string>& model, const Status& status,
+                            Clock::time_point start, Protocol protocol) = 0;
   // The models as they are now; never null.
   virtual std::shared_ptr<const ModelRepository> repository() const = 0;
-  // Per version: name "" = every model, version "" = every version of it. NOT_FOUND for an
-  // unknown name or version.
+  // Per version, one rule for every protocol: name "" = every READY version (of `version` when
+  // it is not ""); a name = its versions (any state), or the one `version`. NOT_FOUND (as
+  // Resolve words it) for an unknown name or version.
   virtual StatusOr<std::vector<VersionStatistics>> Statistics(const std::string& name,
                                                               const std::string& version) {
     return Unimplemented("this server keeps no statistics");
+  }
+  // The scheduling of a served (READY) version; nullopt when it is not being served.
+  virtual std::optional<SchedulerView> Scheduling(const std::string& name,
+                                                  const std::string& version) const {
+    return std::nullopt;
   }
   // The head analysis of one loaded version (mha/head_analysis.h), computed on first use and
   // cached for the version's lifetime. NOT_FOUND / UNAVAILABLE as Infer.

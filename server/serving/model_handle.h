@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "mha/head_analysis.h"
+#include "server/serving/inference_server.h"
 #include "server/serving/observability/stats_aggregator.h"
 #include "server/serving/repository/model_repository.h"
 #include "server/serving/scheduling/runner.h"
@@ -23,6 +24,7 @@ namespace mha::serve {
 struct ModelHandle {
   std::shared_ptr<const ModelEntry> entry;
   std::unique_ptr<ModelRunner> scheduler;  // null unless READY
+  SchedulerView scheduling;                // the scheduler's effective options
   StatsAggregator* metrics = nullptr;
   // AnalyzeModel's answer, computed once on first use (server_core_analysis.cc).
   std::once_flag analysis_once;

@@ -14,7 +14,7 @@ namespace {
 
 constexpr char kUnknownModel[] = "unknown";  // the metrics label of names the server does not know
 
-Status CheckLimits(const ForwardInputs& in, const RequestLimits& limits) {
+Status CheckLimits(const HostInputs& in, const RequestLimits& limits) {
   const int64_t b = in.query.size(0);
   if (b > limits.max_batch_size) {
     return ResourceExhausted("query: batch size " + std::to_string(b) +
@@ -40,7 +40,7 @@ using internal::Complete;
 
 BatcherOptions BatcherOptionsFor(const ServingConfig& c, const BatcherOptions& defaults) {
   BatcherOptions o = defaults;
-  if (c.max_batch_size) o.max_batch_rows = *c.max_batch_size;
+  if (c.max_batch_rows) o.max_batch_rows = *c.max_batch_rows;
   if (c.max_batch_tokens) o.max_batch_tokens = *c.max_batch_tokens;
   if (c.max_queue_delay_us) o.max_queue_delay_us = *c.max_queue_delay_us;
   if (c.max_queue_size) o.max_queue_size = static_cast<size_t>(*c.max_queue_size);
@@ -49,12 +49,9 @@ BatcherOptions BatcherOptionsFor(const ServingConfig& c, const BatcherOptions& d
 }
 
 BatcherOptions SchedulerOptionsFor(const ServingConfig& c, bool batching,
-                                   const BatcherOptions& defaults, int workers) {
-  if (batching) return BatcherOptionsFor(c, defaults);
-  BatcherOptions o = defaults;
-  o.batching = false;
-  o.instances = workers;
-  if (c.max_queue_size) o.max_queue_size = static_cast<size_t>(*c.max_queue_size);
+                                   const BatcherOptions& defaults) {
+  BatcherOptions o = BatcherOptionsFor(c, defaults);
+  o.batching = batching;  // off: one request per pass (the merging limits do not apply)
   return o;
 }
 
@@ -131,42 +128,39 @@ StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(const ServerCoreOptions
 StatusOr<std::vector<VersionStatistics>> ServerCore::Statistics(const std::string& name,
                                                                 const std::string& version) {
   auto repository = Current()->repository;
-  std::vector<ModelRepository::EntryPtr> entries = repository->entries();
-  if (!name.empty()) {
-    entries = repository->Versions(name);
-    if (!version.empty()) {
-      entries.erase(std::remove_if(entries.begin(), entries.end(),
-                                   [&](const auto& e) { return e->version != version; }),
-                    entries.end());
-    }
-    if (entries.empty()) return repository->Resolve(name, version).status();
-  }
+  std::vector<ModelRepository::EntryPtr> entries =
+      name.empty() ? repository->entries() : repository->Versions(name);
+  entries.erase(std::remove_if(entries.begin(), entries.end(),
+                               [&](const auto& e) {
+                                 return (!version.empty() && e->version != version) ||
+                                        (name.empty() && e->state != ModelState::kReady);
+                               }),
+                entries.end());
+  if (!name.empty() && entries.empty()) return repository->Resolve(name, version).status();
   std::vector<VersionStatistics> out;
   for (const auto& e : entries) {
     if (!out.empty() && out.back().name == e->name && out.back().version == e->version) continue;
-    VersionStatistics v;
-    v.name = e->name;
-    v.version = e->version;
-    if (const StatsAggregator* a = metrics_.StatsFor(e->name, e->version)) {
-      const StatsSnapshot s = a->Read();
-      v.inference_count = s.inference_count;
-      v.execution_count = s.execution_count;
-      v.success_count = s.success_count;
-      v.failure_count = s.failure_count;
-      v.queue_ns = s.queue_ns;
-      v.compute_ns = s.compute_ns;
-      v.last_inference_ms = s.last_inference_ms;
-    }
+    VersionStatistics v{e->name, e->version, StatsSnapshot()};
+    if (const StatsAggregator* a = metrics_.StatsFor(e->name, e->version)) v.stats = a->Read();
     out.push_back(std::move(v));
   }
   return out;
 }
 
+std::optional<SchedulerView> ServerCore::Scheduling(const std::string& name,
+                                                    const std::string& version) const {
+  auto state = Current();
+  auto entry = state->repository->Resolve(name, version);
+  if (!entry.ok()) return std::nullopt;
+  auto it = state->handles.find({(*entry)->name, (*entry)->version});
+  if (it == state->handles.end()) return std::nullopt;
+  return it->second->scheduling;
+}
+
 std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
   auto handle = std::make_shared<ModelHandle>();
   handle->metrics = metrics_.ForVersion(entry.name, entry.version);
-  BatcherOptions o =
-      SchedulerOptionsFor(entry.config, options_.batching, options_.batcher, options_.workers);
+  BatcherOptions o = SchedulerOptionsFor(entry.config, options_.batching, options_.batcher);
   o.max_batch_work_bytes = options_.limits.max_work_bytes;
   if (o.batching) {
     spdlog::info("model {} scheduler: batching rows={} tokens={} delay_us={} queue={} instances={}",
@@ -176,6 +170,9 @@ std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
     spdlog::info("model {} scheduler: one request per pass, queue={} instances={}", entry.name,
                  o.max_queue_size, o.instances);
   }
+  handle->scheduling = SchedulerView{o.batching,           o.instances,
+                                     o.max_batch_rows,     o.max_batch_tokens,
+                                     o.max_queue_delay_us, static_cast<int64_t>(o.max_queue_size)};
   handle->scheduler = DynamicBatcher::ForModel(entry.model, entry.name, o, handle->metrics);
   SessionOptions sessions = options_.sessions;
   sessions.max_work_bytes = options_.limits.max_work_bytes;
@@ -195,20 +192,21 @@ StatsAggregator* ServerCore::MetricsFor(const ServingState* state, const std::st
   return metrics_.ForModel(kUnknownModel);  // unknown names must not make new series
 }
 
-void ServerCore::RecordOutcome(const std::optional<std::string>& model, const Status& status,
-                               Clock::time_point start, Protocol protocol) {
+void ServerCore::CountRequest(const std::optional<std::string>& model, const Status& status,
+                              Clock::time_point start, Protocol protocol) {
   auto state = Current();
-  MetricsFor(model ? state.get() : nullptr, model.value_or(""))
-      ->RecordRequest(status.code(), MicrosBetween(start, Clock::now()) * 1e-6, protocol);
+  internal::CountRequest(MetricsFor(model ? state.get() : nullptr, model.value_or("")),
+                         status.code(), start, Clock::now(), protocol);
 }
 
 Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& request) const {
-  const MhaModel& model = *handle.entry->model;
-  MHA_RETURN_IF_ERROR(model.ValidateInputs(request.inputs));
+  const ModelEntry& entry = *handle.entry;
+  MHA_RETURN_IF_ERROR(ValidateInputs(*entry.model, request.inputs));
   MHA_RETURN_IF_ERROR(CheckLimits(request.inputs, options_.limits));
+  const ModelInfo& model = entry.info;
   const PassCost cost =
-      EstimatePassCost(model.options(), model.compute_dtype(),
-                       request.output_dtype.value_or(model.options().dtype), request.inputs);
+      EstimatePassCost(model.options, model.compute_dtype,
+                       request.output_dtype.value_or(model.options.dtype), request.inputs);
   return CheckPassCost(cost, request.inputs, options_.limits.max_response_bytes,
                        options_.limits.max_work_bytes);
 }
@@ -233,7 +231,7 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
   }
   std::shared_ptr<ModelHandle> handle = it->second;
   if (Status valid = Validate(*handle, request); !valid.ok()) {
-    handle->metrics->RecordOutcome(false, 0, 0, 0);
+    handle->metrics->RecordInference(false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);
   }
   ModelRunner* scheduler = handle->scheduler.get();

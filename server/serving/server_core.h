@@ -34,11 +34,10 @@ namespace mha::serve {
 
 // The batcher settings of one model: its config.json keys over the server's flags.
 BatcherOptions BatcherOptionsFor(const ServingConfig& config, const BatcherOptions& defaults);
-// The scheduler of one model as it runs: with batching, BatcherOptionsFor; without, the same
-// scheduler with one request per pass on `workers` instances (config.json's max_queue_size still
-// applies).
+// The scheduler of one model as it runs: BatcherOptionsFor, batching on or off (off: one request
+// per pass; instances and the queue size still apply).
 BatcherOptions SchedulerOptionsFor(const ServingConfig& config, bool batching,
-                                   const BatcherOptions& defaults, int workers);
+                                   const BatcherOptions& defaults);
 
 // The serving core: a thin façade over the model lifecycle (lifecycle/model_lifecycle.h: loads,
 // reloads, polls, retires; it publishes the ServingState) and the router (Infer: resolve, validate
@@ -69,13 +68,15 @@ class ServerCore final : public InferenceServer, public ModelController {
 
   // A request a front end refused before Infer (undecodable message, too big): counted in
   // mha_requests_total like the others. `model` is the name the request gave.
-  void RecordOutcome(const std::optional<std::string>& model, const Status& status,
-                     Clock::time_point start, Protocol protocol) override;
+  void CountRequest(const std::optional<std::string>& model, const Status& status,
+                    Clock::time_point start, Protocol protocol) override;
 
   // The models as they are now (LOADING entries while loading). Never null after Create.
   std::shared_ptr<const ModelRepository> repository() const override;
   StatusOr<std::vector<VersionStatistics>> Statistics(const std::string& name,
                                                       const std::string& version) override;
+  std::optional<SchedulerView> Scheduling(const std::string& name,
+                                          const std::string& version) const override;
   StatusOr<ModelAnalysisResult> Analyze(const std::string& name,
                                         const std::string& version) override;
   // Head analyses computed so far (each version's first Analyze): a cached answer leaves it.

@@ -23,8 +23,7 @@ StatusOr<ModelAnalysisResult> ServerCore::Analyze(const std::string& name,
   std::call_once(handle.analysis_once, [this, &handle] {
     ++analyses_computed_;
     const auto start = std::chrono::steady_clock::now();
-    const MhaModel& model = *handle.entry->model;
-    auto analysis = AnalyzeHeads(model.options(), model.weights());
+    auto analysis = AnalyzeModelHeads(*handle.entry->model);
     if (!analysis.ok()) {
       handle.analysis_status = analysis.status();
       return;

@@ -29,6 +29,11 @@ StageTimes StagesOf(const InferenceResult& r, Clock::time_point start, Clock::ti
 
 }  // namespace
 
+void CountRequest(StatsAggregator* metrics, StatusCode code, Clock::time_point start,
+                  Clock::time_point end, Protocol protocol) {
+  metrics->RecordRequest(code, MicrosBetween(start, end) * 1e-6, protocol);
+}
+
 void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_point start,
               Clock::time_point submitted, std::optional<Protocol> count_as, int64_t rows,
               InferenceResult result, const InferDone& done) {
@@ -41,10 +46,8 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
   if (!refused || computed) m.RecordQueue(result.queue_us * 1e-6);
   if (computed) m.RecordCompute(result.compute_us * 1e-6);
   m.AddInflight(-1);
-  if (count_as) {
-    m.RecordRequest(result.status.code(), seconds, *count_as);
-  }
-  m.RecordOutcome(result.status.ok(), rows, result.queue_us, result.compute_us);
+  if (count_as) CountRequest(&m, result.status.code(), start, completing, *count_as);
+  m.RecordInference(result.status.ok(), rows, result.queue_us, result.compute_us);
   // Counted before the front end answers (what a client then reads includes this request); its
   // respond stage is added once `done` returns.
   if (computed) m.RecordStages(StagesOf(result, start, submitted, completing));
@@ -66,10 +69,9 @@ void Complete(const ModelHandle& handle, ResponseDTypes dtypes, Clock::time_poin
 void Refuse(InferenceRequest* request, const InferDone& done, StatsAggregator* metrics,
             Status status, const std::string& model) {
   if (request->count_outcome) {
-    metrics->RecordRequest(status.code(), MicrosBetween(request->start, Clock::now()) * 1e-6,
-                           request->protocol);
+    CountRequest(metrics, status.code(), request->start, Clock::now(), request->protocol);
   }
-  request->inputs = ForwardInputs();
+  request->inputs = HostInputs();
   InferenceResponse response;
   response.status = std::move(status);
   response.model = model;
@@ -86,13 +88,14 @@ Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* req
   d.task.deadline = request->deadline;
   d.task.is_cancelled = std::move(request->is_cancelled);
   d.task.request_id = request->request_id;
-  const ResponseDTypes dtypes{request->output_dtype.value_or(d.task.model->options().dtype),
+  const ResponseDTypes dtypes{request->output_dtype.value_or(handle->entry->info.options.dtype),
                               d.task.inputs.weights_dtype};
+  d.task.output_types = OutputTypes{ToElementType(dtypes.output), dtypes.weights};
   const Clock::time_point start = request->start;
   const std::optional<Protocol> count_as =
       request->count_outcome ? std::optional<Protocol>(request->protocol) : std::nullopt;
   handle->metrics->AddInflight(1);
-  const Clock::time_point submitted = d.task.enqueue_time;
+  const Clock::time_point submitted = d.task.submitted;
   d.finish = [handle = std::move(handle), dtypes, start, submitted, count_as, rows,
               done = std::move(done)](InferenceResult result) {
     Complete(*handle, dtypes, start, submitted, count_as, rows, std::move(result), done);

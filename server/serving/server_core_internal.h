@@ -7,8 +7,13 @@ namespace mha::serve::internal {
 
 struct ResponseDTypes {
   DType output;
-  std::optional<at::ScalarType> weights;
+  std::optional<ElementType> weights;
 };
+
+// The one place mha_requests_total (and mha_request_duration_seconds) counts a request: an
+// answered call of `protocol`, from `start` to `end`.
+void CountRequest(StatsAggregator* metrics, StatusCode code, Clock::time_point start,
+                  Clock::time_point end, Protocol protocol);
 
 // A scheduler's answer: the request's metrics on its handle, then the front end's `done`.
 // `count_as`: the protocol to count the outcome under; nullopt = the front end counts it.

@@ -20,12 +20,10 @@ struct ServerCoreOptions {
   LoadOverrides overrides;  // --dtype / --device over every config.json
   RequestLimits limits;
   bool batching = true;  // false: the same scheduler, one request per pass
-  // Server-wide; config.json keys override them per model. Its pass_hook (unset in mha-server)
-  // wraps every forward pass of every model: the test server's hold gate.
+  // Server-wide; config.json keys override them per model. batcher.instances: concurrent passes
+  // per model, batching on or off (--instances). Its pass_hook (unset in mha-server) wraps every
+  // forward pass of every model: the test server's hold gate.
   BatcherOptions batcher;
-  // Batching off: instances (worker threads) per model. 1: OpenBLAS threads each GEMM over every
-  // core; measured on 2 cores, B=8 T=128: 2 workers = 26 req/s, 1 worker = 37 req/s.
-  int workers = 1;
   int load_threads = 0;  // models loaded at once; 0 = min(cores, 4)
   ModelControlMode model_control = ModelControlMode::kNone;
   std::vector<std::string> startup_models;         // explicit mode: loaded at start (empty = all)

@@ -73,7 +73,7 @@ StatusOr<OpenSessionResponse> ServerCore::OpenSession(const OpenSessionRequest& 
                        " is not being served");
   }
   std::shared_ptr<ModelHandle> handle = it->second;
-  MHA_RETURN_IF_ERROR(CheckOpenLimits(r, handle->entry->model->options(), options_.limits));
+  MHA_RETURN_IF_ERROR(CheckOpenLimits(r, handle->entry->info.options, options_.limits));
   OpenSessionParams params;
   params.batch_size = r.batch_size == 0 ? 1 : r.batch_size;
   params.max_tokens = r.max_tokens == 0 ? options_.limits.max_sequence_length : r.max_tokens;
@@ -124,7 +124,7 @@ static Status CheckStepRequest(const InferenceRequest& r, const ModelEntry& e,
         "options are not available on a session step (need_weights and average_attn_weights "
         "are); send them in a stateless Forward");
   }
-  const at::Tensor& q = r.inputs.query;
+  const HostTensor& q = r.inputs.query;
   if (q.defined() && q.dim() == 3 && q.size(1) > limits.max_sequence_length) {
     return ResourceExhausted("query: sequence length " + std::to_string(q.size(1)) +
                              " exceeds --max-sequence-length " +
@@ -143,7 +143,7 @@ void ServerCore::InferStep(InferenceRequest request, InferDone done) {
   if (!found.ok()) return refuse(MetricsFor(Current().get(), request.model), found.status(), "");
   std::shared_ptr<ModelHandle> handle = std::move(found.value());
   if (Status valid = CheckStepRequest(request, *handle->entry, options_.limits); !valid.ok()) {
-    handle->metrics->RecordOutcome(false, 0, 0, 0);
+    handle->metrics->RecordInference(false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);
   }
   SessionStore* store = handle->sessions.get();

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "mha/loader.h"
+#include "mha/tensor_adapter.h"
 
 namespace mha::testing {
 namespace {
@@ -34,6 +35,35 @@ std::string ShapeString(const at::Tensor& t) {
 }
 
 }  // namespace
+
+HostInputs ToHostInputs(const ForwardInputs& in) {
+  auto copy = [](const at::Tensor& t) { return ToHost(t.defined() ? t.clone() : t); };
+  HostInputs h;
+  h.query = copy(in.query);
+  h.key = copy(in.key);
+  h.value = copy(in.value);
+  h.key_padding_mask = copy(in.key_padding_mask);
+  h.attn_mask = copy(in.attn_mask);
+  h.is_causal = in.is_causal;
+  h.need_weights = in.need_weights;
+  h.average_attn_weights = in.average_attn_weights;
+  h.weights_selection = in.weights_selection;
+  if (in.weights_dtype) h.weights_dtype = ToElementType(*in.weights_dtype).value();
+  h.head_stats = in.head_stats;
+  h.head_mask = copy(in.head_mask);
+  return h;
+}
+
+ForwardOutputs ToForwardOutputs(const HostOutputs& out) {
+  ForwardOutputs f;
+  f.output = ToTensor(out.output);
+  f.attn_weights = ToTensor(out.attn_weights);
+  f.topk_values = ToTensor(out.topk_values);
+  f.topk_indices = ToTensor(out.topk_indices);
+  f.head_entropy = ToTensor(out.head_entropy);
+  f.head_max_weight = ToTensor(out.head_max_weight);
+  return f;
+}
 
 std::vector<std::string> TestDevices() {
   std::vector<std::string> devices = {"cpu"};

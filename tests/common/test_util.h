@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mha/host_io.h"
 #include "mha/model.h"
 #include "mha/status.h"
 
@@ -69,6 +70,12 @@ constexpr double kFp32Tolerance = 1e-5;
 // The devices this build's tests run on: "cpu", and "cuda" when LibTorch sees a GPU (CPU CI has
 // no cuda cases; a GPU machine runs both).
 std::vector<std::string> TestDevices();
+
+// Tests build requests as ATen tensors (ForwardInputs) and read answers as ATen tensors; the
+// serving layer carries host tensors (mha/host_io.h). These convert through the core's adapter
+// (mha/tensor_adapter.h): inputs copied to owned host memory, answers wrapped without a copy.
+HostInputs ToHostInputs(const ForwardInputs& in);
+ForwardOutputs ToForwardOutputs(const HostOutputs& out);
 
 // The case's model, loaded on `device` in `dtype` (nullptr, with a test failure, when it does not
 // load).

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mha/loader.h"
+#include "mha/tensor_adapter.h"
 #include "service_test_util.h"
 
 namespace mha::testing {
@@ -87,7 +88,9 @@ inline v1::ForwardRequest HeadForwardRequest(const FixtureCase& c, const HeadReq
   r.set_weights_topk_indices_dtype(WireDType(o, "weights_topk_indices_dtype"));
   r.set_weights_dtype(WireDType(o, "weights_dtype"));
   if (in.head_mask.defined()) {
-    EXPECT_TRUE(codec::EncodeTensor(in.head_mask, v1::FLOAT32, r.mutable_head_mask()).ok());
+    EXPECT_TRUE(
+        codec::EncodeTensor(ToHost(in.head_mask, ElementType::kFloat32), r.mutable_head_mask())
+            .ok());
   }
   return r;
 }

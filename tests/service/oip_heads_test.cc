@@ -16,7 +16,7 @@ namespace {
 void AddInput(const std::string& name, const at::Tensor& tensor, inference::ModelInferRequest* r) {
   if (!tensor.defined()) return;
   v1::Tensor wire;
-  ASSERT_TRUE(codec::EncodeTensor(tensor, v1::DATA_TYPE_UNSPECIFIED, &wire).ok());
+  ASSERT_TRUE(codec::EncodeTensor(ToHost(tensor), &wire).ok());  // in its own dtype
   auto* input = r->add_inputs();
   input->set_name(name);
   input->set_datatype(wire.dtype() == v1::BOOL ? "BOOL" : "FP32");

@@ -1,5 +1,5 @@
-// The tensors of one forward pass, batch-first. Header-only: the client's at::Tensor layer uses
-// them without linking mha_core.
+// The tensors of one forward pass, batch-first, as the core computes them (LibTorch). Outside the
+// core requests and answers travel as mha/host_io.h's HostInputs / HostOutputs.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -8,18 +8,9 @@
 #include <optional>
 #include <vector>
 
-namespace mha {
+#include "mha/host_io.h"
 
-// Which attention weights leave the pass (docs/heads.md). Applied on the pass's device before
-// anything is copied, in this order: query rows, heads, average over the heads kept, top-k.
-struct WeightsSelection {
-  std::vector<int64_t> heads;          // empty = every head; else indices in [0, H), in this order
-  std::optional<int64_t> query_begin;  // rows [begin, end) of T; unset = 0 / T
-  std::optional<int64_t> query_end;
-  int64_t top_k = 0;  // > 0: the k largest weights per row (values + indices) instead of dense
-  bool topk_indices_int64 = false;  // indices as int64 (torch.topk's) instead of int32
-  bool any() const { return !heads.empty() || query_begin || query_end || top_k > 0; }
-};
+namespace mha {
 
 // Batch-first inputs. Undefined tensors mean "absent".
 struct ForwardInputs {

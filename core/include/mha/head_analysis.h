@@ -10,9 +10,10 @@
 
 #include "mha/options.h"
 #include "mha/status.h"
-#include "mha/weights.h"
 
 namespace mha {
+
+struct MhaWeights;  // mha/weights.h (LibTorch): this header stays torch-free
 
 struct ProjectionAnalysis {
   std::vector<double> head_importance;      // [H]: Frobenius norm of each block, sum 1

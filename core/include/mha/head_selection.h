@@ -27,11 +27,4 @@ Status CheckHeadOptions(const MhaOptions& options, const ForwardInputs& in, int6
 void SelectWeights(const at::Tensor& probs, const WeightsSelection& selection, bool average,
                    at::ScalarType dtype, ForwardOutputs* out);
 
-// Shape of the weights SelectWeights returns (dense, or the top-k values'), for budgets.
-struct SelectedShape {
-  int64_t batch = 0, heads = 0, rows = 0, columns = 0;  // heads 0 when averaged
-  int64_t numel() const;
-};
-SelectedShape SelectedWeightsShape(const ForwardInputs& in, int64_t num_heads, int64_t keys);
-
 }  // namespace mha

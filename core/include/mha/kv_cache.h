@@ -10,8 +10,6 @@
 // [B, H, S, head_dim].
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -19,24 +17,22 @@
 #include <string>
 #include <vector>
 
-#include "mha/model.h"
 #include "mha/status.h"
 
+namespace at {
+class Tensor;  // LibTorch stays out of this header: the serving layer holds caches (engine.h)
+}  // namespace at
+
 namespace mha {
+
+class MhaModel;
 
 struct KvPoolOptions {
   int64_t capacity_bytes = int64_t{256} << 20;  // keys + values of every block (--kv-cache-bytes)
   int64_t block_tokens = 16;                    // tokens per block (--kv-block-tokens)
 };
 
-// What one token of one sequence stores: `heads` keys and values of `head_dim` each, in `dtype` on
-// `device`. bytes per token = 2 * heads * head_dim * dtype size.
-struct KvLayout {
-  int64_t heads = 0;
-  int64_t head_dim = 0;
-  at::ScalarType dtype = at::kFloat;
-  c10::Device device{c10::kCPU};
-};
+struct KvLayout;  // mha/kv_layout.h (LibTorch types): what one token of one sequence stores
 
 class KvBlockPool {
  public:
@@ -60,12 +56,12 @@ class KvBlockPool {
   int64_t block_tokens() const { return block_tokens_; }
   int64_t block_bytes() const { return block_bytes_; }  // keys + values of one block
   int64_t bytes_per_token() const { return block_bytes_ / block_tokens_; }  // 2 * H * D * dtype
-  int64_t heads() const { return keys_.size(1); }     // heads stored per token
-  int64_t head_dim() const { return keys_.size(2); }  // D
+  int64_t heads() const { return heads_; }        // heads stored per token
+  int64_t head_dim() const { return head_dim_; }  // D
 
   // [total_blocks * block_tokens, H, head_dim]; writers own disjoint slots (their blocks).
-  const at::Tensor& keys() const { return keys_; }
-  const at::Tensor& values() const { return values_; }
+  const at::Tensor& keys() const;
+  const at::Tensor& values() const;
 
  private:
   KvBlockPool() = default;
@@ -77,7 +73,9 @@ class KvBlockPool {
   int64_t total_blocks_ = 0;
   int64_t block_tokens_ = 0;
   int64_t block_bytes_ = 0;
-  at::Tensor keys_, values_;
+  int64_t heads_ = 0, head_dim_ = 0;
+  struct Storage;  // the keys and values tensors (kv_cache.cc)
+  std::shared_ptr<Storage> storage_;
   mutable std::mutex mu_;
   std::vector<int64_t> free_;  // guarded by mu_; a stack: the last freed block is reused first
 };

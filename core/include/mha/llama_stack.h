@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mha/kv_cache.h"
+#include "mha/kv_layout.h"
 #include "mha/llama_config.h"
 #include "mha/llama_weights.h"
 #include "mha/options.h"

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mha/load_options.h"
 #include "mha/model_config.h"
 #include "mha/options.h"
 #include "mha/status.h"
@@ -46,23 +47,6 @@ StatusOr<TensorMap> ReadTorchSaveFromBytes(const void* data, size_t size, const 
 
 // Writes tensors as safetensors (used by tools and tests; fp32/fp16/bf16/bool/int64).
 Status WriteSafetensors(const std::string& path, const TensorMap& tensors);
-
-struct LoadOptions {
-  std::string path;  // weights file
-  // Picks one layer out of a bigger checkpoint, with or without the trailing dot
-  // ("encoder.layers.3.self_attn" == "encoder.layers.3.self_attn.").
-  std::string prefix;
-  // Defaults to config.json beside the weights file when that exists; "" and no file = none.
-  std::string config_path;
-  // An already read config.json (ReadModelConfig): used instead of reading config_path.
-  const ModelConfig* config = nullptr;
-  // Caller's values win over config.json; config.json wins over what the file carries.
-  std::optional<int64_t> num_heads;
-  std::optional<bool> add_zero_attn;
-  std::optional<DType> dtype;
-  std::optional<std::string> device;
-  bool cuda_graphs = true;  // MhaOptions::cuda_graphs
-};
 
 struct LoadedWeights {
   MhaOptions options;  // embed_dim/kdim/vdim/bias/add_bias_kv from the shapes; the rest from config

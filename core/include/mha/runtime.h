@@ -3,7 +3,9 @@
 // ~15 forward passes/s. Make the choice explicit at start-up instead of inheriting a default.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mha/status.h"
 
@@ -27,5 +29,20 @@ int BlasThreads();
 
 // "LibTorch 1.13.0, CPU, 1 intra-op thread(s), OpenMP/OpenBLAS ..." for start-up logs.
 std::string RuntimeSummary();
+
+// What the process runs on, for logs, metrics and metadata (no LibTorch needed by the caller).
+std::string TorchVersion();  // "1.13.0"
+bool CudaAvailable();        // at::hasCUDA(): a CUDA LibTorch that sees a GPU
+int IntraOpThreads();        // at::get_num_threads()
+int InterOpThreads();        // at::get_num_interop_threads()
+
+// The CUDA caching allocator's current bytes per device that has stats (none on a CPU build,
+// without a GPU, or before CUDA is initialised in this process).
+struct DeviceMemory {
+  int device = 0;
+  int64_t allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+};
+std::vector<DeviceMemory> CudaMemoryStats();
 
 }  // namespace mha

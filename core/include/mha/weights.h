@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -26,5 +27,9 @@ struct MhaWeights {
   at::Tensor bias_k;      // [1, 1, E] or undefined (add_bias_kv)
   at::Tensor bias_v;      // [1, 1, E] or undefined
 };
+
+// The default model's weights (mha/engine.h BuildDefaultModel): [E, E] projections and [E]
+// biases, float32 from a fixed seed, identical on every run and machine (also for tests).
+MhaWeights DefaultModelWeights(int64_t embed_dim);
 
 }  // namespace mha

@@ -35,7 +35,7 @@ std::string Prefix(const std::vector<int>& path, uint64_t size) {
   return prefix;
 }
 
-void ReleaseTensor(void* tensor) { delete static_cast<at::Tensor*>(tensor); }
+void ReleaseTensor(void* tensor) { delete static_cast<HostTensor*>(tensor); }
 
 }  // namespace
 
@@ -45,13 +45,17 @@ Status SerializeWithBorrowedBytes(const google::protobuf::MessageLite& head,
   if (!head.SerializeToString(&bytes)) return Internal("encoding the response failed");
   std::vector<grpc::Slice> slices;
   for (BorrowedField& f : fields) {
-    const auto size = static_cast<uint64_t>(f.bytes.numel()) * f.bytes.element_size();
+    const auto size = static_cast<uint64_t>(f.bytes.bytes());
     bytes += Prefix(f.path, size);
     if (size == 0) continue;
+    if (!f.bytes.owner()) {  // nothing keeps the bytes alive past this call: copy them
+      bytes.append(f.bytes.data(), size);
+      continue;
+    }
     slices.emplace_back(bytes);  // what came before, copied once (small)
     bytes.clear();
-    auto* owner = new at::Tensor(std::move(f.bytes));
-    slices.emplace_back(owner->data_ptr(), size, &ReleaseTensor, owner);
+    auto* owner = new HostTensor(std::move(f.bytes));
+    slices.emplace_back(const_cast<char*>(owner->data()), size, &ReleaseTensor, owner);
   }
   if (!bytes.empty() || slices.empty()) slices.emplace_back(bytes);
   grpc::ByteBuffer buffer(slices.data(), slices.size());

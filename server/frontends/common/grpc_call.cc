@@ -34,6 +34,14 @@ Clock::time_point SteadyDeadline(const grpc::CallbackServerContext* context) {
   return SteadyDeadline(context->deadline());
 }
 
+void StampRequest(grpc::CallbackServerContext* context, const RequestLog& log,
+                  InferenceRequest* request) {
+  request->start = log.start;
+  request->request_id = log.request_id;
+  request->deadline = SteadyDeadline(context);
+  request->is_cancelled = [context] { return context->IsCancelled(); };
+}
+
 Status AuthorizeAdmin(const grpc::CallbackServerContext& context, const std::string& token) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");

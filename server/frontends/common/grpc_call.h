@@ -20,6 +20,7 @@
 #include "proto/wire/status_convert.h"
 #include "server/frontends/common/admin_auth.h"
 #include "server/frontends/common/request_log.h"
+#include "server/serving/inference.h"
 
 namespace mha::serve {
 
@@ -32,6 +33,11 @@ Status CheckSessionHeader(const grpc::CallbackServerContext* context, const std:
 
 // The call's deadline on the steady clock (time_point::max() when it has none).
 Clock::time_point SteadyDeadline(const grpc::CallbackServerContext* context);
+
+// What every gRPC front end sets on a decoded request from its call, once: the start and request
+// id (the log's), the call's deadline, and cancellation.
+void StampRequest(grpc::CallbackServerContext* context, const RequestLog& log,
+                  InferenceRequest* request);
 
 // AuthorizeAdmin on the call's "authorization" metadata.
 Status AuthorizeAdmin(const grpc::CallbackServerContext& context, const std::string& token);

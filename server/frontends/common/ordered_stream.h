@@ -200,7 +200,7 @@ void OrderedStreamReactor<Policy>::Fail(int64_t index, const Request& request, c
     Settle(index, Answer{nullptr, model, start}, &status, decoding);
   } else {
     // The core counted what it answered; a message it never saw is counted here.
-    if (decoding) policy_.core()->RecordOutcome(model, status, start, Policy::kProtocol);
+    if (decoding) policy_.core()->CountRequest(model, status, start, Policy::kProtocol);
     Settle(index, Answer{Policy::ErrorAnswer(request, status), model, start}, nullptr, decoding);
   }
 }
@@ -232,8 +232,8 @@ void OrderedStreamReactor<Policy>::OnWriteDone(bool ok) {
     std::lock_guard<std::mutex> lock(mu_);
     if (ok) {
       if constexpr (Policy::kErrorsEndStream) {
-        policy_.core()->RecordOutcome(writing_.model, Status::Ok(), writing_.start,
-                                      Policy::kProtocol);
+        policy_.core()->CountRequest(writing_.model, Status::Ok(), writing_.start,
+                                     Policy::kProtocol);
       }
       ++next_write_index_;
       ++answered_;
@@ -316,7 +316,7 @@ template <class Policy>
 void OrderedStreamReactor<Policy>::FinishNow(const Status& status) {
   // The failure that ends the stream is the one outcome counted besides the answers written.
   if (failure_index_) {
-    policy_.core()->RecordOutcome(failure_model_, failure_, failure_start_, Policy::kProtocol);
+    policy_.core()->CountRequest(failure_model_, failure_, failure_start_, Policy::kProtocol);
   }
   LogOutcome(log_, status, "answers=" + std::to_string(answered_));
   this->Finish(codec::ToGrpcStatus(status));

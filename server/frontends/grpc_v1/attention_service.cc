@@ -25,10 +25,7 @@ StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
   MHA_RETURN_IF_ERROR(CheckSessionHeader(context, request.session_id()));
   auto decoded = DecodeForwardRequest(request, options.max_message_bytes, borrow);
   if (!decoded.ok()) return decoded.status();
-  decoded->start = log.start;
-  decoded->deadline = SteadyDeadline(context);
-  decoded->is_cancelled = [context] { return context->IsCancelled(); };
-  decoded->request_id = log.request_id;
+  StampRequest(context, log, &decoded.value());
   return decoded;
 }
 
@@ -44,12 +41,12 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerCont
     // bytes.
     auto call = std::make_shared<UnaryCall>();
     if (Status parsed = ParseRawRequest(*request_bytes, &call->request); !parsed.ok()) {
-      core_->RecordOutcome(std::nullopt, parsed, log.start, Protocol::kNative);
+      core_->CountRequest(std::nullopt, parsed, log.start, Protocol::kNative);
       return finish(parsed);
     }
     auto decoded = DecodeCall(call->request, options_, /*borrow=*/true, context, log);
     if (!decoded.ok()) {
-      core_->RecordOutcome(call->request.model(), decoded.status(), log.start, Protocol::kNative);
+      core_->CountRequest(call->request.model(), decoded.status(), log.start, Protocol::kNative);
       return finish(decoded.status());
     }
     const bool need_weights = decoded->inputs.need_weights;
@@ -108,13 +105,13 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetModelStatistics(
       v1::ModelStatistics* s = response->add_models();
       s->set_name(v.name);
       s->set_version(v.version);
-      s->set_last_inference_ms(v.last_inference_ms);
-      s->set_inference_count(v.inference_count);
-      s->set_execution_count(v.execution_count);
-      s->set_success_count(v.success_count);
-      s->set_failure_count(v.failure_count);
-      s->set_queue_ns(v.queue_ns);
-      s->set_compute_ns(v.compute_ns);
+      s->set_last_inference_ms(v.stats.last_inference_ms);
+      s->set_inference_count(v.stats.inference_count);
+      s->set_execution_count(v.stats.execution_count);
+      s->set_success_count(v.stats.success_count);
+      s->set_failure_count(v.stats.failure_count);
+      s->set_queue_ns(v.stats.queue_ns);
+      s->set_compute_ns(v.stats.compute_ns);
     }
     return stats.status();
   });

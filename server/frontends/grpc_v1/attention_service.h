@@ -10,11 +10,12 @@
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/forward_request.h"
 #include "server/serving/inference_server.h"
+#include "server/serving/serving_defaults.h"
 
 namespace mha::serve {
 
 struct GrpcFrontendOptions {
-  int64_t max_message_bytes = 64 << 20;  // a request above it is RESOURCE_EXHAUSTED
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;  // a request above it is RESOURCE_EXHAUSTED
   int stream_window = 4;  // requests of one ForwardStream submitted but not yet written
 };
 

@@ -1,7 +1,5 @@
 #include "server/frontends/grpc_v1/forward_request.h"
 
-#include <ATen/ATen.h>
-
 #include <string_view>
 #include <utility>
 
@@ -13,7 +11,7 @@
 namespace mha::serve {
 namespace {
 
-Status Decode(const v1::Tensor& t, const char* field, bool borrow, at::Tensor* out) {
+Status Decode(const v1::Tensor& t, const char* field, bool borrow, HostTensor* out) {
   const bool is_mask = std::string_view(field).find("mask") != std::string_view::npos;
   if (!is_mask && t.dtype() == v1::BOOL) {  // the wire contract: only masks may be BOOL
     return InvalidArgument(std::string(field) +
@@ -30,7 +28,7 @@ Status Decode(const v1::Tensor& t, const char* field, bool borrow, at::Tensor* o
   return Status::Ok();
 }
 
-Status DecodeInputs(const v1::ForwardRequest& r, bool borrow, ForwardInputs* in) {
+Status DecodeInputs(const v1::ForwardRequest& r, bool borrow, HostInputs* in) {
   if (!r.has_query()) return InvalidArgument("query: required");
   MHA_RETURN_IF_ERROR(Decode(r.query(), "query", borrow, &in->query));
   if (r.has_key()) MHA_RETURN_IF_ERROR(Decode(r.key(), "key", borrow, &in->key));
@@ -69,22 +67,18 @@ StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& r,
 }
 
 Status EncodeForwardResponse(const InferenceResponse& r, bool need_weights,
-                             v1::ForwardResponse* out, at::Tensor* output_bytes) {
+                             v1::ForwardResponse* out, HostTensor* output_bytes) {
   if (!r.status.ok()) return r.status;
-  const v1::DataType dtype = codec::ToProtoDType(r.output_dtype);
   if (output_bytes != nullptr) {
-    auto bytes = codec::EncodeTensorHeader(r.outputs.output, dtype, out->mutable_output());
-    if (!bytes.ok()) return bytes.status();
-    *output_bytes = std::move(bytes).value();
+    MHA_RETURN_IF_ERROR(codec::EncodeTensorHeader(r.outputs.output, out->mutable_output()));
+    *output_bytes = r.outputs.output;
   } else {
-    MHA_RETURN_IF_ERROR(codec::EncodeTensor(r.outputs.output, dtype, out->mutable_output()));
+    MHA_RETURN_IF_ERROR(codec::EncodeTensor(r.outputs.output, out->mutable_output()));
   }
   if (need_weights && !r.outputs.attn_weights.defined() && !r.outputs.topk_values.defined()) {
     return Internal("need_weights was set but the model returned no attention weights");
   }
-  // Weights with the request's weights_dtype already have it; else they go as the output.
-  MHA_RETURN_IF_ERROR(
-      EncodeHeadOutputs(r.outputs, r.weights_dtype ? v1::DATA_TYPE_UNSPECIFIED : dtype, out));
+  MHA_RETURN_IF_ERROR(EncodeHeadOutputs(r.outputs, out));  // in the types the core cast them to
   out->set_model(r.model);
   out->set_model_version(r.model_version);
   out->set_queue_us(r.queue_us);
@@ -95,7 +89,7 @@ Status EncodeForwardResponse(const InferenceResponse& r, bool need_weights,
 
 Status WriteForwardResponse(const InferenceResponse& r, bool need_weights, grpc::ByteBuffer* out) {
   v1::ForwardResponse head;
-  at::Tensor output;
+  HostTensor output;
   MHA_RETURN_IF_ERROR(EncodeForwardResponse(r, need_weights, &head, &output));
   constexpr int kOutput = v1::ForwardResponse::kOutputFieldNumber;
   constexpr int kData = v1::Tensor::kDataFieldNumber;
@@ -148,7 +142,7 @@ void FillModelInfo(const ModelEntry& e, bool is_default, v1::ModelInfo* info) {
   info->set_layout(e.layout);
   info->set_is_default(is_default);
   if (!e.model) return;
-  const MhaOptions& o = e.model->options();
+  const MhaOptions& o = e.info.options;
   info->set_embed_dim(o.embed_dim);
   info->set_num_heads(o.num_heads);
   info->set_head_dim(o.head_dim());
@@ -158,9 +152,9 @@ void FillModelInfo(const ModelEntry& e, bool is_default, v1::ModelInfo* info) {
   info->set_add_bias_kv(o.add_bias_kv);
   info->set_add_zero_attn(o.add_zero_attn);
   info->set_dtype(codec::ToProtoDType(o.dtype));
-  info->set_compute_dtype(codec::ToProtoDType(e.model->compute_dtype()));
-  info->set_device(e.model->device());
-  info->set_parameter_count(e.model->parameter_count());
+  info->set_compute_dtype(codec::ToProtoDType(e.info.compute_dtype));
+  info->set_device(e.info.device);
+  info->set_parameter_count(e.info.parameter_count);
 }
 
 }  // namespace mha::serve

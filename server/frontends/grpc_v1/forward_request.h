@@ -22,9 +22,9 @@ StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& reques
 
 // Encodes an OK response: output, attn_weights (when need_weights), model, version, timings.
 // With `output_bytes`, the output's data is left out of `out` and returned there instead (the
-// contiguous CPU tensor to send without a copy: WriteForwardResponse).
+// host tensor to send without a copy: WriteForwardResponse).
 Status EncodeForwardResponse(const InferenceResponse& response, bool need_weights,
-                             v1::ForwardResponse* out, at::Tensor* output_bytes = nullptr);
+                             v1::ForwardResponse* out, HostTensor* output_bytes = nullptr);
 
 // The unary Forward's answer as raw bytes: EncodeForwardResponse with the output's data borrowed
 // from the tensor (server/frontends/common/borrowed_bytes.h), no copy of it in the server.

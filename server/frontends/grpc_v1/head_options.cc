@@ -1,7 +1,5 @@
 #include "server/frontends/grpc_v1/head_options.h"
 
-#include <ATen/ATen.h>
-
 #include <string>
 
 #include "proto/wire/tensor_codec.h"
@@ -10,9 +8,9 @@ namespace mha::serve {
 namespace {
 
 // The codec's dtype mapping, restricted to the floating types.
-StatusOr<at::ScalarType> WeightsScalarType(v1::DataType dtype) {
-  auto type = codec::ToScalarType(dtype);
-  if (!type.ok() || !at::isFloatingType(*type)) {
+StatusOr<ElementType> WeightsElementType(v1::DataType dtype) {
+  auto type = codec::ToElementType(dtype);
+  if (!type.ok() || !IsFloating(*type)) {
     return InvalidArgument("weights_dtype: " + codec::DataTypeName(dtype) +
                            " is not a floating type (FLOAT32, FLOAT16 or BFLOAT16)");
   }
@@ -31,7 +29,7 @@ void FillProjection(const ProjectionAnalysis& a, v1::ProjectionAnalysis* out) {
 
 }  // namespace
 
-Status DecodeHeadOptions(const v1::ForwardRequest& r, bool borrow, ForwardInputs* in) {
+Status DecodeHeadOptions(const v1::ForwardRequest& r, bool borrow, HostInputs* in) {
   WeightsSelection& s = in->weights_selection;
   s.heads.assign(r.weights_heads().begin(), r.weights_heads().end());
   if (r.has_weights_query_begin()) s.query_begin = r.weights_query_begin();
@@ -54,7 +52,7 @@ Status DecodeHeadOptions(const v1::ForwardRequest& r, bool borrow, ForwardInputs
           " is not an index type (INT32 or INT64)");
   }
   if (r.weights_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
-    auto type = WeightsScalarType(r.weights_dtype());
+    auto type = WeightsElementType(r.weights_dtype());
     if (!type.ok()) return type.status();
     in->weights_dtype = *type;
   }
@@ -75,23 +73,19 @@ Status DecodeHeadOptions(const v1::ForwardRequest& r, bool borrow, ForwardInputs
   return Status::Ok();
 }
 
-Status EncodeHeadOutputs(const ForwardOutputs& o, v1::DataType weights_dtype,
-                         v1::ForwardResponse* out) {
+Status EncodeHeadOutputs(const HostOutputs& o, v1::ForwardResponse* out) {
   if (o.attn_weights.defined()) {
-    MHA_RETURN_IF_ERROR(
-        codec::EncodeTensor(o.attn_weights, weights_dtype, out->mutable_attn_weights()));
+    MHA_RETURN_IF_ERROR(codec::EncodeTensor(o.attn_weights, out->mutable_attn_weights()));
   }
   if (o.topk_values.defined()) {
     MHA_RETURN_IF_ERROR(
-        codec::EncodeTensor(o.topk_values, weights_dtype, out->mutable_attn_weights_topk_values()));
-    MHA_RETURN_IF_ERROR(codec::EncodeTensor(o.topk_indices, v1::DATA_TYPE_UNSPECIFIED,
-                                            out->mutable_attn_weights_topk_indices()));
+        codec::EncodeTensor(o.topk_values, out->mutable_attn_weights_topk_values()));
+    MHA_RETURN_IF_ERROR(
+        codec::EncodeTensor(o.topk_indices, out->mutable_attn_weights_topk_indices()));
   }
   if (o.head_entropy.defined()) {
-    MHA_RETURN_IF_ERROR(
-        codec::EncodeTensor(o.head_entropy, v1::FLOAT32, out->mutable_head_entropy()));
-    MHA_RETURN_IF_ERROR(
-        codec::EncodeTensor(o.head_max_weight, v1::FLOAT32, out->mutable_head_max_weight()));
+    MHA_RETURN_IF_ERROR(codec::EncodeTensor(o.head_entropy, out->mutable_head_entropy()));
+    MHA_RETURN_IF_ERROR(codec::EncodeTensor(o.head_max_weight, out->mutable_head_max_weight()));
   }
   return Status::Ok();
 }

@@ -1,7 +1,5 @@
 // The Open Inference Protocol side of the head options (docs/heads.md): request parameters named
 // like mha.v1's ForwardRequest fields, and the outputs named like ForwardResponse's.
-#include <ATen/ATen.h>
-
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -89,7 +87,7 @@ StatusOr<std::optional<std::string>> DatatypeParameter(const inference::ModelInf
 }  // namespace
 
 Status DecodeHeadParameters(const inference::ModelInferRequest& r, bool average_sent,
-                            ForwardInputs* in) {
+                            HostInputs* in) {
   WeightsSelection& s = in->weights_selection;
   auto heads = HeadList(r);
   if (!heads.ok()) return heads.status();
@@ -111,9 +109,7 @@ Status DecodeHeadParameters(const inference::ModelInferRequest& r, bool average_
   auto dtype = DatatypeParameter(r, kWeightsDtype, {"FP32", "FP16", "BF16"});
   if (!dtype.ok()) return dtype.status();
   if (*dtype) {
-    auto type = codec::ToScalarType(codec::FindOipDType(**dtype)->wire);  // one of the allowed
-    if (!type.ok()) return type.status();
-    in->weights_dtype = *type;
+    in->weights_dtype = codec::FindOipDType(**dtype)->element;  // one of the allowed
   }
   auto indices = DatatypeParameter(r, kIndicesDtype, {"INT32", "INT64"});
   if (!indices.ok()) return indices.status();
@@ -176,7 +172,7 @@ bool Has(const std::vector<OutputTensor>& v, OutputTensor o) {
 
 StatusOr<std::vector<OutputTensor>> SelectOutputs(const inference::ModelInferRequest& r,
                                                   std::optional<bool> need_weights,
-                                                  ForwardInputs* in) {
+                                                  HostInputs* in) {
   std::vector<OutputTensor> outputs;
   for (int i = 0; i < r.outputs_size(); ++i) {
     auto output = ParseOutput(r, i);

@@ -1,7 +1,5 @@
 #include "server/frontends/oip/infer_request.h"
 
-#include <ATen/ATen.h>
-
 #include <algorithm>
 #include <array>
 #include <utility>
@@ -24,7 +22,7 @@ static_assert(sizeof(float) == 4, "fp32_contents are read as 4 bytes per element
 std::string Quoted(const std::string& text) { return "'" + Abbreviate(text) + "'"; }
 
 // Where a named input goes; nullptr for a name the model does not take.
-at::Tensor* InputSlot(const std::string& name, ForwardInputs* in) {
+HostTensor* InputSlot(const std::string& name, HostInputs* in) {
   if (name == kQuery) return &in->query;
   if (name == kKey) return &in->key;
   if (name == kValue) return &in->value;
@@ -93,7 +91,7 @@ StatusOr<std::string_view> TypedBytes(const InputTensor& t, v1::DataType dtype,
 }
 
 // One input: datatype, where its bytes are (`raw`, or its typed contents when null), tensor.
-Status DecodeInput(const InputTensor& t, const std::string* raw, bool borrow, at::Tensor* out) {
+Status DecodeInput(const InputTensor& t, const std::string* raw, bool borrow, HostTensor* out) {
   const std::string& field = t.name();
   auto dtype = ParseDatatype(t.datatype(), field);
   if (!dtype.ok()) return dtype.status();
@@ -121,7 +119,7 @@ Status DecodeInput(const InputTensor& t, const std::string* raw, bool borrow, at
   return Status::Ok();
 }
 
-Status DecodeInputs(const inference::ModelInferRequest& r, bool borrow, ForwardInputs* in) {
+Status DecodeInputs(const inference::ModelInferRequest& r, bool borrow, HostInputs* in) {
   const bool raw = r.raw_input_contents_size() > 0;
   if (raw && r.raw_input_contents_size() != r.inputs_size()) {
     return InvalidArgument("raw_input_contents has " + std::to_string(r.raw_input_contents_size()) +
@@ -131,7 +129,7 @@ Status DecodeInputs(const inference::ModelInferRequest& r, bool borrow, ForwardI
   for (int i = 0; i < r.inputs_size(); ++i) {
     const InputTensor& t = r.inputs(i);
     const std::string where = "inputs[" + std::to_string(i) + "]: ";
-    at::Tensor* slot = InputSlot(t.name(), in);
+    HostTensor* slot = InputSlot(t.name(), in);
     if (slot == nullptr) {
       return InvalidArgument(where + "unknown input " + Quoted(t.name()) +
                              " (the model takes query, key, value, key_padding_mask, attn_mask, "
@@ -155,7 +153,7 @@ StatusOr<std::optional<bool>> BoolParameter(const inference::ModelInferRequest& 
   return std::optional<bool>(it->second.bool_param());
 }
 
-const at::Tensor& OutputOf(const ForwardOutputs& o, OutputTensor which) {
+const HostTensor& OutputOf(const HostOutputs& o, OutputTensor which) {
   switch (which) {
     case OutputTensor::kOutput:
       return o.output;
@@ -171,16 +169,6 @@ const at::Tensor& OutputOf(const ForwardOutputs& o, OutputTensor which) {
       break;
   }
   return o.head_max_weight;
-}
-
-// The wire dtype of an output: weights as weights_dtype (already cast) or the output's dtype,
-// top-k indices and head statistics as they are (INT32/INT64, FP32).
-v1::DataType OutputDType(const InferenceResponse& r, OutputTensor which, v1::DataType output) {
-  if (which == OutputTensor::kOutput) return output;
-  if (which == OutputTensor::kAttnWeights || which == OutputTensor::kTopkValues) {
-    return r.weights_dtype ? v1::DATA_TYPE_UNSPECIFIED : output;
-  }
-  return v1::DATA_TYPE_UNSPECIFIED;
 }
 
 }  // namespace
@@ -203,7 +191,7 @@ StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& 
   call.request.model_version = r.model_version();
   call.request.protocol = Protocol::kOip;
   MHA_RETURN_IF_ERROR(DecodeControlParameters(r, &call));
-  ForwardInputs& in = call.request.inputs;
+  HostInputs& in = call.request.inputs;
   MHA_RETURN_IF_ERROR(DecodeInputs(r, options.borrow, &in));
   auto is_causal = BoolParameter(r, kIsCausal);
   if (!is_causal.ok()) return is_causal.status();
@@ -229,15 +217,14 @@ Status EncodeModelInferResponse(const InferenceResponse& r,
   out->set_id(id);
   (*out->mutable_parameters())["queue_us"].set_int64_param(r.queue_us);
   (*out->mutable_parameters())["compute_us"].set_int64_param(r.compute_us);
-  const v1::DataType dtype = codec::ToProtoDType(r.output_dtype);
   for (OutputTensor which : outputs) {
-    const at::Tensor& tensor = OutputOf(r.outputs, which);
+    const HostTensor& tensor = OutputOf(r.outputs, which);
     if (!tensor.defined()) {
       return Internal(std::string(OutputName(which)) +
                       " was requested but the model returned none");
     }
-    v1::Tensor wire;  // encoded once by the shared codec, then its bytes move, no copy
-    MHA_RETURN_IF_ERROR(codec::EncodeTensor(tensor, OutputDType(r, which, dtype), &wire));
+    v1::Tensor wire;  // encoded once by the shared codec (in the core's types), then its bytes move
+    MHA_RETURN_IF_ERROR(codec::EncodeTensor(tensor, &wire));
     auto* tensor_out = out->add_outputs();
     tensor_out->set_name(OutputName(which));
     tensor_out->set_datatype(codec::OipDatatypeName(wire.dtype()));

@@ -36,6 +36,7 @@
 #include "mha/status.h"
 #include "mha/v1/attention.pb.h"
 #include "server/serving/inference.h"
+#include "server/serving/serving_defaults.h"
 
 namespace mha::serve::oip {
 
@@ -87,7 +88,7 @@ struct InferCall {
 };
 
 struct DecodeOptions {
-  int64_t max_message_bytes = 64 << 20;  // a request above it is RESOURCE_EXHAUSTED
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;  // a request above it is RESOURCE_EXHAUSTED
   // The input tensors point into the request's bytes (no copy) where alignment allows; the
   // request must then outlive the Infer call.
   bool borrow = false;
@@ -107,7 +108,7 @@ void ApplyTimeout(InferCall* call);
 // weights_dtype, weights_topk_indices_dtype, head_stats. With weights_heads and no
 // average_attn_weights parameter the weights are per head (`average_sent`: it was sent).
 Status DecodeHeadParameters(const inference::ModelInferRequest& request, bool average_sent,
-                            ForwardInputs* in);
+                            HostInputs* in);
 
 // The requested outputs (infer_heads.cc; `need_weights`: the parameter, unset when not sent).
 // None listed = output, plus attn_weights (or the two top-k outputs with weights_top_k) when
@@ -116,8 +117,7 @@ Status DecodeHeadParameters(const inference::ModelInferRequest& request, bool av
 // weights_top_k and attn_weights needs its absence; listing a head statistic implies head_stats.
 // Sets in->need_weights and in->head_stats to what the forward pass must do.
 StatusOr<std::vector<OutputTensor>> SelectOutputs(const inference::ModelInferRequest& request,
-                                                  std::optional<bool> need_weights,
-                                                  ForwardInputs* in);
+                                                  std::optional<bool> need_weights, HostInputs* in);
 
 // An OK response: model name and version, `id`, the selected outputs (datatype and shape in
 // `outputs`, bytes in raw_output_contents), parameters queue_us and compute_us.

@@ -21,14 +21,6 @@ struct UnaryCall {
   inference::ModelInferResponse response;
 };
 
-// Every model has finished loading and one of them is READY (what health SERVING means).
-bool RepositoryReady(const ModelRepository& repository) {
-  for (const auto& entry : repository.entries()) {
-    if (entry->state == ModelState::kLoading) return false;
-  }
-  return repository.ready_count() > 0;
-}
-
 }  // namespace
 
 StatusOr<std::shared_ptr<const ModelEntry>> ResolveVersion(const ModelRepository& repository,
@@ -45,11 +37,8 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
   decode.borrow = true;
   auto decoded = DecodeModelInferRequest(request, decode);
   if (!decoded.ok()) return decoded.status();
-  decoded->request.start = log.start;
-  decoded->request.deadline = SteadyDeadline(context);
+  StampRequest(context, log, &decoded->request);
   ApplyTimeout(&decoded.value());  // parameters.timeout, when it is sooner
-  decoded->request.is_cancelled = [context] { return context->IsCancelled(); };
-  decoded->request.request_id = log.request_id;
   return decoded;
 }
 
@@ -71,7 +60,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerReady(
     inference::ServerReadyResponse* response) {
   return Unary(context, "ServerReady", [&] {
     response->set_ready(options_.server_ready ? options_.server_ready()
-                                              : RepositoryReady(*core_->repository()));
+                                              : core_->repository()->Ready());
     return Status::Ok();
   });
 }
@@ -95,7 +84,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerMetadata(
     response->set_version(options_.server_version.empty() ? CurrentBuildInfo().version
                                                           : options_.server_version);
     response->add_extensions("model_configuration");
-    if (options_.metrics != nullptr) response->add_extensions("statistics");
+    response->add_extensions("statistics");
     response->add_extensions("sequence");
     return Status::Ok();
   });
@@ -118,14 +107,14 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
     const RequestLog& log = finish.log();
     auto call = std::make_shared<UnaryCall>();
     if (Status parsed = ParseRawRequest(*request_bytes, &call->request); !parsed.ok()) {
-      core_->RecordOutcome(std::nullopt, parsed, log.start, Protocol::kOip);
+      core_->CountRequest(std::nullopt, parsed, log.start, Protocol::kOip);
       return finish(parsed);
     }
     auto decoded = DecodeCall(call->request, options_, *core_, context, log);
     Status begun = decoded.status();
     if (begun.ok()) begun = BeginSequence(core_, &decoded.value());  // sequence.h
     if (!begun.ok()) {
-      core_->RecordOutcome(call->request.model_name(), begun, log.start, Protocol::kOip);
+      core_->CountRequest(call->request.model_name(), begun, log.start, Protocol::kOip);
       return finish(begun);
     }
     InferCall& infer = decoded.value();
@@ -154,7 +143,8 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelConfig(
   return Unary(context, "ModelConfig", [&] {
     auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
     if (entry.ok()) {
-      FillModelConfig(*entry.value(), options_.scheduling, response->mutable_config());
+      const ModelEntry& e = *entry.value();
+      FillModelConfig(e, core_->Scheduling(e.name, e.version), response->mutable_config());
     }
     return entry.status();
   });
@@ -164,11 +154,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
     grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
   return Unary(context, "ModelStatistics", [&] {
-    if (options_.metrics == nullptr) {
-      return Unimplemented("ModelStatistics: this server keeps no metrics");
-    }
-    return FillStatisticsResponse(*core_->repository(), *options_.metrics, request->name(),
-                                  request->version(), response);
+    return FillStatisticsResponse(*core_, request->name(), request->version(), response);
   });
 }
 

@@ -18,6 +18,7 @@
 
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/frontends/common/grpc_call.h"
+#include "server/frontends/common/kserve_options.h"
 #include "server/frontends/oip/infer_request.h"
 #include "server/frontends/oip/model_metadata.h"
 #include "server/frontends/oip/model_statistics.h"
@@ -28,17 +29,8 @@ namespace mha::serve::oip {
 
 inline constexpr char kServerName[] = "mha-serve";
 
-struct OipFrontendOptions {
-  int64_t max_message_bytes = 64 << 20;  // a request above it is RESOURCE_EXHAUSTED
-  SchedulingDefaults scheduling;         // what ModelConfig shows
-  // ServerReady; empty = no model is LOADING and one is READY. The app passes its health state.
-  std::function<bool()> server_ready;
-  std::string server_version;  // ServerMetadata.version ("" = the build's version)
-  Metrics* metrics = nullptr;  // ModelStatistics reads it (not owned); null = UNIMPLEMENTED
-  // The repository extension's load / unload / index (not owned); null = FAILED_PRECONDITION.
-  ModelController* controller = nullptr;
-  std::string admin_token;  // "" = the repository calls need no token (admin_auth.h)
-  int stream_window = 4;    // ModelStreamInfer: requests of one stream in flight at once
+struct OipFrontendOptions : KServeOptions {
+  int stream_window = 4;  // ModelStreamInfer: requests of one stream in flight at once
 };
 
 // ModelInfer is registered raw (bytes in, bytes out), as mha.v1 Forward, so that a request that

@@ -55,28 +55,26 @@ void FillTensorMetadata(const TensorSpec& spec,
 }
 
 // Instances and, with batching, the dynamic_batching section (delay and queue size).
-void FillScheduling(const ModelEntry& entry, const SchedulingDefaults& scheduling,
+void FillScheduling(const ModelEntry& entry, const SchedulerView& scheduling,
                     inference::ModelConfig* out) {
   auto* group = out->add_instance_group();
   group->set_name(entry.name);
-  const std::string& device = entry.model->device();
+  const std::string& device = entry.info.device;
   const bool gpu = device.rfind("cuda", 0) == 0;
   group->set_kind(gpu ? inference::ModelInstanceGroup::KIND_GPU
                       : inference::ModelInstanceGroup::KIND_CPU);
   if (gpu) group->add_gpus(device.size() > 5 ? std::atoi(device.c_str() + 5) : 0);
-  const BatcherOptions batcher = SchedulerOptionsFor(entry.config, scheduling.batching,
-                                                     scheduling.batcher, scheduling.workers);
-  group->set_count(batcher.instances);
-  if (!batcher.batching) return;
+  group->set_count(scheduling.instances);
+  if (!scheduling.batching) return;
   auto* dynamic = out->mutable_dynamic_batching();
-  dynamic->set_max_queue_delay_microseconds(static_cast<uint64_t>(batcher.max_queue_delay_us));
+  dynamic->set_max_queue_delay_microseconds(static_cast<uint64_t>(scheduling.max_queue_delay_us));
   dynamic->mutable_default_queue_policy()->set_max_queue_size(
-      static_cast<uint32_t>(batcher.max_queue_size));
+      static_cast<uint32_t>(scheduling.max_queue_size));
 }
 
 // The attention model's own settings, as Triton's string parameters.
 void FillParameters(const ModelEntry& entry, inference::ModelConfig* out) {
-  const MhaOptions& o = entry.model->options();
+  const MhaOptions& o = entry.info.options;
   auto& p = *out->mutable_parameters();
   const auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
   p["embed_dim"].set_string_value(std::to_string(o.embed_dim));
@@ -89,11 +87,11 @@ void FillParameters(const ModelEntry& entry, inference::ModelConfig* out) {
   p["add_zero_attn"].set_string_value(flag(o.add_zero_attn));
   p["dtype"].set_string_value(codec::DataTypeName(codec::ToProtoDType(o.dtype)));
   p["compute_dtype"].set_string_value(
-      codec::DataTypeName(codec::ToProtoDType(entry.model->compute_dtype())));
-  p["device"].set_string_value(entry.model->device());
+      codec::DataTypeName(codec::ToProtoDType(entry.info.compute_dtype)));
+  p["device"].set_string_value(entry.info.device);
   p["format"].set_string_value(entry.format);
   p["layout"].set_string_value(entry.layout);
-  p["parameter_count"].set_string_value(std::to_string(entry.model->parameter_count()));
+  p["parameter_count"].set_string_value(std::to_string(entry.info.parameter_count));
   // Triton's reserved request parameters (infer_parameters.cc), so that clients can see them.
   p["request_priority"].set_string_value("accepted and ignored: one priority level");
   p["request_timeout"].set_string_value("microseconds: the request's deadline");
@@ -110,12 +108,12 @@ void FillModelMetadata(const ModelEntry& entry, inference::ModelMetadataResponse
   out->add_versions(entry.version);
   out->set_platform(kPlatform);
   if (!entry.model) return;
-  const MhaOptions& o = entry.model->options();
+  const MhaOptions& o = entry.info.options;
   for (const TensorSpec& spec : InputSpecs(o)) FillTensorMetadata(spec, out->add_inputs());
   for (const TensorSpec& spec : OutputSpecs(o)) FillTensorMetadata(spec, out->add_outputs());
 }
 
-void FillModelConfig(const ModelEntry& entry, const SchedulingDefaults& scheduling,
+void FillModelConfig(const ModelEntry& entry, const std::optional<SchedulerView>& scheduling,
                      inference::ModelConfig* out) {
   out->set_name(entry.name);
   out->set_platform(kPlatform);
@@ -123,7 +121,7 @@ void FillModelConfig(const ModelEntry& entry, const SchedulingDefaults& scheduli
   out->set_max_batch_size(0);  // B travels in each tensor's shape (see the header)
   out->mutable_model_transaction_policy()->set_decoupled(false);
   if (!entry.model) return;
-  const MhaOptions& o = entry.model->options();
+  const MhaOptions& o = entry.info.options;
   for (const TensorSpec& spec : InputSpecs(o)) {
     auto* input = out->add_input();
     input->set_name(spec.name);
@@ -137,7 +135,7 @@ void FillModelConfig(const ModelEntry& entry, const SchedulingDefaults& scheduli
     output->set_data_type(ConfigDataType(spec.dtype));
     for (int64_t d : spec.shape) output->add_dims(d);
   }
-  FillScheduling(entry, scheduling, out);
+  if (scheduling) FillScheduling(entry, *scheduling, out);
   FillParameters(entry, out);
 }
 

@@ -13,25 +13,20 @@
 
 #include "inference/grpc_service.pb.h"
 #include "inference/model_config.pb.h"
+#include "server/serving/inference_server.h"
 #include "server/serving/model_controller.h"
 #include "server/serving/repository/model_repository.h"
-#include "server/serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve::oip {
 
 inline constexpr char kPlatform[] = "pytorch_libtorch";
 inline constexpr char kBackend[] = "mha_serve";
 
-// The server-wide scheduling settings that ModelConfig shows (config.json keys win per model).
-struct SchedulingDefaults {
-  bool batching = true;
-  BatcherOptions batcher;
-  int workers = 1;  // batching off: instances per model
-};
-
 // `entry` must be READY (it has a model); the caller resolves it first.
 void FillModelMetadata(const ModelEntry& entry, inference::ModelMetadataResponse* out);
-void FillModelConfig(const ModelEntry& entry, const SchedulingDefaults& scheduling,
+// `scheduling`: the served version's (InferenceServer::Scheduling); without it (a version not being
+// served) ModelConfig has no instance group and no dynamic_batching section.
+void FillModelConfig(const ModelEntry& entry, const std::optional<SchedulerView>& scheduling,
                      inference::ModelConfig* out);
 
 // Triton's state words: READY, LOADING, UNLOADING, or UNAVAILABLE (FAILED, with the error as the

@@ -18,18 +18,13 @@ void SetDuration(const AtomicHistogram::Snapshot& seconds, inference::StatisticD
 
 }  // namespace
 
-StatsSnapshot VersionSnapshot(const Metrics& metrics, const ModelEntry& entry) {
-  const StatsAggregator* aggregator = metrics.StatsFor(entry.name, entry.version);
-  return aggregator ? aggregator->Read() : StatsSnapshot();
-}
-
-void FillModelStatistics(const ModelEntry& entry, const StatsSnapshot& s,
-                         inference::ModelStatistics* out) {
-  out->set_name(entry.name);
-  out->set_version(entry.version);
+void FillModelStatistics(const VersionStatistics& v, inference::ModelStatistics* out) {
+  const StatsSnapshot& s = v.stats;
+  out->set_name(v.name);
+  out->set_version(v.version);
   out->set_last_inference(static_cast<uint64_t>(s.last_inference_ms));
-  out->set_inference_count(static_cast<uint64_t>(s.batch_rows.sum));
-  out->set_execution_count(s.batch_size.count);
+  out->set_inference_count(static_cast<uint64_t>(s.inference_count));
+  out->set_execution_count(static_cast<uint64_t>(s.execution_count));
   inference::InferStatistics* stats = out->mutable_inference_stats();
   SetDuration(s.ok_calls, s.ok_ns, stats->mutable_success());
   SetDuration(s.failed_calls, s.failed_ns, stats->mutable_fail());
@@ -50,21 +45,11 @@ void FillModelStatistics(const ModelEntry& entry, const StatsSnapshot& s,
   stats->mutable_cache_miss();
 }
 
-Status FillStatisticsResponse(const ModelRepository& repository, const Metrics& metrics,
-                              const std::string& name, const std::string& version,
-                              inference::ModelStatisticsResponse* out) {
-  if (!name.empty()) {
-    auto entry = repository.Resolve(name, version);
-    if (!entry.ok()) return entry.status();
-    const ModelEntry& e = *entry.value();
-    FillModelStatistics(e, VersionSnapshot(metrics, e), out->add_model_stats());
-    return Status::Ok();
-  }
-  for (const auto& entry : repository.entries()) {  // "" = every READY model
-    if (entry->state != ModelState::kReady) continue;
-    if (!version.empty() && entry->version != version) continue;
-    FillModelStatistics(*entry, VersionSnapshot(metrics, *entry), out->add_model_stats());
-  }
+Status FillStatisticsResponse(InferenceServer& core, const std::string& name,
+                              const std::string& version, inference::ModelStatisticsResponse* out) {
+  auto stats = core.Statistics(name, version);
+  if (!stats.ok()) return stats.status();
+  for (const VersionStatistics& v : *stats) FillModelStatistics(v, out->add_model_stats());
   return Status::Ok();
 }
 

@@ -9,7 +9,8 @@
 //                                   counts once per request in it)
 //   inference_stats.compute_output  computed requests: splitting the outputs, the hop to the
 //                                   completion thread, the front end's encode/serialize/Finish
-//   inference_count                 batch rows computed (sum of B), as Triton counts batch items
+//   inference_count                 batch rows (sum of B) of the requests answered OK, as Triton
+//                                   counts batch items of successful requests
 //   execution_count                 forward passes (a merged batch is one)
 //   last_inference                  when the version last answered a request, ms since the epoch
 // cache_hit and cache_miss stay 0 (no cache);
@@ -20,20 +21,15 @@
 
 #include "inference/grpc_service.pb.h"
 #include "mha/status.h"
-#include "server/serving/observability/metrics.h"
-#include "server/serving/repository/model_repository.h"
+#include "server/serving/inference_server.h"
 
 namespace mha::serve::oip {
 
-void FillModelStatistics(const ModelEntry& entry, const StatsSnapshot& stats,
-                         inference::ModelStatistics* out);
-// The version's statistics; zeros when it never had any (reading creates nothing).
-StatsSnapshot VersionSnapshot(const Metrics& metrics, const ModelEntry& entry);
+void FillModelStatistics(const VersionStatistics& version, inference::ModelStatistics* out);
 
-// ModelStatistics' answer (gRPC and REST): `name` "" = every READY model (of `version` when it is
-// not ""); a named model resolves as ModelMetadata does (NOT_FOUND / UNAVAILABLE / ...).
-Status FillStatisticsResponse(const ModelRepository& repository, const Metrics& metrics,
-                              const std::string& name, const std::string& version,
-                              inference::ModelStatisticsResponse* out);
+// ModelStatistics' answer (gRPC and REST) from InferenceServer::Statistics, whose selection rule
+// every protocol shares.
+Status FillStatisticsResponse(InferenceServer& core, const std::string& name,
+                              const std::string& version, inference::ModelStatisticsResponse* out);
 
 }  // namespace mha::serve::oip

@@ -1,14 +1,12 @@
 #include "server/frontends/rest/infer_body.h"
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
 #include <charconv>
 #include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
 
+#include "mha/half.h"
 #include "mha/shape_string.h"
 #include "mha/text.h"
 #include "server/frontends/rest/json_body.h"
@@ -141,7 +139,7 @@ StatusOr<std::string> DataBytes(TensorData& data,
     out.resize(static_cast<size_t>(data.count) * 2);
     for (int64_t i = 0; i < data.count; ++i) {
       const uint16_t bits =
-          datatype == "FP16" ? c10::Half(values[i]).x : c10::BFloat16(values[i]).x;
+          datatype == "FP16" ? FloatToHalfBits(values[i]) : FloatToBFloat16Bits(values[i]);
       std::memcpy(&out[static_cast<size_t>(i) * 2], &bits, 2);
     }
   } else if (is_bool) {

@@ -1,12 +1,10 @@
 #include "server/frontends/rest/infer_response.h"
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
 #include <charconv>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "mha/half.h"
 #include "server/frontends/rest/json_nonfinite.h"
 #include "server/frontends/rest/proto_json.h"
 
@@ -55,12 +53,9 @@ void AppendData(const std::string& datatype, const std::string& raw, std::string
     if (datatype == "FP32") {
       AppendFloat(Load<float>(raw, i), out);
     } else if (datatype == "FP16") {
-      AppendFloat(static_cast<float>(c10::Half(Load<uint16_t>(raw, i), c10::Half::from_bits())),
-                  out);
+      AppendFloat(HalfBitsToFloat(Load<uint16_t>(raw, i)), out);
     } else if (datatype == "BF16") {
-      AppendFloat(
-          static_cast<float>(c10::BFloat16(Load<uint16_t>(raw, i), c10::BFloat16::from_bits())),
-          out);
+      AppendFloat(BFloat16BitsToFloat(Load<uint16_t>(raw, i)), out);
     } else if (datatype == "INT32") {
       AppendInteger(Load<int32_t>(raw, i), out);
     } else if (datatype == "INT64") {

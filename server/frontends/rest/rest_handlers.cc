@@ -14,14 +14,6 @@ namespace {
 constexpr char kJson[] = "application/json";
 constexpr char kRequestIdHeader[] = "X-Request-Id";
 
-// Every model has finished loading and one of them is READY (what health SERVING means).
-bool RepositoryReady(const ModelRepository& repository) {
-  for (const auto& entry : repository.entries()) {
-    if (entry->state == ModelState::kLoading) return false;
-  }
-  return repository.ready_count() > 0;
-}
-
 std::string Dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -60,7 +52,7 @@ void HandleServerLive(const RestContext&, const httplib::Request& req, httplib::
 void HandleServerReady(const RestContext& c, const httplib::Request& req, httplib::Response& res) {
   const RequestLog log = BeginRequest(req, res, "rest ServerReady");
   const bool ready =
-      c.options->server_ready ? c.options->server_ready() : RepositoryReady(*c.core->repository());
+      c.options->server_ready ? c.options->server_ready() : c.core->repository()->Ready();
   Reply(res, log, Status::Ok(), {{"ready", ready}});
   if (!ready) res.status = 503;
 }
@@ -73,7 +65,7 @@ void HandleServerMetadata(const RestContext& c, const httplib::Request& req,
   metadata.set_version(c.options->server_version.empty() ? CurrentBuildInfo().version
                                                          : c.options->server_version);
   metadata.add_extensions("model_configuration");
-  if (c.options->metrics != nullptr) metadata.add_extensions("statistics");
+  metadata.add_extensions("statistics");
   metadata.add_extensions("sequence");
   metadata.add_extensions("binary_tensor_data");
   Reply(res, log, Status::Ok(), ProtoToJson(metadata));
@@ -104,20 +96,17 @@ void HandleModelConfig(const RestContext& c, const httplib::Request& req, httpli
   auto entry = oip::ResolveVersion(*c.core->repository(), ModelOf(req), VersionOf(req));
   if (!entry.ok()) return Reply(res, log, entry.status());
   inference::ModelConfig config;
-  oip::FillModelConfig(*entry.value(), c.options->scheduling, &config);
+  const ModelEntry& e = *entry.value();
+  oip::FillModelConfig(e, c.core->Scheduling(e.name, e.version), &config);
   Reply(res, log, Status::Ok(), ProtoToJson(config));
 }
 
 void HandleModelStats(const RestContext& c, const httplib::Request& req, httplib::Response& res,
                       bool all) {
   const RequestLog log = BeginRequest(req, res, "rest ModelStatistics");
-  if (c.options->metrics == nullptr) {
-    return Reply(res, log, Unimplemented("ModelStatistics: this server keeps no metrics"));
-  }
   inference::ModelStatisticsResponse stats;
-  const Status status =
-      oip::FillStatisticsResponse(*c.core->repository(), *c.options->metrics,
-                                  all ? "" : ModelOf(req), all ? "" : VersionOf(req), &stats);
+  const Status status = oip::FillStatisticsResponse(*c.core, all ? "" : ModelOf(req),
+                                                    all ? "" : VersionOf(req), &stats);
   Reply(res, log, status, status.ok() ? ProtoToJson(stats) : nullptr);
 }
 

@@ -66,12 +66,12 @@ void HandleInfer(const RestContext& c, const httplib::Request& req, httplib::Res
   const RequestLog log = BeginRequest(req, res, "rest ModelInfer");
   auto prepared = Prepare(c, req, log);
   if (!prepared.ok()) {
-    c.core->RecordOutcome(ModelOf(req), prepared.status(), log.start, Protocol::kRest);
+    c.core->CountRequest(ModelOf(req), prepared.status(), log.start, Protocol::kRest);
     return Reply(res, log, prepared.status());
   }
   PreparedCall& p = *prepared.value();
   if (const Status begun = oip::BeginSequence(c.core, &p.call); !begun.ok()) {  // sequence.h
-    c.core->RecordOutcome(ModelOf(req), begun, log.start, Protocol::kRest);
+    c.core->CountRequest(ModelOf(req), begun, log.start, Protocol::kRest);
     return Reply(res, log, begun);
   }
   const std::string session = p.call.request.session_id;
@@ -81,9 +81,7 @@ void HandleInfer(const RestContext& c, const httplib::Request& req, httplib::Res
   const Status status = oip::EncodeModelInferResponse(result, p.call.outputs, p.call.id, &response);
   if (!status.ok()) return Reply(res, log, status);
   RestResponse out = EncodeInferResponse(&response, p.body);
-  LogOutcome(log, status,
-             "model=" + result.model + " queue_us=" + std::to_string(result.queue_us) +
-                 " compute_us=" + std::to_string(result.compute_us));
+  LogOutcome(log, status, InferDetail(result.model, result.queue_us, result.compute_us));
   res.status = 200;
   if (out.header_length) {
     res.set_header(kHeaderLengthHeader, std::to_string(*out.header_length));

@@ -27,6 +27,7 @@
 #include <string>
 
 #include "mha/status.h"
+#include "server/frontends/common/kserve_options.h"
 #include "server/frontends/oip/model_metadata.h"
 #include "server/serving/http_endpoint.h"
 #include "server/serving/inference_server.h"
@@ -35,17 +36,7 @@
 
 namespace mha::serve::rest {
 
-struct RestFrontendOptions {
-  int64_t max_message_bytes = 64 << 20;  // request bodies above it: 413
-  oip::SchedulingDefaults scheduling;    // what /config shows
-  // /v2/health/ready; empty = no model is LOADING and one is READY.
-  std::function<bool()> server_ready;
-  std::string server_version;  // /v2 version ("" = the build's)
-  Metrics* metrics = nullptr;  // /stats reads it (not owned); null = 501
-  // The repository extension's load / unload / index (not owned); null = 400 as gRPC's
-  // FAILED_PRECONDITION. With an admin token they need "Authorization: Bearer <token>".
-  ModelController* controller = nullptr;
-  std::string admin_token;
+struct RestFrontendOptions : KServeOptions {
   // Connections served at once (each holds a thread while open, also while it trickles in a
   // request or waits for its answer); more wait for a free thread.
   int threads = 192;

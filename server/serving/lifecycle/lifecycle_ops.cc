@@ -1,6 +1,5 @@
 // ModelLifecycle's operations after the start-up load: load / unload on the lifecycle thread,
 // repository polling, retiring replaced handles, the repository index (model_lifecycle.h).
-#include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>

@@ -2,7 +2,6 @@
 // (model_lifecycle.h). Later loads, unloads and polls: lifecycle_ops.cc; reloads: reload.cc.
 #include "server/serving/lifecycle/model_lifecycle.h"
 
-#include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -23,6 +22,17 @@ const std::vector<WarmupShape>& DefaultWarmup() {
   return shapes;
 }
 
+// [batch, seq, dim] float32 values evenly spaced over [-1, 1] (torch.linspace's).
+HostTensor Ramp(int64_t batch, int64_t seq, int64_t dim) {
+  const int64_t n = batch * seq * dim;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    values[static_cast<size_t>(i)] =
+        n > 1 ? static_cast<float>(-1.0 + 2.0 * static_cast<double>(i) / (n - 1)) : -1.0f;
+  }
+  return HostTensor::FromFloats({batch, seq, dim}, std::move(values));
+}
+
 // Warmup passes on a freshly loaded version, before it is READY. config.json's "warmup" passes
 // are self-attention and a failed one makes the version FAILED. Without the key the default
 // passes run, with key and value of the model's kdim/vdim; one that fails is logged and the
@@ -33,27 +43,20 @@ void Warmup(ModelEntry* entry) {
   const std::vector<WarmupShape>& shapes = given ? entry->config.warmup : DefaultWarmup();
   if (shapes.empty()) return;
   const Clock::time_point start = Clock::now();
-  const MhaOptions& options = entry->model->options();
+  const MhaOptions& options = entry->info.options;
   const int64_t embed = options.embed_dim;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const WarmupShape& shape = shapes[i];
-    ForwardInputs in;
-    in.query = at::linspace(-1, 1, shape.batch * shape.seq * embed)
-                   .reshape({shape.batch, shape.seq, embed});
+    HostInputs in;
+    in.query = Ramp(shape.batch, shape.seq, embed);
     if (!given && (options.key_dim() != embed || options.value_dim() != embed)) {
-      in.key = at::linspace(-1, 1, shape.batch * shape.seq * options.key_dim())
-                   .reshape({shape.batch, shape.seq, options.key_dim()});
-      in.value = at::linspace(-1, 1, shape.batch * shape.seq * options.value_dim())
-                     .reshape({shape.batch, shape.seq, options.value_dim()});
+      in.key = Ramp(shape.batch, shape.seq, options.key_dim());
+      in.value = Ramp(shape.batch, shape.seq, options.value_dim());
     }
     in.need_weights = shape.need_weights;
-    ForwardOutputs out;
-    Status status;
-    try {
-      status = entry->model->Forward(in, &out);
-    } catch (const std::exception& e) {
-      status = Internal(std::string("threw: ") + e.what());
-    }
+    const Status status =
+        Forward(*entry->model, in, OutputTypes{ToElementType(options.dtype), std::nullopt})
+            .status();
     const std::string what = "warmup[" + std::to_string(i) + "] (batch " +
                              std::to_string(shape.batch) + ", seq " + std::to_string(shape.seq) +
                              ") failed: " + status.ToString();
@@ -82,15 +85,15 @@ void LogModel(const ModelEntry& e, bool is_default) {
                   e.error, e.source);
     return;
   }
-  const MhaOptions& o = e.model->options();
+  const MhaOptions& o = e.info.options;
   spdlog::info(
       "model {}{} v{} READY: embed_dim={} num_heads={} head_dim={} kdim={} vdim={} bias={} "
       "add_bias_kv={} add_zero_attn={} dtype={} compute_dtype={} device={} format={} layout={} "
       "parameters={} source={}",
       e.name, is_default ? " (default)" : "", e.version, o.embed_dim, o.num_heads, o.head_dim(),
       o.key_dim(), o.value_dim(), o.bias, o.add_bias_kv, o.add_zero_attn, DTypeName(o.dtype),
-      DTypeName(e.model->compute_dtype()), e.model->device(), e.format, e.layout,
-      e.model->parameter_count(), e.source);
+      DTypeName(e.info.compute_dtype), e.info.device, e.format, e.layout, e.info.parameter_count,
+      e.source);
   if (!e.unused_keys.empty()) {
     spdlog::warn("model {}: {} unused keys in {} (first: {})", e.name, e.unused_keys.size(),
                  e.source, e.unused_keys.front());

@@ -1,13 +1,12 @@
 #include "server/serving/observability/metrics.h"
 
-#include <ATen/Context.h>
 #include <prometheus/text_serializer.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
 #include <sstream>
 
+#include "mha/runtime.h"
 #include "server/serving/observability/stats_export.h"
 
 #ifndef MHA_VERSION
@@ -30,7 +29,7 @@ auto& Register(Builder builder, const char* name, const char* help,
 }  // namespace
 
 BuildInfo CurrentBuildInfo() {
-  return BuildInfo{MHA_VERSION, TORCH_VERSION, at::hasCUDA() ? "cuda" : "cpu"};
+  return BuildInfo{MHA_VERSION, TorchVersion(), CudaAvailable() ? "cuda" : "cpu"};
 }
 
 Metrics::Metrics(const BuildInfo& build_info)

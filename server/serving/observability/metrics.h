@@ -89,9 +89,6 @@ class Metrics {
   void RecordModelUnload(const std::string& model);
 
   // By name (looks the model up each time; tests and one-off callers).
-  void RecordRequest(const std::string& model, StatusCode code, double seconds) {
-    ForModel(model)->RecordRequest(code, seconds);
-  }
   void RecordQueue(const std::string& model, double seconds) {
     ForModel(model)->RecordQueue(seconds);
   }

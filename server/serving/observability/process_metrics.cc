@@ -6,12 +6,8 @@
 #include <sstream>
 #include <string>
 
+#include "mha/runtime.h"
 #include "server/serving/observability/metrics.h"
-
-#ifdef MHA_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#endif
 
 namespace mha::serve {
 namespace {
@@ -30,48 +26,27 @@ prometheus::ClientMetric Sample(prometheus::MetricType type, double value,
 
 // The CUDA caching allocator's memory per device (nothing on CPU builds or without a GPU).
 void AppendGpuMemory(std::vector<prometheus::MetricFamily>* families) {
-#ifdef MHA_WITH_CUDA
   using prometheus::MetricType;
-  const int devices = static_cast<int>(c10::cuda::device_count());
-  if (devices > 0) {
-    prometheus::MetricFamily allocated{"mha_gpu_memory_allocated_bytes",
-                                       "CUDA caching allocator: bytes allocated",
-                                       MetricType::Gauge,
-                                       {}};
-    prometheus::MetricFamily reserved{"mha_gpu_memory_reserved_bytes",
-                                      "CUDA caching allocator: bytes reserved",
-                                      MetricType::Gauge,
-                                      {}};
-    namespace alloc = c10::cuda::CUDACachingAllocator;
-    constexpr size_t aggregate = 0;  // StatType::AGGREGATE (its namespace moved across versions)
-    for (int d = 0; d < devices; ++d) {
-      // Before CUDA is initialised in this process (e.g. every model on the CPU) the allocator
-      // has no stats and throws: then there is nothing to report for the device. The stats type
-      // is not named: CUDACachingAllocator::DeviceStats in 1.x, an alias of
-      // c10::CachingDeviceAllocator::DeviceStats in later 2.x.
-      int64_t allocated_bytes = 0, reserved_bytes = 0;
-      try {
-        const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
-        allocated_bytes = stats.allocated_bytes[aggregate].current;
-        reserved_bytes = stats.reserved_bytes[aggregate].current;
-      } catch (const c10::Error&) {
-        continue;
-      }
-      const std::vector<prometheus::ClientMetric::Label> labels{
-          {"device", "cuda:" + std::to_string(d)}};
-      allocated.metric.push_back(
-          Sample(MetricType::Gauge, static_cast<double>(allocated_bytes), labels));
-      reserved.metric.push_back(
-          Sample(MetricType::Gauge, static_cast<double>(reserved_bytes), labels));
-    }
-    if (!allocated.metric.empty()) {
-      families->push_back(std::move(allocated));
-      families->push_back(std::move(reserved));
-    }
+  const std::vector<DeviceMemory> devices = CudaMemoryStats();
+  if (devices.empty()) return;
+  prometheus::MetricFamily allocated{"mha_gpu_memory_allocated_bytes",
+                                     "CUDA caching allocator: bytes allocated",
+                                     MetricType::Gauge,
+                                     {}};
+  prometheus::MetricFamily reserved{"mha_gpu_memory_reserved_bytes",
+                                    "CUDA caching allocator: bytes reserved",
+                                    MetricType::Gauge,
+                                    {}};
+  for (const DeviceMemory& d : devices) {
+    const std::vector<prometheus::ClientMetric::Label> labels{
+        {"device", "cuda:" + std::to_string(d.device)}};
+    allocated.metric.push_back(
+        Sample(MetricType::Gauge, static_cast<double>(d.allocated_bytes), labels));
+    reserved.metric.push_back(
+        Sample(MetricType::Gauge, static_cast<double>(d.reserved_bytes), labels));
   }
-#else
-  (void)families;
-#endif
+  families->push_back(std::move(allocated));
+  families->push_back(std::move(reserved));
 }
 
 }  // namespace

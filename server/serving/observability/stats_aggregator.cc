@@ -132,7 +132,7 @@ void StatsAggregator::RecordRequest(StatusCode code, double seconds, Protocol pr
   }
 }
 
-void StatsAggregator::RecordOutcome(bool ok, int64_t rows, int64_t queue_us, int64_t compute_us) {
+void StatsAggregator::RecordInference(bool ok, int64_t rows, int64_t queue_us, int64_t compute_us) {
   (ok ? success_count_ : failure_count_).fetch_add(1, kRelaxed);
   if (ok) inference_count_.fetch_add(rows, kRelaxed);
   queue_ns_.fetch_add(queue_us * 1000, kRelaxed);

@@ -88,8 +88,9 @@ class StatsAggregator {
 
   // One answered call (mha_requests_total, mha_request_duration_seconds, by protocol and code).
   void RecordRequest(StatusCode code, double seconds, Protocol protocol = Protocol::kNative);
-  // One request that reached the version, answered: ModelStatistics' counters.
-  void RecordOutcome(bool ok, int64_t rows, int64_t queue_us, int64_t compute_us);
+  // One request that reached the version, answered: ModelStatistics' counters (not
+  // mha_requests_total: that is RecordRequest, reached through internal::CountRequest only).
+  void RecordInference(bool ok, int64_t rows, int64_t queue_us, int64_t compute_us);
   void RecordQueue(double seconds) { queue_.Observe(seconds); }
   void RecordCompute(double seconds) { compute_.Observe(seconds); }
   // One forward pass of `requests` requests, `rows` batch rows in all.

@@ -143,6 +143,13 @@ size_t ModelRepository::ready_count() const {
   return ready.size();
 }
 
+bool ModelRepository::Ready() const {
+  for (const auto& entry : entries_) {
+    if (entry->state == ModelState::kLoading) return false;
+  }
+  return ready_count() > 0;
+}
+
 size_t ModelRepository::model_count() const {
   std::set<std::string> names;
   for (const auto& e : entries_) names.insert(e->name);

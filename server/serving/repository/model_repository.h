@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "mha/model.h"
+#include "mha/engine.h"
 #include "mha/options.h"
 #include "mha/status.h"
 #include "server/serving/repository/serving_config.h"
@@ -32,7 +32,8 @@ struct ModelEntry {
   ServingConfig config;  // the folder's config.json (model.path "" when it has none)
   ModelState state = ModelState::kLoading;
   std::string error;                      // why it FAILED
-  std::shared_ptr<const MhaModel> model;  // set when READY
+  std::shared_ptr<const MhaModel> model;  // set when READY (opaque outside the core)
+  ModelInfo info;                         // the model's options, device, dtypes (when READY)
   // The weights file relative to the repository ("enc/model.pt"), or "builtin": what callers see.
   // Errors are worded with relative paths too; no absolute path leaves the server.
   std::string source;
@@ -97,7 +98,10 @@ class ModelRepository {
 
   const std::vector<EntryPtr>& entries() const { return entries_; }
   const std::string& default_name() const { return default_name_; }
-  size_t ready_count() const;    // models with a READY version
+  size_t ready_count() const;  // models with a READY version
+  // Every model has finished loading and one of them is READY: health SERVING, ServerReady and
+  // /v2/health/ready unless the app passes its own health state.
+  bool Ready() const;
   size_t model_count() const;    // distinct names
   std::string NameList() const;  // "a, b, c"
 

@@ -5,7 +5,7 @@
 #include <exception>
 #include <filesystem>
 
-#include "mha/loader.h"
+#include "mha/engine.h"
 #include "mha/model_config.h"
 #include "server/serving/repository/fingerprint.h"
 #include "server/serving/repository/model_repository.h"
@@ -213,14 +213,13 @@ void LoadModelEntry(const LoadOverrides& overrides, ModelEntry* entry) {
     options.dtype = overrides.dtype;
     options.device = overrides.device;
     options.cuda_graphs = overrides.cuda_graphs;
-    auto loaded = LoadWeights(options);
+    auto loaded = LoadModel(options);
     if (!loaded.ok()) return fail(loaded.status());
-    entry->format = WeightsFormatName(loaded->format);
+    entry->format = loaded->format;
     entry->layout = loaded->layout;
     entry->unused_keys = loaded->unused_keys;
-    auto model = MhaModel::Create(loaded->options, std::move(loaded->weights));
-    if (!model.ok()) return fail(model.status());
-    entry->model = std::shared_ptr<const MhaModel>(std::move(model.value()));
+    entry->model = std::move(loaded->model);
+    entry->info = loaded->info;
     entry->state = ModelState::kReady;
   } catch (const std::exception& e) {
     fail(Internal(std::string("loading ") + entry->source + " threw: " + e.what()));

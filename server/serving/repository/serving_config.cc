@@ -1,5 +1,7 @@
 #include "server/serving/repository/serving_config.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -14,9 +16,9 @@ using Json = nlohmann::json;
 
 constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
 
-const char* const kServingKeys[] = {
-    "version",        "max_batch_size", "max_batch_tokens", "max_queue_delay_us",
-    "max_queue_size", "instances",      "version_policy",   "warmup"};
+const char* const kServingKeys[] = {"version",          "max_batch_rows",     "max_batch_size",
+                                    "max_batch_tokens", "max_queue_delay_us", "max_queue_size",
+                                    "instances",        "version_policy",     "warmup"};
 
 // "version_policy": {"latest": {"num_versions": N}} | {"all": {}} | {"specific": {"versions":
 // [..]}}
@@ -105,10 +107,31 @@ Status ReadWarmup(const std::string& path, const Json& json, std::vector<WarmupS
   return Status::Ok();
 }
 
+// "max_batch_rows" (as --max-batch-rows); "max_batch_size", its old name, still read with a
+// warning (it was easy to take for --max-batch-size, which is per request).
+Status ReadMaxBatchRows(const std::string& path, const Json& json, ConfigReader& r,
+                        ServingConfig* c) {
+  MHA_RETURN_IF_ERROR(r.Int("max_batch_rows", 1, kBig, &c->max_batch_rows));
+  if (!json.contains("max_batch_size")) return Status::Ok();
+  std::optional<int64_t> old;
+  MHA_RETURN_IF_ERROR(r.Int("max_batch_size", 1, kBig, &old));
+  if (c->max_batch_rows && *c->max_batch_rows != *old) {
+    return InvalidArgument(path + ": max_batch_size " + std::to_string(*old) +
+                           " (deprecated) contradicts max_batch_rows " +
+                           std::to_string(*c->max_batch_rows) + "; keep max_batch_rows only");
+  }
+  spdlog::warn(
+      "{}: max_batch_size is deprecated, use max_batch_rows (rows, the sum of the "
+      "requests' B, of one merged pass; --max-batch-rows)",
+      path);
+  c->max_batch_rows = old;
+  return Status::Ok();
+}
+
 Status ReadKeys(const std::string& path, const Json& json, ServingConfig* c) {
   ConfigReader r(path, json);
   MHA_RETURN_IF_ERROR(r.Label("version", &c->version));
-  MHA_RETURN_IF_ERROR(r.Int("max_batch_size", 1, kBig, &c->max_batch_size));
+  MHA_RETURN_IF_ERROR(ReadMaxBatchRows(path, json, r, c));
   MHA_RETURN_IF_ERROR(r.Int("max_batch_tokens", 1, kBig, &c->max_batch_tokens));
   MHA_RETURN_IF_ERROR(
       r.Int("max_queue_delay_us", 0, int64_t{3600} * 1000000, &c->max_queue_delay_us));

@@ -36,7 +36,7 @@ struct ServingConfig {
 
   // The version label and the model's scheduler settings (override the server flags).
   std::optional<std::string> version;
-  std::optional<int64_t> max_batch_size;  // rows (sum of B) of one merged pass
+  std::optional<int64_t> max_batch_rows;  // rows (sum of B) of one merged pass (--max-batch-rows)
   std::optional<int64_t> max_batch_tokens;
   std::optional<int64_t> max_queue_delay_us;
   std::optional<int64_t> max_queue_size;

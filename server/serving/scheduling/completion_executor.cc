@@ -15,9 +15,7 @@ CompletionExecutor::CompletionExecutor(int threads, int64_t inline_max_bytes)
 CompletionExecutor::~CompletionExecutor() { Shutdown(); }
 
 void CompletionExecutor::Complete(DoneCallback done, InferenceResult result) {
-  const at::Tensor& out = result.outputs.output;
-  const bool big =
-      out.defined() && static_cast<int64_t>(out.numel() * out.element_size()) > inline_max_bytes_;
+  const bool big = static_cast<int64_t>(result.outputs.output.bytes()) > inline_max_bytes_;
   if (big) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!closed_ && !threads_.empty()) {

@@ -1,6 +1,5 @@
 #include "server/serving/scheduling/dynamic_batcher.h"
 
-#include <c10/core/InferenceMode.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -14,9 +13,11 @@
 namespace mha::serve {
 namespace {
 
-Status ForwardSafely(const BatchForwardFn& forward, const ForwardInputs& in, ForwardOutputs* out) {
+// A pass of the runner; an exception that escapes it (a fake's, say) becomes INTERNAL.
+template <typename Fn>
+Status Safely(Fn&& pass) {
   try {
-    return forward(in, out);
+    return pass();
   } catch (const std::exception& e) {
     return Internal(std::string("forward pass failed: ") + e.what());
   } catch (...) {
@@ -54,11 +55,12 @@ void DynamicBatcher::RecordPass(bool session, int64_t padded_tokens, int64_t mic
   pass_times_.Record(session, padded_tokens, static_cast<double>(micros));
 }
 
-DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, BatchForwardFn forward,
-                               BatcherOptions options, StatsAggregator* metrics)
+DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info,
+                               std::unique_ptr<PassRunner> passes, BatcherOptions options,
+                               StatsAggregator* metrics)
     : model_name_(std::move(model_name)),
       info_(info),
-      forward_(std::move(forward)),
+      passes_(std::move(passes)),
       options_(std::move(options)),
       metrics_(metrics),
       blas_(options_.blas),
@@ -68,17 +70,19 @@ DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, Batc
   for (int i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
+DynamicBatcher::DynamicBatcher(std::string model_name, BatchModelInfo info, BatchForwardFn forward,
+                               BatcherOptions options, StatsAggregator* metrics)
+    : DynamicBatcher(std::move(model_name), info, MakePassRunner(info, std::move(forward)),
+                     std::move(options), metrics) {}
+
 std::unique_ptr<DynamicBatcher> DynamicBatcher::ForModel(std::shared_ptr<const MhaModel> model,
                                                          std::string model_name,
                                                          BatcherOptions options,
                                                          StatsAggregator* metrics) {
-  const BatchModelInfo info = MakeBatchModelInfo(*model);
-  // Tasks were validated by ServerCore and merged batches are valid by construction.
-  auto forward = [model](const ForwardInputs& in, ForwardOutputs* out) {
-    return model->ForwardValidated(in, out);
-  };
-  return std::make_unique<DynamicBatcher>(std::move(model_name), info, std::move(forward),
-                                          std::move(options), metrics);
+  const BatchModelInfo info = MakeBatchModelInfo(DescribeModel(*model));
+  return std::make_unique<DynamicBatcher>(std::move(model_name), info,
+                                          MakeModelPassRunner(std::move(model)), std::move(options),
+                                          metrics);
 }
 
 DynamicBatcher::~DynamicBatcher() { Shutdown(); }
@@ -132,7 +136,7 @@ void DynamicBatcher::PublishDepthLocked() const {
 
 void DynamicBatcher::SweepLocked(Clock::time_point now, std::vector<Dropped>* dropped) {
   for (auto it = queue_.begin(); it != queue_.end();) {
-    Status status = DropBeforeCompute(it->task, now);
+    Status status = DropBeforeCompute(it->task, it->arrival, now);
     if (status.ok() && it->task.deadline != Clock::time_point::max()) {
       // Its pass alone would end after its deadline: nobody would read the answer.
       const double alone_us =
@@ -144,7 +148,7 @@ void DynamicBatcher::SweepLocked(Clock::time_point now, std::vector<Dropped>* dr
             "dropped before the forward pass: the deadline would pass during it (estimated " +
             std::to_string(static_cast<int64_t>(alone_us)) + " us, " +
             std::to_string(static_cast<int64_t>(left_us)) + " us left after " +
-            std::to_string(MicrosBetween(it->task.enqueue_time, now)) + " us in the queue)");
+            std::to_string(MicrosBetween(it->arrival, now)) + " us in the queue)");
       }
     }
     if (status.ok()) {
@@ -179,11 +183,12 @@ std::vector<DynamicBatcher::Queue::iterator> DynamicBatcher::PlanLocked(
     const int64_t next_rows = rows + s.rows;
     const int64_t next_t = std::max(t_max, s.t), next_s = std::max(s_max, s.s);
     const int64_t padded = next_rows * (next_t + (key.cross ? next_s : 0));
-    const int64_t work = key.session != 0
-                             ? 0
-                             : PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
-                                             at::elementSize(info_.mask_dtype), next_rows, next_t,
-                                             key.cross ? next_s : next_t, key.need_weights);
+    const int64_t work =
+        key.session != 0
+            ? 0
+            : PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
+                            static_cast<int64_t>(ElementSize(ToElementType(info_.mask_dtype))),
+                            next_rows, next_t, key.cross ? next_s : next_t, key.need_weights);
     if (!plan.empty() &&
         (next_rows > options_.max_batch_rows || padded > options_.max_batch_tokens ||
          work > options_.max_batch_work_bytes)) {
@@ -256,7 +261,7 @@ void DynamicBatcher::WorkerLoop() {
     for (Dropped& d : dropped) {
       InferenceResult result;
       result.status = std::move(d.status);
-      result.queue_us = MicrosBetween(d.entry.task.enqueue_time, Now());
+      result.queue_us = MicrosBetween(d.entry.arrival, Now());
       Answer(d.entry, std::move(result));
     }
     if (!batch.empty()) {
@@ -270,20 +275,16 @@ void DynamicBatcher::WorkerLoop() {
 InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
   InferenceResult result;
   const auto start = Now();
-  result.queue_us = MicrosBetween(entry.task.enqueue_time, start);
-  if (entry.task.step) {
-    result.status = RunPass([&] { return RunSessionStep(entry.task, &result.outputs); });
-  } else {
-    result.status =
-        RunPass([&] { return ForwardSafely(forward_, entry.task.inputs, &result.outputs); });
-  }
+  result.queue_us = MicrosBetween(entry.arrival, start);
+  result.status =
+      RunPass([&] { return Safely([&] { return passes_->RunOne(entry.task, &result.outputs); }); });
   result.compute_us = MicrosBetween(start, Now());
   if (result.status.ok()) {
     RecordPass(entry.key.session != 0, PaddedTokens(entry.shape, entry.key.cross),
                result.compute_us);
   }
   if (!result.status.ok()) {
-    result.outputs = ForwardOutputs();
+    result.outputs = HostOutputs();
   } else if (metrics_) {
     const TokenCount tokens = CountTokens({entry.shape}, entry.key.cross);
     metrics_->RecordBatch(1, entry.shape.rows, tokens.real, tokens.padded);
@@ -301,28 +302,17 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
     return;
   }
   const auto start = Now();
-  std::vector<const ForwardInputs*> inputs;
+  std::vector<const InferenceTask*> tasks;
   std::vector<RequestShape> shapes;
   for (const Entry& e : batch) {
-    inputs.push_back(&e.task.inputs);
+    tasks.push_back(&e.task);
     shapes.push_back(e.shape);
   }
-  Status status;
-  std::vector<ForwardOutputs> outputs;
-  int64_t merge_us = 0, split_us = 0;
-  try {
-    c10::InferenceMode inference;  // no autograd bookkeeping for the merge and the slices
-    MergedBatch merged = MergeInputs(inputs, info_);
-    const auto merged_at = Now();
-    merge_us = MicrosBetween(start, merged_at);
-    ForwardOutputs out;
-    status = RunPass([&] { return ForwardSafely(forward_, merged.inputs, &out); });
-    const auto forwarded_at = Now();
-    if (status.ok()) outputs = SplitOutputs(merged, out, info_);
-    split_us = MicrosBetween(forwarded_at, Now());
-  } catch (const std::exception& e) {
-    status = Internal(std::string("merging the batch failed: ") + e.what());
-  }
+  std::vector<HostOutputs> outputs;
+  PassTimes times;
+  const Status status = RunPass([&] {
+    return Safely([&] { return passes_->RunMerged(tasks, &outputs, *options_.clock, &times); });
+  });
   const int64_t compute_us = MicrosBetween(start, Now());
   if (!status.ok() || outputs.size() != batch.size()) {
     // One request's problem must not fail the others: each runs alone and answers for itself.
@@ -342,27 +332,27 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
     InferenceResult result;
     result.status = Status::Ok();
     result.outputs = std::move(outputs[i]);
-    result.queue_us = MicrosBetween(batch[i].task.enqueue_time, start);
+    result.queue_us = MicrosBetween(batch[i].arrival, start);
     result.compute_us = compute_us;
-    result.merge_us = merge_us;
-    result.split_us = split_us;
+    result.merge_us = times.merge_us;
+    result.split_us = times.split_us;
     Answer(batch[i], std::move(result));
   }
 }
 
 void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
   const auto start = Now();
-  std::vector<ForwardOutputs> outputs(batch.size());
-  std::vector<StepItem> items;
+  std::vector<const InferenceTask*> tasks;
+  std::vector<HostOutputs> outputs;
   int64_t rows = 0, tokens = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SessionStep& s = *batch[i].task.step;
-    items.push_back(StepItem{s.cache, s.cross, &s.inputs, &outputs[i]});
-    rows += batch[i].shape.rows;
-    tokens += batch[i].shape.rows * batch[i].shape.t;
+  for (const Entry& e : batch) {
+    tasks.push_back(&e.task);
+    rows += e.shape.rows;
+    tokens += e.shape.rows * e.shape.t;
   }
-  // On failure every cache is back at its length (DecodeSteps): each step can run alone.
-  const Status status = RunPass([&] { return DecodeSteps(*batch.front().task.model, items); });
+  // On failure every cache is back at its length (PassRunner::RunSteps): each step can run alone.
+  const Status status =
+      RunPass([&] { return Safely([&] { return passes_->RunSteps(tasks, &outputs); }); });
   const int64_t compute_us = MicrosBetween(start, Now());
   if (!status.ok()) {
     spdlog::warn("model {}: merged pass of {} session steps failed ({}); retrying each alone",
@@ -377,7 +367,7 @@ void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
   for (size_t i = 0; i < batch.size(); ++i) {
     InferenceResult result;
     result.outputs = std::move(outputs[i]);
-    result.queue_us = MicrosBetween(batch[i].task.enqueue_time, start);
+    result.queue_us = MicrosBetween(batch[i].arrival, start);
     result.compute_us = compute_us;
     Answer(batch[i], std::move(result));
   }

@@ -38,8 +38,10 @@
 #include "server/serving/scheduling/batch_assembly.h"
 #include "server/serving/scheduling/blas_policy.h"
 #include "server/serving/scheduling/completion_executor.h"
+#include "server/serving/scheduling/merge/pass_runner.h"
 #include "server/serving/scheduling/pass_time_estimator.h"
 #include "server/serving/scheduling/runner.h"
+#include "server/serving/serving_defaults.h"
 
 namespace mha::serve {
 
@@ -66,7 +68,7 @@ struct BatcherOptions {
   // Estimated working memory of one merged pass (server/serving/budget.h); one task alone may
   // exceed it only if it was admitted on its own (ServerCore checks each request against the same
   // limit).
-  int64_t max_batch_work_bytes = int64_t{4} << 30;
+  int64_t max_batch_work_bytes = kDefaultMaxWorkBytes;
   // Answers whose output is bigger are delivered on a completion thread (encoding and gRPC's
   // Finish copy it), so that the worker goes straight on to the next pass; smaller ones inline.
   int completion_threads = 1;
@@ -87,15 +89,16 @@ struct BatcherOptions {
   std::function<Status(const std::function<Status()>& pass)> pass_hook;
 };
 
-// The forward pass a batcher runs: MhaModel::ForwardValidated for a real model, anything in tests.
-using BatchForwardFn = std::function<Status(const ForwardInputs&, ForwardOutputs*)>;
-
 class DynamicBatcher final : public ModelRunner {
  public:
-  // `metrics` may be null; `model_name` labels the metrics and logs.
+  // `metrics` may be null; `model_name` labels the metrics and logs. `passes` runs the passes
+  // (merge/pass_runner.h: a real model's, or a test's fake forward).
+  DynamicBatcher(std::string model_name, BatchModelInfo info, std::unique_ptr<PassRunner> passes,
+                 BatcherOptions options, StatsAggregator* metrics = nullptr);
+  // The same over a forward function (MakePassRunner(info, forward)): tests' fakes.
   DynamicBatcher(std::string model_name, BatchModelInfo info, BatchForwardFn forward,
                  BatcherOptions options, StatsAggregator* metrics = nullptr);
-  // The batcher of a real model: its ForwardValidated and BatchModelInfo.
+  // The batcher of a real model: MakeModelPassRunner and its BatchModelInfo.
   static std::unique_ptr<DynamicBatcher> ForModel(std::shared_ptr<const MhaModel> model,
                                                   std::string model_name, BatcherOptions options,
                                                   StatsAggregator* metrics = nullptr);
@@ -143,7 +146,7 @@ class DynamicBatcher final : public ModelRunner {
 
   const std::string model_name_;
   const BatchModelInfo info_;
-  const BatchForwardFn forward_;
+  const std::unique_ptr<PassRunner> passes_;
   const BatcherOptions options_;
   StatsAggregator* const metrics_;
   const BlasPassPolicy blas_;

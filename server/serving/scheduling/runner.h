@@ -8,22 +8,22 @@
 #include <memory>
 #include <string>
 
-#include "mha/decode.h"
-#include "mha/model.h"
+#include "mha/engine.h"
+#include "mha/host_io.h"
 #include "mha/status.h"
 #include "server/serving/clock.h"
 
 namespace mha::serve {
 
-// One decoding-session step (server/serving/sessions): the session's cache, which the step extends,
-// and the step's inputs. `owner` keeps the cache alive until the step is answered, also when the
-// session is closed or evicted meanwhile. The session layer admits one step per session at a
-// time, so no two tasks in flight share a cache.
+// One decoding-session step (server/serving/sessions): the session's cache, which the step extends
+// (the step's inputs are the task's: the new tokens' query, masks, weights flags). `owner` keeps
+// the cache alive until the step is answered, also when the session is closed or evicted
+// meanwhile. The session layer admits one step per session at a time, so no two tasks in flight
+// share a cache.
 struct SessionStep {
   std::shared_ptr<void> owner;
   KvCache* cache = nullptr;
   bool cross = false;
-  StepInputs inputs;  // inputs.query is also the task's inputs.query (shapes, metrics)
 };
 
 struct InferenceTask {
@@ -32,17 +32,20 @@ struct InferenceTask {
   // Validated once, by ServerCore::Infer; runners and the model trust them. The tensors may borrow
   // the request's bytes: a runner drops the task before it calls `done` (after which the call,
   // and the request with it, may be gone) and never writes to the inputs.
-  ForwardInputs inputs;
+  HostInputs inputs;
+  OutputTypes output_types;  // what the answer is written in (the core casts once)
   Clock::time_point deadline = Clock::time_point::max();
   std::function<bool()> is_cancelled;  // empty = never cancelled; must be cheap and thread-safe
-  Clock::time_point enqueue_time = Clock::now();
+  // When ServerCore handed the task over, on its clock (the end of the decode stage); schedulers
+  // time the queue on their own clock, from Submit.
+  Clock::time_point submitted = Clock::now();
   std::string request_id;
   std::shared_ptr<SessionStep> step;  // set for a session's step: DecodeSteps, not Forward
 };
 
 struct InferenceResult {
   Status status;
-  ForwardOutputs outputs;  // set when status is OK
+  HostOutputs outputs;     // set when status is OK
   int64_t queue_us = 0;    // enqueue -> compute start (or -> drop)
   int64_t compute_us = 0;  // the pass: merge + Forward + split
   // Parts of compute_us (a merged pass): merging the inputs, splitting the outputs (0 alone).
@@ -89,14 +92,10 @@ inline Status QueueFull(size_t waiting, const std::string& model, size_t limit) 
 
 // Why a queued task must be dropped before compute at `now`: DEADLINE_EXCEEDED when its deadline
 // has passed, CANCELLED when its call was cancelled; OK when it should run.
-// The pass of a session step alone (DecodeStep), for either runner.
-inline Status RunSessionStep(const InferenceTask& task, ForwardOutputs* out) {
-  const SessionStep& s = *task.step;
-  return DecodeStep(*task.model, s.cache, s.cross, s.inputs, out);
-}
-
-inline Status DropBeforeCompute(const InferenceTask& task, Clock::time_point now) {
-  const std::string waited = std::to_string(MicrosBetween(task.enqueue_time, now));
+// `arrival`: when the scheduler took the task (its clock, as `now`).
+inline Status DropBeforeCompute(const InferenceTask& task, Clock::time_point arrival,
+                                Clock::time_point now) {
+  const std::string waited = std::to_string(MicrosBetween(arrival, now));
   if (now >= task.deadline) {
     return DeadlineExceeded("deadline passed after " + waited +
                             " us in the queue, before the forward pass");

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "mha/decode.h"
 #include "mha/text.h"
 #include "server/serving/budget.h"
 #include "server/serving/observability/metrics.h"
@@ -28,6 +27,7 @@ SessionStore::SessionStore(SessionOptions options, std::shared_ptr<const MhaMode
                            ModelRunner* runner, StatsAggregator* metrics)
     : options_(options),
       model_(std::move(model)),
+      info_(DescribeModel(*model_)),
       location_(std::move(location)),
       directory_(std::move(directory)),
       runner_(runner),
@@ -49,7 +49,7 @@ Status SessionStore::EnsurePoolLocked() {
   pool_ = *pool;
   spdlog::info("model {} v{}: KV cache pool of {} blocks x {} tokens ({} bytes each) on {}",
                location_.model, location_.version, pool_->total_blocks(), pool_->block_tokens(),
-               pool_->block_bytes(), model_->device());
+               pool_->block_bytes(), info_.device);
   return Status::Ok();
 }
 
@@ -107,12 +107,12 @@ Status SessionStore::MakeRoomLocked(int64_t blocks, const Session* keep, const s
 
 // RESOURCE_EXHAUSTED when the step's estimated working memory or response (its weights over
 // every cached key) is over the limits.
-static Status CheckStepCost(const SessionOptions& limits, const MhaModel& model,
-                            const StepInputs& in, int64_t keys) {
-  const MhaOptions& o = model.options();
+static Status CheckStepCost(const SessionOptions& limits, const ModelInfo& model,
+                            const HostInputs& in, int64_t keys) {
+  const MhaOptions& o = model.options;
   const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
   const int64_t b = in.query.size(0), t = in.query.size(1);
-  const int64_t element = static_cast<int64_t>(model.weights().out_weight.element_size());
+  const int64_t element = static_cast<int64_t>(ElementSize(ToElementType(model.compute_dtype)));
   const int64_t work =
       PassWorkBytes(o.embed_dim, o.num_heads, extra, element, b, t, keys, in.need_weights);
   const int64_t heads = in.need_weights ? (in.average_attn_weights ? 1 : o.num_heads) : 0;
@@ -155,7 +155,7 @@ StatusOr<SessionInfo> SessionStore::Open(const OpenSessionParams& params) {
     if (!session->info.cross) MHA_RETURN_IF_ERROR(session->cache->Reserve(1));
   }
   if (session->info.cross) {  // projection outside the lock: other sessions keep stepping
-    MHA_RETURN_IF_ERROR(PrefillCross(*model_, session->cache.get(), params.key, params.value));
+    MHA_RETURN_IF_ERROR(PrefillSession(*model_, session->cache.get(), params.key, params.value));
   }
   std::lock_guard<std::mutex> lock(mu_);
   session->info.id = params.id.empty() ? NewSessionId() : params.id;
@@ -196,16 +196,11 @@ StatusOr<SessionInfo> SessionStore::Close(const std::string& id) {
 Status SessionStore::AdmitLocked(const SessionPtr& session, InferenceTask* task) {
   Session& s = *session;
   auto step = std::make_shared<SessionStep>();
-  const ForwardInputs& in = task->inputs;
-  step->inputs.query = in.query;
-  step->inputs.key_padding_mask = in.key_padding_mask;
-  step->inputs.attn_mask = in.attn_mask;
-  step->inputs.need_weights = in.need_weights;
-  step->inputs.average_attn_weights = in.average_attn_weights;
-  MHA_RETURN_IF_ERROR(CheckStepInputs(model_->options(), *s.cache, s.info.cross, step->inputs));
+  const HostInputs& in = task->inputs;
+  MHA_RETURN_IF_ERROR(CheckSessionStep(*model_, *s.cache, s.info.cross, in));
   const int64_t t = in.query.size(1);
-  MHA_RETURN_IF_ERROR(CheckStepCost(options_, *model_, step->inputs,
-                                    s.info.cross ? s.cache->length() : s.cache->length() + t));
+  MHA_RETURN_IF_ERROR(
+      CheckStepCost(options_, info_, in, s.info.cross ? s.cache->length() : s.cache->length() + t));
   if (s.info.tokens + t > s.info.max_tokens) {
     return OutOfRange("session '" + s.info.id + "': " + std::to_string(s.info.tokens) +
                       " tokens decoded + " + std::to_string(t) + " new exceed its max_tokens " +

@@ -12,8 +12,6 @@
 // of many sessions into one pass.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -22,9 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "mha/engine.h"
+#include "mha/host_tensor.h"
 #include "mha/kv_cache.h"
-#include "mha/model.h"
 #include "server/serving/scheduling/runner.h"
+#include "server/serving/serving_defaults.h"
 #include "server/serving/sessions/session_directory.h"
 
 namespace mha::serve {
@@ -47,14 +47,14 @@ struct SessionOptions {
   size_t max_pending_steps = 16;  // steps of one session waiting behind the one in flight
   // A step's estimated working memory and response (server/serving/budget.h), as for any request:
   // --max-work-bytes and --max-response-bytes (ServerCore fills them from its limits).
-  int64_t max_work_bytes = int64_t{4} << 30;
-  int64_t max_response_bytes = int64_t{1} << 30;
+  int64_t max_work_bytes = kDefaultMaxWorkBytes;
+  int64_t max_response_bytes = kDefaultMaxResponseBytes;
 };
 
 struct OpenSessionParams {
   int64_t batch_size = 1;  // rows decoded together
   int64_t max_tokens = 0;  // tokens per row the session may decode (validated by the caller)
-  at::Tensor key, value;   // both: a cross-attention session over these encoder states
+  HostTensor key, value;   // both: a cross-attention session over these encoder states
   std::string id{};        // checked by the caller; "" = NewSessionId()
 };
 
@@ -131,6 +131,7 @@ class SessionStore {
 
   const SessionOptions options_;
   const std::shared_ptr<const MhaModel> model_;
+  const ModelInfo info_;
   const SessionLocation location_;
   const std::shared_ptr<SessionDirectory> directory_;
   ModelRunner* const runner_;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mha/tensor_adapter.h"
 #include "server/frontends/grpc_v1/forward_request.h"
 
 namespace mha::serve {
@@ -23,9 +24,10 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   return bytes;
 }
 
-InferenceResponse Answer(at::Tensor output, DType dtype = DType::kFloat32) {
+// As the core answers: the output cast to `dtype`, on the host (mha/tensor_adapter.h).
+InferenceResponse Answer(const at::Tensor& output, DType dtype = DType::kFloat32) {
   InferenceResponse r;
-  r.outputs.output = std::move(output);
+  r.outputs.output = ToHost(output, ToElementType(dtype));
   r.model = "m";
   r.model_version = "3";
   r.output_dtype = dtype;
@@ -53,7 +55,7 @@ TEST(BorrowedBytesTest, ParsesToTheCopyingEncodersMessage) {
   ExpectSameAsCopying(Answer(at::randn({4, 8, 6}).transpose(0, 1)), false);   // not contiguous
   ExpectSameAsCopying(Answer(at::randn({2, 5, 8}), DType::kFloat16), false);  // converted
   InferenceResponse weights = Answer(at::randn({2, 4, 8}));
-  weights.outputs.attn_weights = at::rand({2, 4, 4});
+  weights.outputs.attn_weights = ToHost(at::rand({2, 4, 4}));
   weights.session_tokens = 9;
   ExpectSameAsCopying(weights, true);
 }
@@ -76,13 +78,14 @@ TEST(BorrowedBytesTest, NestedAndTopLevelFieldsAndEmptyBytes) {
   head.set_dtype(v1::FLOAT32);
   head.add_shape(0);
   grpc::ByteBuffer buffer;
-  ASSERT_TRUE(SerializeWithBorrowedBytes(head, {BorrowedField{{3}, at::empty({0})}}, &buffer).ok());
+  ASSERT_TRUE(
+      SerializeWithBorrowedBytes(head, {BorrowedField{{3}, ToHost(at::empty({0}))}}, &buffer).ok());
   v1::Tensor parsed;
   ASSERT_TRUE(parsed.ParseFromString(Flatten(buffer)));
   EXPECT_EQ(parsed.shape_size(), 1);
   EXPECT_TRUE(parsed.data().empty());
   const at::Tensor big = at::arange(5000, at::kFloat);  // 20000 bytes
-  ASSERT_TRUE(SerializeWithBorrowedBytes(head, {BorrowedField{{3}, big}}, &buffer).ok());
+  ASSERT_TRUE(SerializeWithBorrowedBytes(head, {BorrowedField{{3}, ToHost(big)}}, &buffer).ok());
   ASSERT_TRUE(parsed.ParseFromString(Flatten(buffer)));
   ASSERT_EQ(parsed.data().size(), 20000u);
   EXPECT_EQ(0, std::memcmp(parsed.data().data(), big.data_ptr(), 20000));

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mha/tensor_adapter.h"
 #include "server/serving/inference_server.h"
 
 namespace mha::serve {
@@ -36,8 +37,8 @@ class FakeCore final : public InferenceServer {
     lock.unlock();
     Answer({std::move(request), std::move(done)});
   }
-  void RecordOutcome(const std::optional<std::string>&, const Status& status, Clock::time_point,
-                     Protocol) override {
+  void CountRequest(const std::optional<std::string>&, const Status& status, Clock::time_point,
+                    Protocol) override {
     std::lock_guard<std::mutex> lock(mu_);
     refused_.push_back(status);
   }
@@ -50,12 +51,17 @@ class FakeCore final : public InferenceServer {
     r.queue_us = 11;
     r.compute_us = 22;
     r.output_dtype = call.request.output_dtype.value_or(DType::kFloat32);
-    const float marker = call.request.inputs.query.flatten()[0].item<float>();
+    r.weights_dtype = call.request.inputs.weights_dtype;
+    const at::Tensor query = ToTensor(call.request.inputs.query);
+    const float marker = query.flatten()[0].item<float>();
     if (marker < 0) {
       r.status = OutOfRange("marker " + std::to_string(marker) + " is negative");
-    } else {
-      r.outputs.output = call.request.inputs.query * 2;
-      if (call.request.inputs.need_weights) r.outputs.attn_weights = at::ones({1, 2, 3});
+    } else {  // in the types asked for, as the core answers
+      const ElementType output = ToElementType(r.output_dtype);
+      r.outputs.output = ToHost(query * 2, output);
+      if (call.request.inputs.need_weights) {
+        r.outputs.attn_weights = ToHost(at::ones({1, 2, 3}), r.weights_dtype.value_or(output));
+      }
     }
     {
       // Under mu_: Answer runs on gRPC's threads (and the test's, for held calls), and the test
@@ -65,7 +71,7 @@ class FakeCore final : public InferenceServer {
       std::lock_guard<std::mutex> lock(mu_);
       seen_.push_back(call.request.model);
       last_ = std::move(call.request);
-      last_.inputs.query = last_.inputs.query.clone();
+      last_.inputs.query = ToHost(query.clone());
     }
     call.done(std::move(r));
   }

@@ -11,6 +11,7 @@
 
 #include "client/tensor_client.h"
 #include "fake_core.h"
+#include "mha/tensor_adapter.h"
 #include "proto/wire/tensor_codec.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "wire_tensors.h"
@@ -62,7 +63,7 @@ TEST_F(GrpcFrontendTest, ForwardTranslatesTheRequestAndTheAnswer) {
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   const InferenceRequest seen = core_.Last();
   EXPECT_EQ(seen.model, "wanted");
-  EXPECT_TRUE(seen.inputs.query.equal(in.query));
+  EXPECT_TRUE(ToTensor(seen.inputs.query).equal(in.query));
   EXPECT_TRUE(seen.inputs.is_causal);
   EXPECT_TRUE(seen.inputs.need_weights);
   EXPECT_FALSE(seen.inputs.average_attn_weights);
@@ -112,7 +113,7 @@ TEST_F(GrpcFrontendTest, StreamAnswersInRequestOrderWhateverOrderTheCoreAnswersI
   for (int i = 0; i < 8; ++i) {
     auto output = codec::DecodeTensor(responses[i].output(), "output");
     ASSERT_TRUE(output.ok());
-    EXPECT_FLOAT_EQ(output->flatten()[0].item<float>(), 2.0f * i) << "answer " << i;
+    EXPECT_FLOAT_EQ(ToTensor(*output).flatten()[0].item<float>(), 2.0f * i) << "answer " << i;
   }
 }
 

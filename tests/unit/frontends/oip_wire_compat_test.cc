@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "inference/grpc_service.pb.h"
+#include "mha/tensor_adapter.h"
 #include "server/frontends/oip/infer_request.h"
 
 namespace mha::testing {
@@ -195,9 +196,9 @@ TEST(OipWireCompat, RawRequestFromSpecificationNumbersDecodesAsIntended) {
   EXPECT_EQ(call->request.model, "enc");
   EXPECT_EQ(call->request.model_version, "1");
   EXPECT_EQ(call->id, "req-7");
-  const ForwardInputs& in = call->request.inputs;
-  EXPECT_TRUE(at::equal(in.query, at::arange(1, 9, at::kFloat).reshape({1, 2, 4})));
-  EXPECT_TRUE(at::equal(in.key_padding_mask, BoolTensor({0, 1}, {1, 2})));
+  const HostInputs& in = call->request.inputs;
+  EXPECT_TRUE(at::equal(ToTensor(in.query), at::arange(1, 9, at::kFloat).reshape({1, 2, 4})));
+  EXPECT_TRUE(at::equal(ToTensor(in.key_padding_mask), BoolTensor({0, 1}, {1, 2})));
   EXPECT_FALSE(in.key.defined());
   EXPECT_TRUE(in.is_causal);
   EXPECT_TRUE(in.need_weights);  // implied by asking for attn_weights
@@ -223,8 +224,9 @@ TEST(OipWireCompat, TypedContentsPackedAndUnpackedDecodeAlike) {
     ASSERT_TRUE(parsed.ParseFromString(request.str()));
     auto call = DecodeModelInferRequest(parsed, DecodeOptions{});
     ASSERT_TRUE(call.ok()) << call.status().ToString();
-    EXPECT_TRUE(at::equal(call->request.inputs.query, at::tensor({0.5f, -1.f}).reshape({1, 1, 2})));
-    EXPECT_TRUE(at::equal(call->request.inputs.attn_mask, BoolTensor({1, 0}, {1, 2})));
+    EXPECT_TRUE(at::equal(ToTensor(call->request.inputs.query),
+                          at::tensor({0.5f, -1.f}).reshape({1, 1, 2})));
+    EXPECT_TRUE(at::equal(ToTensor(call->request.inputs.attn_mask), BoolTensor({1, 0}, {1, 2})));
     EXPECT_FALSE(call->request.inputs.need_weights);
     EXPECT_EQ(call->outputs, std::vector<OutputTensor>{OutputTensor::kOutput});
   }
@@ -234,8 +236,8 @@ TEST(OipWireCompat, ResponseFieldsCarryTheSpecificationNumbers) {
   InferenceResponse result;
   result.model = "enc";
   result.model_version = "1";
-  result.outputs.output = at::arange(6, at::kFloat).reshape({1, 2, 3});
-  result.outputs.attn_weights = at::full({1, 2, 2}, 0.5f);
+  result.outputs.output = ToHost(at::arange(6, at::kFloat).reshape({1, 2, 3}));
+  result.outputs.attn_weights = ToHost(at::full({1, 2, 2}, 0.5f));
   result.queue_us = 11;
   inference::ModelInferResponse response;
   ASSERT_TRUE(serve::oip::EncodeModelInferResponse(

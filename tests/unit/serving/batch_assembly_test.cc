@@ -15,6 +15,7 @@
 
 #include "batch_test_util.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
+#include "server/serving/scheduling/merge/batch_merge.h"
 
 namespace mha::serve {
 namespace {
@@ -31,7 +32,7 @@ constexpr double kTolerance = 1e-5;
 void ExpectBatchedEqualsAlone(const MhaModel& model, const std::vector<ForwardInputs>& requests) {
   std::vector<const ForwardInputs*> pointers;
   for (const auto& r : requests) pointers.push_back(&r);
-  const BatchModelInfo info = MakeBatchModelInfo(model);
+  const BatchModelInfo info = MakeBatchModelInfo(DescribeModel(model));
   MergedBatch merged = MergeInputs(pointers, info);
   ForwardOutputs out;
   const Status status = model.Forward(merged.inputs, &out);
@@ -72,26 +73,30 @@ TEST(GroupKeyTest, SeparatesEverythingThatChangesTheMath) {
   o.num_heads = 2;
   auto gen = MakeGenerator(1);
   const ForwardInputs base = MakeRequest(o, {1, 20}, gen);
-  const GroupKey key = MakeGroupKey(base);
-  EXPECT_EQ(key, MakeGroupKey(MakeRequest(o, {3, 23, 0, MaskKind::kBool, MaskKind::kFloat}, gen)))
+  const GroupKey key = MakeGroupKey(testing::ToHostInputs(base));
+  EXPECT_EQ(key, MakeGroupKey(testing::ToHostInputs(
+                     MakeRequest(o, {3, 23, 0, MaskKind::kBool, MaskKind::kFloat}, gen))))
       << "masks and batch size do not matter";
-  EXPECT_NE(key, MakeGroupKey(MakeRequest(o, {1, 40}, gen))) << "other length bucket";
-  EXPECT_NE(key, MakeGroupKey(MakeRequest(o, {1, 20, 20}, gen))) << "cross-attention";
+  EXPECT_NE(key, MakeGroupKey(testing::ToHostInputs(MakeRequest(o, {1, 40}, gen))))
+      << "other length bucket";
+  EXPECT_NE(key, MakeGroupKey(testing::ToHostInputs(MakeRequest(o, {1, 20, 20}, gen))))
+      << "cross-attention";
   ForwardInputs other = base;
   other.is_causal = true;
-  EXPECT_NE(key, MakeGroupKey(other));
+  EXPECT_NE(key, MakeGroupKey(testing::ToHostInputs(other)));
   other = base;
   other.need_weights = true;
-  EXPECT_NE(key, MakeGroupKey(other));
+  EXPECT_NE(key, MakeGroupKey(testing::ToHostInputs(other)));
   ForwardInputs per_head = other;
   per_head.average_attn_weights = false;
-  EXPECT_NE(MakeGroupKey(other), MakeGroupKey(per_head));
+  EXPECT_NE(MakeGroupKey(testing::ToHostInputs(other)),
+            MakeGroupKey(testing::ToHostInputs(per_head)));
   other = base;
   other.average_attn_weights = false;  // irrelevant without weights
-  EXPECT_EQ(key, MakeGroupKey(other));
+  EXPECT_EQ(key, MakeGroupKey(testing::ToHostInputs(other)));
   other = base;
-  other.query = other.query.to(at::kDouble);
-  EXPECT_NE(key, MakeGroupKey(other));
+  other.query = other.query.to(at::kHalf);  // host tensors carry the wire's dtypes (no double)
+  EXPECT_NE(key, MakeGroupKey(testing::ToHostInputs(other))) << "query dtype";
 }
 
 TEST(CountTokensTest, RealAndPadded) {
@@ -158,7 +163,7 @@ TEST(BatchAssemblyTest, SameShapesWithoutMasksNeedNoMask) {
   for (int i = 0; i < 4; ++i) requests.push_back(MakeRequest(model->options(), {2, 9}, gen));
   std::vector<const ForwardInputs*> pointers;
   for (const auto& r : requests) pointers.push_back(&r);
-  MergedBatch merged = MergeInputs(pointers, MakeBatchModelInfo(*model));
+  MergedBatch merged = MergeInputs(pointers, MakeBatchModelInfo(DescribeModel(*model)));
   EXPECT_FALSE(merged.inputs.key_padding_mask.defined());
   EXPECT_FALSE(merged.inputs.attn_mask.defined());
   EXPECT_EQ(merged.inputs.query.size(0), 8);
@@ -172,7 +177,7 @@ TEST(BatchAssemblyTest, PaddedSelfAttentionKeysAreMasked) {
   std::vector<ForwardInputs> requests = {MakeRequest(model->options(), {1, 3}, gen),
                                          MakeRequest(model->options(), {1, 11}, gen)};
   std::vector<const ForwardInputs*> pointers = {&requests[0], &requests[1]};
-  MergedBatch merged = MergeInputs(pointers, MakeBatchModelInfo(*model));
+  MergedBatch merged = MergeInputs(pointers, MakeBatchModelInfo(DescribeModel(*model)));
   ASSERT_TRUE(merged.inputs.key_padding_mask.defined());
   EXPECT_EQ(merged.t_max, 11);
   // Row 0 (T=3): keys 3.. are -inf; row 1 (T=11): nothing masked.
@@ -207,7 +212,7 @@ TEST(BatchAssemblyTest, SplitOutputsOwnTheirMemory) {
                                          MakeRequest(model->options(), {1, 6, 0}, gen)};
   requests[0].need_weights = requests[1].need_weights = true;
   std::vector<const ForwardInputs*> pointers = {&requests[0], &requests[1]};
-  const BatchModelInfo info = MakeBatchModelInfo(*model);
+  const BatchModelInfo info = MakeBatchModelInfo(DescribeModel(*model));
   MergedBatch merged = MergeInputs(pointers, info);
   ForwardOutputs out;
   ASSERT_TRUE(model->Forward(merged.inputs, &out).ok());
@@ -231,7 +236,8 @@ TEST(BatchAssemblyTest, ThroughTheBatcherAnswersEqualUnbatched) {
   BatcherOptions o;
   o.max_queue_delay_us = 100000;
   o.instances = 1;
-  DynamicBatcher batcher("m", MakeBatchModelInfo(*model), forward, o, nullptr);
+  const BatchModelInfo info = MakeBatchModelInfo(DescribeModel(*model));
+  DynamicBatcher batcher("m", info, MakePassRunner(info, forward), o, nullptr);
   auto gen = MakeGenerator(11);
   std::mt19937 rng(5);
   std::vector<ForwardInputs> requests;
@@ -250,7 +256,7 @@ TEST(BatchAssemblyTest, ThroughTheBatcherAnswersEqualUnbatched) {
   for (size_t i = 0; i < requests.size(); ++i) {
     InferenceTask task;
     task.model = model;
-    task.inputs = requests[i];
+    task.inputs = testing::ToHostInputs(requests[i]);
     batcher.Submit(std::move(task),
                    [&promises, i](InferenceResult r) { promises[i].set_value(std::move(r)); });
   }
@@ -259,12 +265,13 @@ TEST(BatchAssemblyTest, ThroughTheBatcherAnswersEqualUnbatched) {
     ASSERT_EQ(future.wait_for(std::chrono::seconds(30)), std::future_status::ready);
     const InferenceResult r = future.get();
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    const ForwardOutputs got = testing::ToForwardOutputs(r.outputs);
     ForwardOutputs alone;
     ASSERT_TRUE(model->Forward(requests[i], &alone).ok());
-    EXPECT_TRUE(TensorsNear(r.outputs.output, alone.output, kTolerance)) << "request " << i;
-    ASSERT_EQ(r.outputs.attn_weights.defined(), alone.attn_weights.defined());
+    EXPECT_TRUE(TensorsNear(got.output, alone.output, kTolerance)) << "request " << i;
+    ASSERT_EQ(got.attn_weights.defined(), alone.attn_weights.defined());
     if (alone.attn_weights.defined()) {
-      EXPECT_TRUE(TensorsNear(r.outputs.attn_weights, alone.attn_weights, kTolerance));
+      EXPECT_TRUE(TensorsNear(got.attn_weights, alone.attn_weights, kTolerance));
     }
   }
   EXPECT_GT(merged_passes.load(), 0);

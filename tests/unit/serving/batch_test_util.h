@@ -12,7 +12,8 @@
 
 #include "mha/loader.h"
 #include "mha/model.h"
-#include "server/serving/repository/default_model.h"
+#include "mha/tensor_adapter.h"
+#include "mha/weights.h"
 #include "test_util.h"
 
 namespace mha::testing {
@@ -32,7 +33,7 @@ inline std::shared_ptr<const MhaModel> SmallModel() {
   o.embed_dim = 16;
   o.num_heads = 4;
   o.device = "cpu";
-  auto model = MhaModel::Create(o, serve::DefaultModelWeights(16));
+  auto model = MhaModel::Create(o, DefaultModelWeights(16));
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   return model.ok() ? std::shared_ptr<const MhaModel>(std::move(model.value())) : nullptr;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mha/runtime.h"
+#include "mha/tensor_adapter.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve {
@@ -67,7 +68,7 @@ TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
   BatcherOptions o;
   o.instances = 1;
   o.blas = {.threads = 0, .cores = 3};
-  DynamicBatcher batcher("fake", BatchModelInfo{1, 0, at::kFloat}, forward, o);
+  DynamicBatcher batcher("fake", BatchModelInfo{1, 0, DType::kFloat32}, forward, o);
   std::promise<void> all_done;
   std::atomic<int> answered{0};
   auto done = [&](InferenceResult r) {
@@ -77,8 +78,7 @@ TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
   auto task = [] {
     InferenceTask t;
     t.model_name = "fake";
-    t.inputs.query = at::ones({1, 2, 4});
-    t.enqueue_time = Clock::now();
+    t.inputs.query = ToHost(at::ones({1, 2, 4}));
     return t;
   };
   batcher.Submit(task(), done);  // alone: every core

@@ -4,7 +4,6 @@
 // callback that throws is contained; every callback runs exactly once.
 #include "server/serving/scheduling/completion_executor.h"
 
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -24,7 +23,9 @@ using namespace std::chrono_literals;
 // A result whose output has `floats` float32 values (4 bytes each); 0: no output (a failure).
 InferenceResult Result(int64_t floats) {
   InferenceResult r;
-  if (floats > 0) r.outputs.output = at::zeros({floats});
+  if (floats > 0)
+    r.outputs.output =
+        HostTensor::FromFloats({floats}, std::vector<float>(static_cast<size_t>(floats)));
   return r;
 }
 

@@ -68,9 +68,7 @@ TEST(DynamicBatcherTest, TheQueueDelayCountsOnTheBatchersClock) {
   auto batcher = MakeBatcher(fake, o);
   Results results;
   for (int id = 1; id <= 2; ++id) {
-    InferenceTask task = Task(id, 4);
-    task.enqueue_time = clock.Now();
-    batcher->Submit(std::move(task), results.For(id));
+    batcher->Submit(Task(id, 4), results.For(id));
   }
   EXPECT_FALSE(results.WaitFor(1, 20ms)) << "dispatched before the delay on its clock";
   clock.Advance(10s);
@@ -92,9 +90,7 @@ TEST(DynamicBatcherTest, ThePassHookWrapsEveryPass) {
   auto batcher = MakeBatcher(fake, o);
   Results results;
   batcher->Submit(Task(1, 4), results.For(1));
-  InferenceTask poisoned = Task(2, 4);
-  poisoned.inputs.query[0][0][0] = std::nanf("");
-  batcher->Submit(std::move(poisoned), results.For(2));
+  batcher->Submit(PoisonedTask(2, 4), results.For(2));
   ASSERT_TRUE(results.WaitFor(2));
   ExpectAnswerFor(results, 1, 4);
   EXPECT_EQ(fake.calls().size(), 3u);  // the merged pass, then each alone
@@ -164,7 +160,6 @@ TEST(DynamicBatcherTest, DropsExpiredAndCancelledTasksBeforeCompute) {
   batcher->Submit(Task(100, 2), results.For(100));
   ASSERT_TRUE(fake.WaitForCalls(1)) << "the first pass never began";
   InferenceTask expiring = Task(1, 4);
-  expiring.enqueue_time = clock.Now();
   expiring.deadline = clock.Now() + 20ms;
   batcher->Submit(std::move(expiring), results.For(1));
   std::atomic<bool> cancelled{false};
@@ -225,9 +220,7 @@ TEST(DynamicBatcherTest, FailedBatchIsRetriedOneByOne) {
   auto batcher = MakeBatcher(fake, Options(64, 100000));
   Results results;
   batcher->Submit(Task(1, 4), results.For(1));
-  InferenceTask poisoned = Task(2, 6);
-  poisoned.inputs.query[0][0][0] = std::nanf("");
-  batcher->Submit(std::move(poisoned), results.For(2));
+  batcher->Submit(PoisonedTask(2, 6), results.For(2));
   batcher->Submit(Task(3, 5), results.For(3));
   ASSERT_TRUE(results.WaitFor(3));
   ExpectAnswerFor(results, 1, 4);

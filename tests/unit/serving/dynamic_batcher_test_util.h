@@ -8,12 +8,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <future>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "mha/tensor_adapter.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve::batcher_testing {
@@ -110,8 +112,16 @@ class Results {
 inline InferenceTask Task(int id, int64_t t, int64_t rows = 1) {
   InferenceTask task;
   task.model_name = "fake";
-  task.inputs.query = at::full({rows, t, kEmbed}, static_cast<float>(id));
-  task.enqueue_time = Clock::now();
+  task.inputs.query = ToHost(at::full({rows, t, kEmbed}, static_cast<float>(id)));
+  return task;
+}
+
+// Task(id, t) whose first value is NaN: the fake forward fails on it.
+inline InferenceTask PoisonedTask(int id, int64_t t) {
+  InferenceTask task = Task(id, t);
+  at::Tensor query = at::full({1, t, kEmbed}, static_cast<float>(id));
+  query[0][0][0] = std::nanf("");
+  task.inputs.query = ToHost(query);
   return task;
 }
 
@@ -126,13 +136,15 @@ inline BatcherOptions Options(int64_t max_rows, int64_t delay_us, size_t queue =
 }
 
 inline std::unique_ptr<DynamicBatcher> MakeBatcher(FakeModel& fake, const BatcherOptions& o) {
-  return std::make_unique<DynamicBatcher>("fake", BatchModelInfo{1, 0, at::kFloat}, fake.Fn(), o);
+  const BatchModelInfo info{1, 0, DType::kFloat32};
+  return std::make_unique<DynamicBatcher>("fake", info, MakePassRunner(info, fake.Fn()), o);
 }
 
 inline void ExpectAnswerFor(Results& results, int id, int64_t t, int64_t rows = 1) {
   const InferenceResult r = results.Get(id);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-  EXPECT_TRUE(r.outputs.output.equal(at::full({rows, t, kEmbed}, 2.0f * id))) << "task " << id;
+  EXPECT_TRUE(ToTensor(r.outputs.output).equal(at::full({rows, t, kEmbed}, 2.0f * id)))
+      << "task " << id;
 }
 
 }  // namespace mha::serve::batcher_testing

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "batch_test_util.h"
+#include "mha/tensor_adapter.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve {
@@ -34,7 +35,7 @@ InferenceTask Task(const std::shared_ptr<const MhaModel>& model, int64_t t = 3) 
   InferenceTask task;
   task.model = model;
   task.model_name = "small";
-  task.inputs.query = at::randn({2, t, 16});
+  task.inputs.query = ToHost(at::randn({2, t, 16}));
   return task;
 }
 
@@ -62,8 +63,8 @@ TEST(DynamicBatcherUnbatchedTest, RunsTheForwardPassAndReportsTimings) {
   DynamicBatcher& runner = *scheduler;
   Results results;
   InferenceTask task = Task(model);
-  const at::Tensor query = task.inputs.query;
-  const Clock::time_point submitted = task.enqueue_time;
+  const at::Tensor query = ToTensor(task.inputs.query);
+  const Clock::time_point submitted = task.submitted;
   runner.Submit(std::move(task), results.Callback());
   results.Wait(1);
   const int64_t elapsed_us = MicrosBetween(submitted, Clock::now());
@@ -73,7 +74,7 @@ TEST(DynamicBatcherUnbatchedTest, RunsTheForwardPassAndReportsTimings) {
   in.query = query;
   ForwardOutputs expected;
   ASSERT_TRUE(model->Forward(in, &expected).ok());
-  EXPECT_TRUE(at::equal(r.outputs.output, expected.output));
+  EXPECT_TRUE(at::equal(ToTensor(r.outputs.output), expected.output));
   // The timings are parts of the task's life (they were >= 0 checks, which could not fail: both
   // are clamped at 0): queue and compute fit inside the time from enqueue to the answer.
   EXPECT_LE(r.queue_us + r.compute_us, elapsed_us);
@@ -108,7 +109,7 @@ TEST(DynamicBatcherUnbatchedTest, ModelErrorsComeBackAsStatus) {
   InferenceTask bad = Task(model);
   // Runners trust their tasks (ServerCore validated them); if a pass still fails, LibTorch's
   // error comes back as INTERNAL instead of escaping as an exception.
-  bad.inputs.query = at::randn({2, 3, 8});  // wrong E
+  bad.inputs.query = ToHost(at::randn({2, 3, 8}));  // wrong E
   runner.Submit(std::move(bad), results.Callback());
   results.Wait(1);
   EXPECT_EQ(results.results[0].status.code(), StatusCode::kInternal);
@@ -132,7 +133,8 @@ TEST(DynamicBatcherUnbatchedTest, FullQueueIsRefusedInlineAndEveryTaskIsAnswered
     }
     return model->ForwardValidated(in, out);
   };
-  DynamicBatcher runner("small", MakeBatchModelInfo(*model), forward, Unbatched(1, 2));
+  DynamicBatcher runner("small", MakeBatchModelInfo(DescribeModel(*model)), forward,
+                        Unbatched(1, 2));
   Results results;
   runner.Submit(Task(model), results.Callback());  // the blocker
   bool blocked = false;
@@ -196,7 +198,7 @@ TEST(DynamicBatcherUnbatchedTest, BigOutputsCompleteOnTheCompletionThread) {
     worker_thread = std::this_thread::get_id();
     return model->ForwardValidated(in, out);
   };
-  DynamicBatcher runner("small", MakeBatchModelInfo(*model), forward, options);
+  DynamicBatcher runner("small", MakeBatchModelInfo(DescribeModel(*model)), forward, options);
   runner.Submit(Task(model), [&](InferenceResult r) {
     EXPECT_TRUE(r.status.ok());
     std::lock_guard<std::mutex> lock(mu);

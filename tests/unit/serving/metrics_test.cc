@@ -29,9 +29,9 @@ BuildInfo TestBuild() { return BuildInfo{"9.9.9", "1.13.1", "cpu"}; }
 
 TEST(MetricsTest, RecordedValuesAppearUnderTheContractNames) {
   Metrics metrics(TestBuild());
-  metrics.RecordRequest("enc", StatusCode::kOk, 0.002);
-  metrics.RecordRequest("enc", StatusCode::kOk, 0.004);
-  metrics.RecordRequest("enc", StatusCode::kInvalidArgument, 0.0001);
+  metrics.ForModel("enc")->RecordRequest(StatusCode::kOk, 0.002);
+  metrics.ForModel("enc")->RecordRequest(StatusCode::kOk, 0.004);
+  metrics.ForModel("enc")->RecordRequest(StatusCode::kInvalidArgument, 0.0001);
   metrics.RecordQueue("enc", 0.001);
   metrics.RecordCompute("enc", 0.003);
   metrics.RecordBatch("enc", 3, 5, 60, 80);
@@ -83,7 +83,7 @@ TEST(MetricsTest, CurrentBuildInfoNamesTorch) {
 
 TEST(MetricsHttpTest, ServesMetricsHealthAndReadiness) {
   Metrics metrics(TestBuild());
-  metrics.RecordRequest("enc", StatusCode::kOk, 0.001);
+  metrics.ForModel("enc")->RecordRequest(StatusCode::kOk, 0.001);
   std::atomic<bool> ready{false};
   MetricsHttpServer http(&metrics, [&ready] { return ready.load(); });
   const Status started = http.Start("127.0.0.1:0");
@@ -142,7 +142,7 @@ TEST(MetricsTest, BatcherRecordsBatchesAndQueueDepth) {
   std::atomic<int> done{0};
   for (int64_t t : {10, 12, 14}) {  // one bucket: one pass, 36 real / 42 padded tokens
     InferenceTask task;
-    task.inputs.query = at::ones({1, t, 4});
+    task.inputs.query = ToHost(at::ones({1, t, 4}));
     batcher.Submit(std::move(task), [&done](InferenceResult r) { done += r.status.ok(); });
   }
   batcher.Shutdown();
@@ -172,7 +172,7 @@ TEST(MetricsTest, UnbatchedSchedulerRecordsEachPassAsABatchOfOne) {
     InferenceTask task;
     task.model = shared;
     task.model_name = "enc";
-    task.inputs.query = at::ones({2, t, 16});
+    task.inputs.query = ToHost(at::ones({2, t, 16}));
     runner.Submit(std::move(task), [&answered](InferenceResult r) { answered += r.status.ok(); });
   }
   runner.Shutdown();
@@ -191,9 +191,9 @@ TEST(StatsAggregatorTest, VersionsKeepTheirOwnNumbersAndReadingCreatesNothing) {
   StatsAggregator* one = metrics.ForVersion("enc", "1");
   StatsAggregator* two = metrics.ForVersion("enc", "2");
   one->RecordRequest(StatusCode::kOk, 0.001);
-  one->RecordOutcome(true, 2, 10, 20);
+  one->RecordInference(true, 2, 10, 20);
   two->RecordRequest(StatusCode::kInvalidArgument, 0.002, Protocol::kOip);
-  two->RecordOutcome(false, 0, 0, 0);
+  two->RecordInference(false, 0, 0, 0);
   const StatsSnapshot a = one->Read(), b = two->Read();
   EXPECT_EQ(a.success_count, 1);
   EXPECT_EQ(a.failure_count, 0);

@@ -79,6 +79,19 @@ TEST(ModelRepositoryTest, VersionsCountsAndNames) {
   EXPECT_EQ(reloading.Find("enc", "1")->state, ModelState::kReady);
 }
 
+// Ready() is what health SERVING, ServerReady and /v2/health/ready mean without the app's state:
+// nothing is still loading, and one model is READY.
+TEST(ModelRepositoryTest, ReadyWhenNothingLoadsAndOneModelIsReady) {
+  EXPECT_FALSE(Mixed().Ready()) << "enc 10 is still loading";
+  EXPECT_TRUE(ModelRepository({Entry("enc", "1", ModelState::kReady),
+                               Entry("dec", "1", ModelState::kFailed, "bad")},
+                              "")
+                  .Ready());
+  EXPECT_FALSE(ModelRepository({Entry("dec", "1", ModelState::kFailed, "bad")}, "").Ready())
+      << "no READY model";
+  EXPECT_FALSE(ModelRepository(std::vector<ModelEntry>(), "").Ready());
+}
+
 TEST(ModelRepositoryTest, WithoutADefaultModelRequestsMustNameOne) {
   const ModelRepository repo(
       {Entry("a", "1", ModelState::kReady), Entry("b", "1", ModelState::kReady)}, "");

@@ -13,6 +13,7 @@
 
 #include "batch_test_util.h"
 #include "metrics_text.h"
+#include "mha/tensor_adapter.h"
 #include "server/serving/repository/default_model.h"
 
 namespace mha::serve {
@@ -72,7 +73,7 @@ TEST(ModelConfigTest, MissingKeysKeepTheFlags) {
 
 TEST(ModelConfigTest, KeysOverrideTheFlags) {
   TempDir dir;
-  auto o = ReadBatcherConfig(WriteConfig(dir, R"({"num_heads": 4, "max_batch_size": 32,
+  auto o = ReadBatcherConfig(WriteConfig(dir, R"({"num_heads": 4, "max_batch_rows": 32,
       "max_batch_tokens": 4096, "max_queue_delay_us": 0, "max_queue_size": 5, "instances": 3})"),
                              Defaults());
   ASSERT_TRUE(o.ok()) << o.status().ToString();
@@ -83,10 +84,26 @@ TEST(ModelConfigTest, KeysOverrideTheFlags) {
   EXPECT_EQ(o->instances, 3);
 }
 
+// max_batch_size, max_batch_rows' old name, still sets it; both, disagreeing, are refused.
+TEST(ModelConfigTest, MaxBatchSizeIsTheDeprecatedNameOfMaxBatchRows) {
+  TempDir dir;
+  auto old = ReadBatcherConfig(WriteConfig(dir, R"({"max_batch_size": 24})"), Defaults());
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->max_batch_rows, 24);
+  auto both = ReadServingConfig(WriteConfig(dir, R"({"max_batch_rows": 8, "max_batch_size": 24})"));
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("max_batch_size 24 (deprecated) contradicts "
+                                         "max_batch_rows 8"),
+            std::string::npos)
+      << both.status().message();
+  auto same = ReadServingConfig(WriteConfig(dir, R"({"max_batch_rows": 8, "max_batch_size": 8})"));
+  EXPECT_TRUE(same.ok());
+}
+
 TEST(ModelConfigTest, BadValuesNameTheFileAndKey) {
   TempDir dir;
   for (const char* json :
-       {R"({"max_batch_size": 0})", R"({"max_batch_tokens": "big"})",
+       {R"({"max_batch_size": 0})", R"({"max_batch_rows": 0})", R"({"max_batch_tokens": "big"})",
         R"({"max_queue_delay_us": -1})", R"({"instances": 1.5})", R"({"instances": 1000})",
         R"({"max_queue_size": 0})", R"({"instances": 1099511627776})", R"({"num_heads": true})",
         R"({"version": [1]})", R"([1, 2])"}) {
@@ -165,7 +182,7 @@ class CoreFixture {
   InferenceResponse Run(const std::string& model, ForwardInputs inputs) {
     InferenceRequest request;
     request.model = model;
-    request.inputs = std::move(inputs);
+    request.inputs = testing::ToHostInputs(inputs);
     std::promise<InferenceResponse> answer;
     core_->Infer(std::move(request),
                  [&answer](InferenceResponse r) { answer.set_value(std::move(r)); });
@@ -261,7 +278,7 @@ TEST(ServerCoreTest, RoutesEachModelToItsOwnSchedulerAndMatchesAlone) {
       requests.push_back(MakeRequest(model->options(), {1, 3 + i, i % 2 ? 5 : 0}, gen));
       InferenceRequest request;
       request.model = i % 2 ? "kdim_vdim" : "self_basic";
-      request.inputs = requests.back();
+      request.inputs = testing::ToHostInputs(requests.back());
       f.core().Infer(std::move(request),
                      [&answers, i](InferenceResponse r) { answers[i].set_value(std::move(r)); });
     }
@@ -273,7 +290,7 @@ TEST(ServerCoreTest, RoutesEachModelToItsOwnSchedulerAndMatchesAlone) {
       EXPECT_EQ(r.model, i % 2 ? "kdim_vdim" : "self_basic");
       ForwardOutputs alone;
       ASSERT_TRUE((i % 2 ? cross : self)->Forward(requests[i], &alone).ok());
-      EXPECT_TRUE(testing::TensorsNear(r.outputs.output, alone.output, 1e-5)) << i;
+      EXPECT_TRUE(testing::TensorsNear(ToTensor(r.outputs.output), alone.output, 1e-5)) << i;
     }
     f.core().Stop();
     EXPECT_EQ(f.Run("self_basic", requests[0]).status.code(), StatusCode::kUnavailable);
