@@ -3,10 +3,12 @@
 //   mha-client --protocol oip forward|bench ...   (the same through the Open Inference Protocol)
 //   mha-client analyze [MODEL] [--plot FILE.png]
 //   mha-client decode --tokens N --sessions M   (decoding sessions: steps/s, p50/p99)
+//   mha-client afd --sessions N --steps T   (a Llama model's LayerSteps with a stand-in FFN)
 //   mha-client [--admin-token-file FILE] load MODEL | unload MODEL | index
 //   mha-client local-bench ...   (the same pass in this process, no server)
 #include <CLI/CLI.hpp>
 
+#include "client/cli/afd_command.h"
 #include "client/cli/commands.h"
 #include "client/cli/control_commands.h"
 #include "client/cli/head_commands.h"
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   ForwardCommand forward;
   BenchCommand bench;
   DecodeCommand decode;
+  AfdCommand afd;
   LocalBenchCommand local;
   ControlCommands control;
   AnalyzeCommand analyze;
@@ -48,6 +51,7 @@ int main(int argc, char** argv) {
   forward.Add(app);
   bench.Add(app);
   decode.Add(app);
+  afd.Add(app);
   local.Add(app);
   analyze.Add(app);
   CLI11_PARSE(app, argc, argv);
@@ -68,6 +72,7 @@ int main(int argc, char** argv) {
   if (*bench.cmd) return bench.Run(client, client_options.timeout);
   if (*analyze.cmd) return analyze.Run(client);
   if (*decode.cmd) return decode.Run(client, client_options.timeout);
+  if (*afd.cmd) return afd.Run(client, client_options.timeout);
   const int code = info.Run(client);
   return code < 0 ? 0 : code;
 }
