@@ -45,10 +45,10 @@ double Parallel(std::vector<std::unique_ptr<AfdStream>>& streams, Fn fn) {
 
 Status CheckOptions(const AfdBenchOptions& o) {
   if (o.sessions < 1 || o.streams < 1 || o.streams > o.sessions || o.steps < 1 || o.prefill < 0 ||
-      o.layers < 0) {
+      o.prefill_chunk < 0 || o.layers < 0) {
     return InvalidArgument(
-        "afd: --sessions, --steps >= 1, 1 <= --streams <= --sessions, --prefill and --layers "
-        ">= 0");
+        "afd: --sessions, --steps >= 1, 1 <= --streams <= --sessions, --prefill, --prefill-chunk "
+        "and --layers >= 0");
   }
   return Status::Ok();
 }
@@ -133,9 +133,12 @@ StatusOr<AfdBenchReport> RunAfdBench(AttentionClient& client, const AfdBenchOpti
                                                   o.seed * 1000003 + static_cast<uint64_t>(s),
                                                   o.timeout, messages));
   }
-  if (o.prefill > 0) {
-    r.prefill_seconds = Parallel(streams, [&](AfdStream& s) { s.Token(o.prefill, false); });
-  }
+  const int64_t chunk = o.prefill_chunk > 0 ? o.prefill_chunk : o.prefill;
+  r.prefill_seconds = Parallel(streams, [&](AfdStream& s) {
+    for (int64_t done = 0; done < o.prefill; done += chunk) {
+      s.Token(std::min(chunk, o.prefill - done), false);
+    }
+  });
   StatusOr<double> cpu_before = 0.0;
   if (o.server_cpu.enabled()) {
     r.server_cpu.source = o.server_cpu.Describe();

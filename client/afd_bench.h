@@ -22,10 +22,11 @@ namespace mha::client {
 struct AfdBenchOptions {
   std::string model, model_version;
   int sessions = 32;
-  int streams = 1;       // LayerSteps streams, the sessions split evenly over them
-  int64_t steps = 64;    // decode steps per session (one token each)
-  int64_t prefill = 16;  // tokens of each session's first chunk (0 = none)
-  int64_t layers = 0;    // layers driven, 0 .. layers-1 (0 = every layer of the model)
+  int streams = 1;            // LayerSteps streams, the sessions split evenly over them
+  int64_t steps = 64;         // decode steps per session (one token each)
+  int64_t prefill = 16;       // tokens of each session's prefill (0 = none)
+  int64_t prefill_chunk = 0;  // the prefill in chunks of at most this many tokens (0 = one chunk)
+  int64_t layers = 0;         // layers driven, 0 .. layers-1 (0 = every layer of the model)
   uint64_t seed = 0;
   std::chrono::milliseconds timeout{60000};  // per message
   // When enabled: the server's CPU seconds over the decode phase, per layer message.

@@ -33,7 +33,8 @@ class AfdStream {
             int64_t messages);
   ~AfdStream();
 
-  // One token (or chunk) of `tokens` rows for every session through every layer; `timed`: the
+  // One token (or chunk) of `tokens` rows for every session through every layer (its rows follow
+  // on from the last row of the previous call's); `timed`: the
   // decode phase (round trips recorded). After a failure every later call only counts its
   // session tokens as failed.
   void Token(int64_t tokens, bool timed);

@@ -19,7 +19,10 @@ void AfdCommand::Add(CLI::App& app) {
                   "LayerSteps streams, a thread each; the sessions split evenly over them")
       ->capture_default_str();
   cmd->add_option("--steps", options.steps, "Decode steps per session (T)")->capture_default_str();
-  cmd->add_option("--prefill", options.prefill, "Tokens of each session's first chunk (untimed)")
+  cmd->add_option("--prefill", options.prefill, "Tokens of each session's prefill (untimed)")
+      ->capture_default_str();
+  cmd->add_option("--prefill-chunk", options.prefill_chunk,
+                  "Send the prefill in chunks of at most this many tokens (0 = one chunk)")
       ->capture_default_str();
   cmd->add_option("--layers", options.layers, "Layers driven, from 0 (0 = every layer: L)")
       ->capture_default_str();
