@@ -141,6 +141,9 @@ StatusOr<std::vector<std::string>> ShardsOf(const std::string& index_path) {
 // The safetensors files of a checkpoint path and its config.json's default place.
 StatusOr<std::vector<std::string>> CheckpointFiles(const std::string& path, std::string* config) {
   std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    return NotFound(path + ": no such checkpoint folder or .safetensors file");
+  }
   if (!fs::is_directory(path, ec)) {
     *config = (fs::path(path).parent_path() / "config.json").string();
     return std::vector<std::string>{path};
