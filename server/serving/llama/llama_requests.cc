@@ -1,6 +1,7 @@
 #include "server/serving/llama/llama_requests.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -49,6 +50,21 @@ Status RefuseUnsupported(const HostInputs& in) {
 
 int64_t ComputeBytes(const LlamaModelInfo& l) {
   return static_cast<int64_t>(ElementSize(ToElementType(l.compute_dtype)));
+}
+
+// The working memory of one layer step over `rows` new rows, its longest entry `t_max` rows over
+// at most `keys` cached keys: the projections and outputs of every row, and one entry's attention
+// at a time (its gathered K/V heads, its scores and probabilities), as LlamaLayerStep runs them.
+int64_t StepWorkBytes(const LlamaModelInfo& l, int64_t rows, int64_t t_max, int64_t keys) {
+  const double q = static_cast<double>(l.num_heads * l.head_dim);
+  const double kv = static_cast<double>(l.num_kv_heads * l.head_dim);
+  const double e = static_cast<double>(l.hidden_size);
+  const double elements = static_cast<double>(rows) * (2 * q + 2 * kv + e) +
+                          2.0 * static_cast<double>(t_max) * static_cast<double>(keys) *
+                              static_cast<double>(l.num_heads) +
+                          2.0 * static_cast<double>(keys) * kv;
+  const double bytes = elements * static_cast<double>(ComputeBytes(l));
+  return bytes > 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
 }
 
 Status CheckWork(int64_t work, int64_t response, const RequestLimits& limits,
@@ -114,7 +130,7 @@ Status CheckLayerStep(const ModelEntry& e, const LayerStepRequest& r, const Requ
   MHA_RETURN_IF_ERROR(CheckLayer(e, r.layer));
   const LlamaModelInfo& l = e.llama_info;
   std::map<std::string, size_t> seen;
-  int64_t work = 0, response = 0;
+  int64_t rows = 0, t_max = 0, response = 0;
   const int64_t out =
       static_cast<int64_t>(ElementSize(ToElementType(r.output_dtype.value_or(l.dtype))));
   for (size_t i = 0; i < r.entries.size(); ++i) {
@@ -132,11 +148,12 @@ Status CheckLayerStep(const ModelEntry& e, const LayerStepRequest& r, const Requ
       return ResourceExhausted(field + ".hidden: " + Num(t) + " new tokens exceed " +
                                "--max-sequence-length " + Num(limits.max_sequence_length));
     }
-    const int64_t keys = std::min(l.max_positions, limits.max_sequence_length);
-    work += PassWorkBytes(l.hidden_size, l.num_heads, 0, ComputeBytes(l), 1, t, keys, false);
+    rows += t;
+    t_max = std::max(t_max, t);
     response += t * l.hidden_size * out;
   }
-  return CheckWork(work, response, limits,
+  const int64_t keys = std::min(l.max_positions, limits.max_sequence_length);
+  return CheckWork(StepWorkBytes(l, rows, t_max, keys), response, limits,
                    "layer step of " + Num(static_cast<int64_t>(r.entries.size())) + " entries");
 }
 

@@ -22,7 +22,8 @@ Status CheckSingleLayer(const ModelEntry& entry, const InferenceRequest& request
 // A step message to Llama version `entry`: model/model_version (when set) name it, at least one
 // entry, layer in range, each entries[i].hidden [t, E] floating with t within
 // --max-sequence-length, no session twice, the pass's working memory within --max-work-bytes
-// (each session's cache as long as its max_tokens allows).
+// (the projections of every row, and one entry's attention at a time over as many keys as a
+// session may reach).
 Status CheckLayerStep(const ModelEntry& entry, const LayerStepRequest& request,
                       const RequestLimits& limits);
 

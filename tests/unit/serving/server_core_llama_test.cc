@@ -235,5 +235,37 @@ TEST_F(ServerCoreLlamaTest, LayerStepRefusalsNameTheFieldAndNumbers) {
   for (const std::string& id : {a, b, g, m->session_id}) EXPECT_TRUE(core_->CloseSession(id).ok());
 }
 
+// A core of its own with a small --max-work-bytes: a step's estimate counts every row's
+// projections and one entry's attention over as many keys as a session may reach (128 here).
+TEST_F(ServerCoreLlamaTest, ALayerStepsWorkIsBoundedByMaxWorkBytes) {
+  ServerCoreOptions o;
+  o.model_repository = repo_->path();
+  o.default_model = "mha";
+  o.limits.max_work_bytes = 1 << 20;
+  auto core = ServerCore::Create(o);
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  std::promise<void> loaded;
+  (*core)->StartLoading([&loaded] { loaded.set_value(); });
+  loaded.get_future().wait();
+  OpenSessionRequest open;
+  open.model = "llama";
+  auto opened = (*core)->OpenSession(open);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto step = [&](int64_t t) {
+    std::promise<LayerStepResponse> answer;
+    (*core)->StepLayer(Message(0, {{opened->session_id, ToHost(at::zeros({t, 32}))}}),
+                       [&](LayerStepResponse r) { answer.set_value(std::move(r)); });
+    return answer.get_future().get().status;
+  };
+  // t rows: t * 128 elements (q, k, v, attention, o_proj) + 2 * t * 128 keys * 4 heads (scores,
+  // probabilities) + 2 * 128 keys * 16 (one entry's K/V), 4 bytes each: 311296 bytes for t = 64,
+  // 1196032 for t = 256 (refused before its max_tokens is looked at).
+  EXPECT_TRUE(step(64).ok());
+  const Status big = step(256);
+  EXPECT_EQ(big.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(big.message(), "estimated working memory")) << big.message();
+  EXPECT_TRUE(Contains(big.message(), "exceeds --max-work-bytes 1048576")) << big.message();
+}
+
 }  // namespace
 }  // namespace mha::serve
