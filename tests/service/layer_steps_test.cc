@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "afd_test_util.h"
+#include "client/afd_bench.h"
 
 namespace mha::testing {
 namespace {
@@ -252,6 +253,35 @@ TEST_F(LayerStepsTest, MessagesOfOneLayerFromSeveralStreamsMergeIntoOnePass) {
   EXPECT_EQ(answers[2].pass_messages(), 2);
   EXPECT_EQ(answers[2].pass_entries(), 3);
   EXPECT_FALSE(gate.Entered(3));
+}
+
+// mha-client afd's driver (client/afd_bench.h) against the fixture stack: every layer of every
+// step answered, the counts add up, and a model that is not a stack is refused before anything.
+TEST_F(LayerStepsTest, TheAfdDriverStepsEveryLayerOfEverySession) {
+  ASSERT_TRUE(server_.Start({}));
+  auto client = server_.Client();
+  client::AfdBenchOptions o;
+  o.model = "llama";
+  o.sessions = 5;
+  o.streams = 2;
+  o.steps = 6;
+  o.prefill = 5;
+  o.prefill_chunk = 2;  // chunks of 2, 2, 1
+  auto r = client::RunAfdBench(*client, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->first_error, "");
+  EXPECT_EQ(r->failed_steps, 0);
+  EXPECT_EQ(r->failed_messages, 0);
+  EXPECT_EQ(r->layers, 4);
+  EXPECT_EQ(r->steps, 5 * 6);
+  EXPECT_EQ(r->messages, 2 * (3 + 6) * 4);  // streams x (prefill chunks + steps) x layers
+  ASSERT_EQ(r->per_layer.size(), 4u);
+  for (const client::AfdLatency& l : r->per_layer) EXPECT_EQ(l.messages, 2 * 6);
+  EXPECT_GE(r->mean_pass_entries, 2.0);  // each stream's message holds 2 or 3 sessions
+  o.model = "mha";
+  auto refused = client::RunAfdBench(*client, o);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(refused.status().message(), "not a Llama model (multihead_attention)"));
 }
 
 }  // namespace
