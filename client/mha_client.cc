@@ -207,6 +207,12 @@ std::unique_ptr<AttentionClient::ForwardStreamRW> AttentionClient::OpenForwardSt
   return stub_->ForwardStream(context);
 }
 
+std::unique_ptr<AttentionClient::LayerStepsRW> AttentionClient::OpenLayerSteps(
+    grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout) {
+  Prepare(context, timeout);
+  return stub_->LayerSteps(context);
+}
+
 StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> AttentionClient::CheckHealth(
     const std::string& service) {
   grpc::ClientContext context;

@@ -98,6 +98,13 @@ class AttentionClient {
       const v1::OpenSessionRequest& request, std::optional<std::chrono::milliseconds> timeout = {});
   StatusOr<v1::CloseSessionResponse> CloseSession(const std::string& session_id);
 
+  // The per-layer step stream of Llama models (docs/afd.md): Write a message per layer of a batch
+  // of sessions, Read its answer (in message order; a failed message's answer carries `error`).
+  // The caller owns `context` (fresh; the deadline set here covers the whole stream).
+  using LayerStepsRW = grpc::ClientReaderWriter<v1::LayerStepRequest, v1::LayerStepResponse>;
+  std::unique_ptr<LayerStepsRW> OpenLayerSteps(
+      grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout = {});
+
   // mha.v1.ModelControlService (answer when done; a load may take long: pass a timeout).
   Status LoadModel(const std::string& name, std::optional<std::chrono::milliseconds> timeout = {});
   Status UnloadModel(const std::string& name,

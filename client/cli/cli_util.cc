@@ -166,6 +166,13 @@ void PrintModel(const v1::ModelInfo& m) {
       mha::codec::DataTypeName(m.dtype()).c_str(),
       mha::codec::DataTypeName(m.compute_dtype()).c_str(), m.device().c_str(), m.format().c_str(),
       m.layout().c_str(), (long long)m.parameter_count(), m.source().c_str());
+  if (m.architecture() == "llama") {
+    std::printf(
+        "    llama stack: layers=%lld kv_heads=%lld max_positions=%lld rope_theta=%g "
+        "kv_bytes_per_token_per_layer=%lld\n",
+        (long long)m.num_layers(), (long long)m.num_key_value_heads(), (long long)m.max_positions(),
+        m.rope_theta(), (long long)m.kv_bytes_per_token_per_layer());
+  }
   if (!m.error().empty()) std::printf("    %s\n", m.error().c_str());
 }
 

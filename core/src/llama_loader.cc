@@ -9,6 +9,7 @@
 #include <set>
 
 #include "json_text.h"
+#include "mha/llama_engine.h"
 #include "mha/llama_weights.h"
 #include "mha/loader.h"
 #include "mha/shape_string.h"
@@ -140,6 +141,9 @@ StatusOr<std::vector<std::string>> ShardsOf(const std::string& index_path) {
 // The safetensors files of a checkpoint path and its config.json's default place.
 StatusOr<std::vector<std::string>> CheckpointFiles(const std::string& path, std::string* config) {
   std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    return NotFound(path + ": no such checkpoint folder or .safetensors file");
+  }
   if (!fs::is_directory(path, ec)) {
     *config = (fs::path(path).parent_path() / "config.json").string();
     return std::vector<std::string>{path};
@@ -210,6 +214,19 @@ StatusOr<LlamaCheckpoint> LoadLlamaCheckpoint(const std::string& path,
   checkpoint.layers = std::move(layers.value());
   checkpoint.files = std::move(files.value());
   return checkpoint;
+}
+
+StatusOr<std::vector<std::string>> LlamaCheckpointFiles(const std::string& folder) {
+  std::string config;
+  auto files = CheckpointFiles(folder, &config);
+  if (!files.ok()) return files.status();
+  std::error_code ec;
+  const fs::path index = fs::path(folder) / "model.safetensors.index.json";
+  if (!fs::is_regular_file(fs::path(folder) / "model.safetensors", ec) &&
+      fs::is_regular_file(index, ec)) {
+    files->insert(files->begin(), index.string());
+  }
+  return files;
 }
 
 }  // namespace mha

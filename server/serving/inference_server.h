@@ -9,6 +9,7 @@
 
 #include "mha/head_analysis.h"
 #include "server/serving/inference.h"
+#include "server/serving/layer_step.h"
 #include "server/serving/observability/stats_aggregator.h"
 #include "server/serving/repository/model_repository.h"
 
@@ -76,6 +77,14 @@ class InferenceServer {
   }
   virtual StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) {
     return Unimplemented("this server has no decoding sessions");
+  }
+  // One message of the per-layer step exchange (mha.v1 LayerSteps, docs/afd.md): validated once,
+  // then run in a pass of its layer; `done` is called exactly once (see LayerStepDone). The
+  // message's outcome is counted here, not by the front end.
+  virtual void StepLayer(LayerStepRequest request, LayerStepDone done) {
+    LayerStepResponse response;
+    response.status = Unimplemented("this server has no layer steps");
+    done(std::move(response));
   }
 };
 

@@ -17,6 +17,8 @@
 
 namespace mha::serve {
 
+struct LlamaHandle;  // llama/llama_handle.h
+
 // One loaded model version as requests reach it: the repository entry, its scheduler and its
 // metrics (looked up once). Shared: in-flight requests hold it; when the last holder lets go the
 // scheduler drains (every accepted task is answered) and its threads end, so a swapped-out
@@ -33,6 +35,9 @@ struct ModelHandle {
   // The version's decoding sessions; they end with the handle (declared after the scheduler, so
   // destroyed before it).
   std::unique_ptr<SessionStore> sessions;
+  // A Llama-family stack (docs/afd.md): its sessions and layer-step scheduler (`sessions` is
+  // null). Last: destroyed first.
+  std::shared_ptr<LlamaHandle> llama;
   ~ModelHandle();
 };
 

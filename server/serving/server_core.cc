@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "server/serving/budget.h"
+#include "server/serving/llama/llama_handle.h"
+#include "server/serving/llama/llama_requests.h"
 #include "server/serving/repository/default_model.h"
 #include "server/serving/server_core_internal.h"
 
@@ -158,6 +160,10 @@ std::optional<SchedulerView> ServerCore::Scheduling(const std::string& name,
 }
 
 std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
+  if (entry.llama) {
+    StatsAggregator* metrics = metrics_.ForVersion(entry.name, entry.version);
+    return MakeLlamaHandle(std::move(entry), options_, metrics, session_directory_);
+  }
   auto handle = std::make_shared<ModelHandle>();
   handle->metrics = metrics_.ForVersion(entry.name, entry.version);
   BatcherOptions o = SchedulerOptionsFor(entry.config, options_.batching, options_.batcher);
@@ -201,6 +207,8 @@ void ServerCore::CountRequest(const std::optional<std::string>& model, const Sta
 
 Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& request) const {
   const ModelEntry& entry = *handle.entry;
+  if (entry.llama) return ValidateLlamaForward(entry, request, options_.limits);
+  MHA_RETURN_IF_ERROR(CheckSingleLayer(entry, request));
   MHA_RETURN_IF_ERROR(ValidateInputs(*entry.model, request.inputs));
   MHA_RETURN_IF_ERROR(CheckLimits(request.inputs, options_.limits));
   const ModelInfo& model = entry.info;

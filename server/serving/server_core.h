@@ -65,6 +65,8 @@ class ServerCore final : public InferenceServer, public ModelController {
   // --max-sequence-length); CloseSession gives the session's KV blocks back.
   StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request) override;
   StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) override;
+  // A Llama model's layer step message (server_core_layers.cc): the version is its sessions'.
+  void StepLayer(LayerStepRequest request, LayerStepDone done) override;
 
   // A request a front end refused before Infer (undecodable message, too big): counted in
   // mha_requests_total like the others. `model` is the name the request gave.
@@ -109,6 +111,8 @@ class ServerCore final : public InferenceServer, public ModelController {
   void InferStep(InferenceRequest request, InferDone done);
   // The handle a session lives on, or NOT_FOUND naming why it is gone.
   StatusOr<std::shared_ptr<ModelHandle>> SessionHandle(const std::string& session_id);
+  // The handle of a step message's sessions (every entry's on one version), or why not.
+  StatusOr<std::shared_ptr<ModelHandle>> LayerStepHandle(const LayerStepRequest& request);
   StatsAggregator* MetricsFor(const ServingState* state, const std::string& requested);
 
   const ServerCoreOptions options_;

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "mha/text.h"
+#include "server/serving/llama/llama_handle.h"
 #include "server/serving/server_core.h"
 #include "server/serving/server_core_internal.h"
 
@@ -73,6 +74,7 @@ StatusOr<OpenSessionResponse> ServerCore::OpenSession(const OpenSessionRequest& 
                        " is not being served");
   }
   std::shared_ptr<ModelHandle> handle = it->second;
+  if (handle->llama) return OpenLlamaSession(*handle, r, options_.limits);
   MHA_RETURN_IF_ERROR(CheckOpenLimits(r, handle->entry->info.options, options_.limits));
   OpenSessionParams params;
   params.batch_size = r.batch_size == 0 ? 1 : r.batch_size;
@@ -97,6 +99,7 @@ StatusOr<OpenSessionResponse> ServerCore::OpenSession(const OpenSessionRequest& 
 StatusOr<CloseSessionResponse> ServerCore::CloseSession(const std::string& session_id) {
   auto handle = SessionHandle(session_id);
   if (!handle.ok()) return handle.status();
+  if ((*handle)->llama) return CloseLlamaSession(**handle, session_id);
   auto info = (*handle)->sessions->Close(session_id);
   if (!info.ok()) return info.status();
   return CloseSessionResponse{info->tokens, info->blocks};
@@ -106,6 +109,11 @@ StatusOr<CloseSessionResponse> ServerCore::CloseSession(const std::string& sessi
 // cache are the store's to check when the step's turn comes.
 static Status CheckStepRequest(const InferenceRequest& r, const ModelEntry& e,
                                const RequestLimits& limits) {
+  if (e.llama) {
+    return InvalidArgument("session_id: session '" + Abbreviate(r.session_id) +
+                           "' is on the Llama model '" + e.name +
+                           "': its steps are LayerSteps messages, one layer at a time");
+  }
   if ((!r.model.empty() && r.model != e.name) ||
       (!r.model_version.empty() && r.model_version != e.version)) {
     return InvalidArgument("model: session '" + Abbreviate(r.session_id) + "' is on model '" +

@@ -2,8 +2,9 @@
 # ctest wrapper: starts mha-server on a free port with a repository holding one fixture case per
 # weights format, generates the Python stubs, runs client/python/mha_client_example.py against
 # every model (it compares the server's numbers with PyTorch and exits non-zero on mismatch) and
-# client/python/oip_client_example.py (the Open Inference Protocol, raw and typed inputs) and
-# client/python/session_example.py (a decoding session, every step checked against PyTorch),
+# client/python/oip_client_example.py (the Open Inference Protocol, raw and typed inputs),
+# client/python/session_example.py (a decoding session, every step checked against PyTorch) and
+# client/python/afd_example.py (LayerSteps on a Llama fixture, every output checked),
 # stops the server by PID (SIGTERM) and checks its exit code. Then once more over mTLS (certs from
 # make_test_certs.sh): the example's --tls-* flags against a server that requires client certs.
 #   run_python_example.sh MHA_SERVER SOURCE_DIR WORK_DIR
@@ -22,6 +23,7 @@ trap cleanup EXIT INT TERM
 
 models="format_safetensors format_torch_save format_torchscript kdim_vdim"
 for m in $models decode_causal; do ln -s "$src/tests/fixtures/cases/$m" "$work/repo/$m"; done
+ln -s "$src/tests/fixtures/llama/stack4_sessions" "$work/repo/llama"  # a Llama stack (docs/afd.md)
 "$src/client/python/gen_stubs.sh" "$work/stubs" >/dev/null
 
 # start_server [FLAGS...]: mha-server on a free port over $work/repo; sets pid and port.
@@ -65,6 +67,12 @@ echo "== decoding session: decode_causal"
 PYTHONPATH="$work/stubs" "$python" "$src/client/python/session_example.py" \
   --target "127.0.0.1:$port" --model decode_causal \
   --weights "$work/repo/decode_causal/model.safetensors" --batch 2 --seq 20 --prefill 5 || status=1
+
+# The FFN side of LayerSteps: 8 sessions of the Llama fixture, every output == PyTorch's.
+echo "== LayerSteps (afd_example.py): llama"
+PYTHONPATH="$work/stubs" "$python" "$src/client/python/afd_example.py" \
+  --target "127.0.0.1:$port" --model llama --fixture "$src/tests/fixtures/llama/stack4_sessions" \
+  || status=1
 
 # KServe v2 REST with python3-requests: JSON, binary tensors and a sequence, each == PyTorch.
 echo "== REST (python3-requests): format_safetensors"

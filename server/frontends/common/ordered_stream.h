@@ -28,6 +28,12 @@
 //   static std::unique_ptr<Response> ErrorAnswer(const Request&, const Status&);  //
 //   !kErrorsEndStream
 // Each message is kept until its answer: Decode may borrow its bytes.
+//
+// A stream whose messages are not inference requests (mha.v1 LayerSteps) names its own types
+// Decoded and Result (instead of InferenceRequest / InferenceResponse, which Decode then returns
+// and Encode takes) and has the members
+//   void Run(Decoded, std::function<void(Result)>) const;  (instead of core()->Infer)
+//   static bool InOrder(const Decoded&);  (the next read waits until it is submitted)
 #pragma once
 
 #include <grpcpp/support/server_callback.h>
@@ -38,6 +44,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "mha/status.h"
@@ -46,6 +53,21 @@
 
 namespace mha::serve {
 
+namespace internal {
+// A policy's decoded message and its outcome: InferenceRequest / InferenceResponse unless it
+// names its own.
+template <class P, class = void>
+struct StreamMessages {
+  using Decoded = InferenceRequest;
+  using Result = InferenceResponse;
+};
+template <class P>
+struct StreamMessages<P, std::void_t<typename P::Decoded>> {
+  using Decoded = typename P::Decoded;
+  using Result = typename P::Result;
+};
+}  // namespace internal
+
 template <class Policy>
 class OrderedStreamReactor final
     : public grpc::ServerBidiReactor<typename Policy::Request, typename Policy::Response> {
@@ -53,6 +75,8 @@ class OrderedStreamReactor final
   using Request = typename Policy::Request;
   using Response = typename Policy::Response;
   using Pending = typename Policy::Pending;
+  using Decoded = typename internal::StreamMessages<Policy>::Decoded;
+  using Result = typename internal::StreamMessages<Policy>::Result;
 
   OrderedStreamReactor(Policy policy, grpc::CallbackServerContext* context)
       : policy_(std::move(policy)),
@@ -80,8 +104,23 @@ class OrderedStreamReactor final
 
   // Decodes message `index` and submits it; its outcome arrives through Settle.
   void Submit(int64_t index, std::shared_ptr<const Request> request);
-  void OnResult(int64_t index, const Request& request, const Pending& pending,
-                const InferenceResponse& result, Clock::time_point start);
+  void OnResult(int64_t index, const Request& request, const Pending& pending, const Result& result,
+                Clock::time_point start);
+  // A session's steps reach the core in stream order (the next read waits for the submission).
+  static bool InOrder(const Decoded& decoded) {
+    if constexpr (std::is_same_v<Decoded, InferenceRequest>) {
+      return !decoded.session_id.empty();
+    } else {
+      return Policy::InOrder(decoded);
+    }
+  }
+  void Run(Decoded decoded, std::function<void(Result)> done) {
+    if constexpr (std::is_same_v<Decoded, InferenceRequest>) {
+      policy_.core()->Infer(std::move(decoded), std::move(done));
+    } else {
+      policy_.Run(std::move(decoded), std::move(done));
+    }
+  }
   // Message `index` failed (decoding when `decoding`, else encoding its answer).
   void Fail(int64_t index, const Request& request, const Status& status, Clock::time_point start,
             bool decoding);
@@ -155,7 +194,7 @@ void OrderedStreamReactor<Policy>::Submit(int64_t index, std::shared_ptr<const R
   if constexpr (Policy::kErrorsEndStream) decoded->count_outcome = false;  // counted here
   // A session's steps must reach Infer in stream order (docs/sessions.md): the next read waits
   // until this step is submitted; its answer still comes asynchronously.
-  const bool in_order = !decoded->session_id.empty();
+  const bool in_order = InOrder(*decoded);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (in_order) {
@@ -166,10 +205,9 @@ void OrderedStreamReactor<Policy>::Submit(int64_t index, std::shared_ptr<const R
     }
   }
   // Outside the lock: a refused request calls back inline. OnResult settles in_flight_.
-  policy_.core()->Infer(std::move(decoded.value()),
-                        [this, index, request, pending, start](InferenceResponse result) {
-                          OnResult(index, *request, pending, result, start);
-                        });
+  Run(std::move(decoded.value()), [this, index, request, pending, start](Result result) {
+    OnResult(index, *request, pending, result, start);
+  });
   if (!in_order) return;  // OnResult (maybe already run) takes it from here
   std::optional<Status> finish;
   {
@@ -184,7 +222,7 @@ void OrderedStreamReactor<Policy>::Submit(int64_t index, std::shared_ptr<const R
 
 template <class Policy>
 void OrderedStreamReactor<Policy>::OnResult(int64_t index, const Request& request,
-                                            const Pending& pending, const InferenceResponse& result,
+                                            const Pending& pending, const Result& result,
                                             Clock::time_point start) {
   auto response = std::make_unique<Response>();  // on the worker thread
   const Status status = policy_.Encode(request, pending, result, response.get());

@@ -7,6 +7,8 @@
 #include "server/frontends/common/borrowed_bytes.h"
 #include "server/frontends/common/request_limits.h"
 #include "server/frontends/grpc_v1/head_options.h"
+#include "server/frontends/grpc_v1/layer_step_wire.h"
+#include "server/serving/llama/llama_entry.h"
 
 namespace mha::serve {
 namespace {
@@ -57,6 +59,7 @@ StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& r,
   MHA_RETURN_IF_ERROR(CheckModelVersion(r.model_version()));
   request.model_version = r.model_version();
   request.session_id = r.session_id();
+  request.layer = r.layer();
   if (r.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
     auto dtype = codec::FromProtoDType(r.output_dtype());
     if (!dtype.ok()) return InvalidArgument("output_dtype: " + dtype.status().message());
@@ -141,6 +144,8 @@ void FillModelInfo(const ModelEntry& e, bool is_default, v1::ModelInfo* info) {
   info->set_format(e.format);
   info->set_layout(e.layout);
   info->set_is_default(is_default);
+  if (IsLlamaFolder(e.config)) return FillLlamaModelInfo(e, info);
+  info->set_architecture("multihead_attention");
   if (!e.model) return;
   const MhaOptions& o = e.info.options;
   info->set_embed_dim(o.embed_dim);

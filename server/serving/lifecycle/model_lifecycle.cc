@@ -9,6 +9,7 @@
 #include <map>
 #include <utility>
 
+#include "server/serving/llama/llama_entry.h"
 #include "server/serving/repository/default_model.h"
 
 namespace mha::serve {
@@ -38,6 +39,7 @@ HostTensor Ramp(int64_t batch, int64_t seq, int64_t dim) {
 // passes run, with key and value of the model's kdim/vdim; one that fails is logged and the
 // version stays READY (it was loadable; the first request will say what is wrong).
 void Warmup(ModelEntry* entry) {
+  if (entry->llama) return WarmupLlama(entry);
   if (entry->state != ModelState::kReady) return;
   const bool given = entry->config.warmup_given;
   const std::vector<WarmupShape>& shapes = given ? entry->config.warmup : DefaultWarmup();
@@ -80,6 +82,7 @@ void Warmup(ModelEntry* entry) {
 }  // namespace
 
 void LogModel(const ModelEntry& e, bool is_default) {
+  if (e.llama) return LogLlamaModel(e, is_default);
   if (e.state != ModelState::kReady) {
     spdlog::error("model {} v{} {}: {} (source {})", e.name, e.version, ModelStateName(e.state),
                   e.error, e.source);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mha/engine.h"
+#include "mha/llama_engine.h"
 #include "mha/options.h"
 #include "mha/status.h"
 #include "server/serving/repository/serving_config.h"
@@ -34,6 +35,10 @@ struct ModelEntry {
   std::string error;                      // why it FAILED
   std::shared_ptr<const MhaModel> model;  // set when READY (opaque outside the core)
   ModelInfo info;                         // the model's options, device, dtypes (when READY)
+  // A Llama-family stack (docs/afd.md; server/serving/llama/): set instead of `model` when READY;
+  // `info` then holds its E, H, dtypes and device as a one-layer model's would.
+  std::shared_ptr<const LlamaAttentionStack> llama;
+  LlamaModelInfo llama_info;
   // The weights file relative to the repository ("enc/model.pt"), or "builtin": what callers see.
   // Errors are worded with relative paths too; no absolute path leaves the server.
   std::string source;

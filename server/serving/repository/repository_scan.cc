@@ -7,6 +7,7 @@
 
 #include "mha/engine.h"
 #include "mha/model_config.h"
+#include "server/serving/llama/llama_entry.h"
 #include "server/serving/repository/fingerprint.h"
 #include "server/serving/repository/model_repository.h"
 #include "server/serving/repository/serving_config.h"
@@ -120,11 +121,18 @@ ModelEntry ScanVersion(const std::string& root, const std::string& name, const s
   auto config = ReadLayeredServingConfig(config_paths);
   if (!config.ok()) return fail(config.status());
   entry.config = std::move(config.value());
-  auto weights = PickWeightsFile(dir);
-  if (!weights.ok()) return fail(weights.status());
-  entry.path = *weights;
-  entry.source = RelativeToRoot(*weights, root);
-  config_paths.push_back(*weights);
+  if (IsLlamaFolder(entry.config)) {  // a Llama stack: the whole checkpoint folder
+    auto files = LlamaFolderFiles(dir.string());
+    if (!files.ok()) return fail(files.status());
+    entry.path = dir.string();
+    config_paths.insert(config_paths.end(), files->begin(), files->end());
+  } else {
+    auto weights = PickWeightsFile(dir);
+    if (!weights.ok()) return fail(weights.status());
+    entry.path = *weights;
+    config_paths.push_back(*weights);
+  }
+  entry.source = RelativeToRoot(entry.path, root);
   auto fingerprint = FingerprintFiles(config_paths);
   if (!fingerprint.ok()) return fail(fingerprint.status());
   entry.fingerprint = *fingerprint;
@@ -205,8 +213,14 @@ void LoadModelEntry(const LoadOverrides& overrides, ModelEntry* entry) {
     entry->state = ModelState::kFailed;
     entry->error = RelativeToRoot(status.ToString(), root);
     entry->model.reset();
+    entry->llama.reset();
   };
   try {
+    if (IsLlamaFolder(entry->config)) {
+      auto loaded = LoadLlamaModel(LlamaLoadOptionsFor(*entry, overrides));
+      if (!loaded.ok()) return fail(loaded.status());
+      return SetLlamaModel(std::move(loaded.value()), entry);
+    }
     LoadOptions options;
     options.path = entry->path;
     options.config = &entry->config.model;  // read once, at scan time

@@ -41,6 +41,7 @@ struct InferenceTask {
   Clock::time_point submitted = Clock::now();
   std::string request_id;
   std::shared_ptr<SessionStep> step;  // set for a session's step: DecodeSteps, not Forward
+  int64_t layer = 0;                  // a Llama-family model's layer (InferenceRequest::layer)
 };
 
 struct InferenceResult {

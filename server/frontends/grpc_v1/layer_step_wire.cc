@@ -1,0 +1,91 @@
+#include "server/frontends/grpc_v1/layer_step_wire.h"
+
+#include <string>
+#include <utility>
+
+#include "proto/wire/tensor_codec.h"
+#include "server/frontends/common/request_limits.h"
+#include "server/serving/sessions/session_directory.h"
+
+namespace mha::serve {
+
+StatusOr<LayerStepRequest> DecodeLayerStepRequest(const v1::LayerStepRequest& r,
+                                                  int64_t max_message_bytes, bool borrow) {
+  MHA_RETURN_IF_ERROR(CheckMessageBytes(r.ByteSizeLong(), max_message_bytes));
+  MHA_RETURN_IF_ERROR(CheckModelVersion(r.model_version()));
+  LayerStepRequest out;
+  out.model = r.model();
+  out.model_version = r.model_version();
+  out.layer = r.layer();
+  if (r.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
+    auto dtype = codec::FromProtoDType(r.output_dtype());
+    if (!dtype.ok()) return InvalidArgument("output_dtype: " + dtype.status().message());
+    out.output_dtype = *dtype;
+  }
+  out.entries.reserve(static_cast<size_t>(r.entries_size()));
+  for (int i = 0; i < r.entries_size(); ++i) {
+    const v1::LayerStepEntry& e = r.entries(i);
+    const std::string field = "entries[" + std::to_string(i) + "]";
+    MHA_RETURN_IF_ERROR(CheckSessionId(e.session_id(), (field + ".session_id").c_str()));
+    if (!e.has_hidden()) return InvalidArgument(field + ".hidden: required");
+    const v1::DataType dtype = e.hidden().dtype();
+    if (dtype == v1::BOOL || dtype == v1::INT32 || dtype == v1::INT64) {
+      return InvalidArgument(field + ".hidden: dtype " + codec::DataTypeName(dtype) +
+                             " is not allowed (use FLOAT32, FLOAT16 or BFLOAT16)");
+    }
+    auto hidden = codec::DecodeTensor(e.hidden(), field + ".hidden", borrow);
+    if (!hidden.ok()) return hidden.status();
+    out.entries.push_back(LayerStepEntry{e.session_id(), std::move(hidden.value())});
+  }
+  return out;
+}
+
+void EncodeLayerStepError(const v1::LayerStepRequest& request, const Status& status,
+                          v1::LayerStepResponse* out) {
+  out->Clear();
+  out->set_id(request.id());
+  out->set_layer(request.layer());
+  out->mutable_error()->set_code(static_cast<int32_t>(status.code()));
+  out->mutable_error()->set_message(status.message());
+}
+
+Status EncodeLayerStepResponse(const v1::LayerStepRequest& request, const LayerStepResponse& r,
+                               v1::LayerStepResponse* out) {
+  if (!r.status.ok()) return r.status;
+  out->set_id(request.id());
+  out->set_layer(request.layer());
+  for (const HostTensor& output : r.outputs) {
+    MHA_RETURN_IF_ERROR(codec::EncodeTensor(output, out->add_outputs()));
+  }
+  for (int64_t tokens : r.layer_tokens) out->add_layer_tokens(tokens);
+  out->set_model(r.model);
+  out->set_model_version(r.model_version);
+  out->set_queue_us(r.queue_us);
+  out->set_compute_us(r.compute_us);
+  out->set_pass_messages(r.pass_messages);
+  out->set_pass_entries(r.pass_entries);
+  return Status::Ok();
+}
+
+void FillLlamaModelInfo(const ModelEntry& e, v1::ModelInfo* info) {
+  info->set_architecture("llama");
+  if (!e.llama) return;
+  const LlamaModelInfo& l = e.llama_info;
+  info->set_embed_dim(l.hidden_size);
+  info->set_num_heads(l.num_heads);
+  info->set_head_dim(l.head_dim);
+  info->set_kdim(l.hidden_size);
+  info->set_vdim(l.hidden_size);
+  info->set_bias(l.attention_bias);
+  info->set_dtype(codec::ToProtoDType(l.dtype));
+  info->set_compute_dtype(codec::ToProtoDType(l.compute_dtype));
+  info->set_device(l.device);
+  info->set_parameter_count(l.parameter_count);
+  info->set_num_layers(l.num_layers);
+  info->set_num_key_value_heads(l.num_kv_heads);
+  info->set_max_positions(l.max_positions);
+  info->set_rope_theta(l.rope_theta);
+  info->set_kv_bytes_per_token_per_layer(l.kv_bytes_per_token);
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,33 @@
+// mha.v1 LayerStepRequest / LayerStepResponse <-> the protocol-neutral LayerStepRequest /
+// LayerStepResponse (server/serving/layer_step.h), and a Llama version's ModelInfo. Decoding does
+// the wire's own checks only (message size, version length, session ids, tensor headers, dtypes);
+// shapes, layers, sessions and limits are ServerCore's to validate, once.
+#pragma once
+
+#include <cstdint>
+
+#include "mha/v1/attention.pb.h"
+#include "server/serving/layer_step.h"
+#include "server/serving/repository/model_repository.h"
+
+namespace mha::serve {
+
+// borrow: the hidden tensors point into `request`'s bytes (no copy) where alignment allows; the
+// request must then outlive the step.
+StatusOr<LayerStepRequest> DecodeLayerStepRequest(const v1::LayerStepRequest& request,
+                                                  int64_t max_message_bytes, bool borrow);
+
+// The answer to `request`: its id and layer, then the outputs, layer lengths, model, timings, or
+// (not OK) the error's code and message.
+Status EncodeLayerStepResponse(const v1::LayerStepRequest& request,
+                               const LayerStepResponse& response, v1::LayerStepResponse* out);
+
+// The answer to a message that failed before (or while) it was run.
+void EncodeLayerStepError(const v1::LayerStepRequest& request, const Status& status,
+                          v1::LayerStepResponse* out);
+
+// ModelInfo of a READY Llama version: architecture "llama", its layers, heads, K/V heads, head
+// dim, positions, rope_theta, KV bytes per token per layer, dtypes, device, parameters.
+void FillLlamaModelInfo(const ModelEntry& entry, v1::ModelInfo* info);
+
+}  // namespace mha::serve

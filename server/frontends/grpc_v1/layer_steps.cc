@@ -1,0 +1,47 @@
+#include "server/frontends/grpc_v1/layer_steps.h"
+
+#include <utility>
+
+#include "server/frontends/grpc_v1/layer_step_wire.h"
+
+namespace mha::serve {
+
+StatusOr<LayerStepRequest> LayerStepsPolicy::Decode(const Request& request,
+                                                    grpc::CallbackServerContext* context,
+                                                    const RequestLog& log,
+                                                    Pending* /*pending*/) const {
+  // The stream keeps each message until its answer: the tensors may borrow its bytes.
+  auto decoded =
+      DecodeLayerStepRequest(request, service->options().max_message_bytes, /*borrow=*/true);
+  if (!decoded.ok()) return decoded.status();
+  decoded->start = log.start;
+  decoded->deadline = SteadyDeadline(context);
+  decoded->is_cancelled = [context] { return context->IsCancelled(); };
+  decoded->request_id = log.request_id;
+  decoded->protocol = kProtocol;
+  return decoded;
+}
+
+void LayerStepsPolicy::Run(LayerStepRequest request,
+                           std::function<void(LayerStepResponse)> done) const {
+  core()->StepLayer(std::move(request), std::move(done));
+}
+
+Status LayerStepsPolicy::Encode(const Request& request, const Pending& /*pending*/,
+                                const LayerStepResponse& result, Response* out) {
+  return EncodeLayerStepResponse(request, result, out);
+}
+
+std::unique_ptr<LayerStepsPolicy::Response> LayerStepsPolicy::ErrorAnswer(const Request& request,
+                                                                          const Status& status) {
+  auto response = std::make_unique<Response>();
+  EncodeLayerStepError(request, status, response.get());
+  return response;
+}
+
+grpc::ServerBidiReactor<v1::LayerStepRequest, v1::LayerStepResponse>*
+AttentionServiceImpl::LayerSteps(grpc::CallbackServerContext* context) {
+  return new LayerStepsReactor(LayerStepsPolicy{this}, context);
+}
+
+}  // namespace mha::serve

@@ -1,0 +1,185 @@
+#include "server/serving/llama/llama_requests.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "mha/text.h"
+#include "server/serving/budget.h"
+
+namespace mha::serve {
+namespace {
+
+std::string Num(int64_t v) { return std::to_string(v); }
+
+Status CheckLayer(const ModelEntry& e, int64_t layer) {
+  const int64_t layers = e.llama_info.num_layers;
+  if (layer >= 0 && layer < layers) return Status::Ok();
+  return InvalidArgument("layer: " + Num(layer) + " out of range: model '" + e.name + "' has " +
+                         Num(layers) + " layers (0 .. " + Num(layers - 1) + ")");
+}
+
+// The fields a Llama model's stateless forward refuses, each by name.
+Status RefuseUnsupported(const HostInputs& in) {
+  const char* field = nullptr;
+  if (in.key.defined()) field = "key";
+  if (!field && in.value.defined()) field = "value";
+  if (!field && in.key_padding_mask.defined()) field = "key_padding_mask";
+  if (!field && in.attn_mask.defined()) field = "attn_mask";
+  if (!field && in.need_weights) field = "need_weights";
+  if (field != nullptr) {
+    return InvalidArgument(std::string(field) +
+                           ": not available on a Llama model: its attention is causal "
+                           "self-attention over query (the layer's hidden states), with no masks "
+                           "and no weights returned");
+  }
+  const WeightsSelection& w = in.weights_selection;
+  if (!w.heads.empty()) field = "weights_heads";
+  if (!field && w.query_begin) field = "weights_query_begin";
+  if (!field && w.query_end) field = "weights_query_end";
+  if (!field && w.top_k > 0) field = "weights_top_k";
+  if (!field && in.weights_dtype) field = "weights_dtype";
+  if (!field && in.head_stats) field = "head_stats";
+  if (!field && in.head_mask.defined()) field = "head_mask";
+  if (field == nullptr) return Status::Ok();
+  return InvalidArgument(std::string(field) +
+                         ": head options are not available on a Llama model (docs/heads.md "
+                         "applies to one-layer models)");
+}
+
+int64_t ComputeBytes(const LlamaModelInfo& l) {
+  return static_cast<int64_t>(ElementSize(ToElementType(l.compute_dtype)));
+}
+
+// The working memory of one layer step over `rows` new rows, its longest entry `t_max` rows over
+// at most `keys` cached keys: the projections and outputs of every row, and one entry's attention
+// at a time (its gathered K/V heads, its scores and probabilities), as LlamaLayerStep runs them.
+int64_t StepWorkBytes(const LlamaModelInfo& l, int64_t rows, int64_t t_max, int64_t keys) {
+  const double q = static_cast<double>(l.num_heads * l.head_dim);
+  const double kv = static_cast<double>(l.num_kv_heads * l.head_dim);
+  const double e = static_cast<double>(l.hidden_size);
+  const double elements = static_cast<double>(rows) * (2 * q + 2 * kv + e) +
+                          2.0 * static_cast<double>(t_max) * static_cast<double>(keys) *
+                              static_cast<double>(l.num_heads) +
+                          2.0 * static_cast<double>(keys) * kv;
+  const double bytes = elements * static_cast<double>(ComputeBytes(l));
+  return bytes > 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
+}
+
+Status CheckWork(int64_t work, int64_t response, const RequestLimits& limits,
+                 const std::string& what) {
+  if (work > limits.max_work_bytes) {
+    return ResourceExhausted(what + ": estimated working memory " + Num(work) +
+                             " bytes exceeds --max-work-bytes " + Num(limits.max_work_bytes) +
+                             " (send fewer tokens)");
+  }
+  if (response > limits.max_response_bytes) {
+    return ResourceExhausted(what + ": response of " + Num(response) +
+                             " bytes exceeds --max-response-bytes " +
+                             Num(limits.max_response_bytes) + " (send fewer tokens)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateLlamaForward(const ModelEntry& e, const InferenceRequest& r,
+                            const RequestLimits& limits) {
+  const LlamaModelInfo& l = e.llama_info;
+  MHA_RETURN_IF_ERROR(CheckLayer(e, r.layer));
+  MHA_RETURN_IF_ERROR(RefuseUnsupported(r.inputs));
+  const HostTensor& q = r.inputs.query;
+  MHA_RETURN_IF_ERROR(CheckLlamaHidden(l, q, 3, "query"));
+  const int64_t b = q.size(0), t = q.size(1);
+  if (b > limits.max_batch_size) {
+    return ResourceExhausted("query: batch size " + Num(b) + " exceeds --max-batch-size " +
+                             Num(limits.max_batch_size));
+  }
+  if (t > limits.max_sequence_length) {
+    return ResourceExhausted("query: sequence length " + Num(t) +
+                             " exceeds --max-sequence-length " + Num(limits.max_sequence_length));
+  }
+  if (t > l.max_positions) {
+    return InvalidArgument("query: " + Num(t) + " tokens exceed model '" + e.name + "''s " +
+                           Num(l.max_positions) + " positions (max_position_embeddings)");
+  }
+  const DType out = r.output_dtype.value_or(l.dtype);
+  const int64_t work = PassWorkBytes(l.hidden_size, l.num_heads, 0, ComputeBytes(l), b, t, t,
+                                     /*need_weights=*/false);
+  const int64_t response =
+      b * t * l.hidden_size * static_cast<int64_t>(ElementSize(ToElementType(out)));
+  return CheckWork(work, response, limits, "query [" + Num(b) + ", " + Num(t) + ", E]");
+}
+
+Status CheckSingleLayer(const ModelEntry& e, const InferenceRequest& r) {
+  if (r.layer == 0 || e.llama) return Status::Ok();
+  return InvalidArgument("layer: " + Num(r.layer) + " but model '" + e.name +
+                         "' is one attention layer (only layer 0; layers are for Llama-family "
+                         "stacks)");
+}
+
+Status CheckLayerStep(const ModelEntry& e, const LayerStepRequest& r, const RequestLimits& limits) {
+  if ((!r.model.empty() && r.model != e.name) ||
+      (!r.model_version.empty() && r.model_version != e.version)) {
+    return InvalidArgument("model: the sessions are on model '" + e.name + "' version " +
+                           e.version + ", the message names '" + Abbreviate(r.model) +
+                           "' version '" + Abbreviate(r.model_version) + "'");
+  }
+  if (r.entries.empty()) return InvalidArgument("entries: a message steps at least one session");
+  MHA_RETURN_IF_ERROR(CheckLayer(e, r.layer));
+  const LlamaModelInfo& l = e.llama_info;
+  std::map<std::string, size_t> seen;
+  int64_t rows = 0, t_max = 0, response = 0;
+  const int64_t out =
+      static_cast<int64_t>(ElementSize(ToElementType(r.output_dtype.value_or(l.dtype))));
+  for (size_t i = 0; i < r.entries.size(); ++i) {
+    const std::string field = "entries[" + std::to_string(i) + "]";
+    const LayerStepEntry& entry = r.entries[i];
+    auto [it, fresh] = seen.emplace(entry.session_id, i);
+    if (!fresh) {
+      return InvalidArgument(field + ".session_id: session '" + Abbreviate(entry.session_id) +
+                             "' is also entries[" + std::to_string(it->second) +
+                             "]: one entry per session in a message");
+    }
+    MHA_RETURN_IF_ERROR(CheckLlamaHidden(l, entry.hidden, 2, field + ".hidden"));
+    const int64_t t = entry.hidden.size(0);
+    if (t > limits.max_sequence_length) {
+      return ResourceExhausted(field + ".hidden: " + Num(t) + " new tokens exceed " +
+                               "--max-sequence-length " + Num(limits.max_sequence_length));
+    }
+    rows += t;
+    t_max = std::max(t_max, t);
+    response += t * l.hidden_size * out;
+  }
+  const int64_t keys = std::min(l.max_positions, limits.max_sequence_length);
+  return CheckWork(StepWorkBytes(l, rows, t_max, keys), response, limits,
+                   "layer step of " + Num(static_cast<int64_t>(r.entries.size())) + " entries");
+}
+
+StatusOr<int64_t> LlamaSessionMaxTokens(const ModelEntry& e, const OpenSessionRequest& r,
+                                        const RequestLimits& limits) {
+  if (r.batch_size < 0 || r.batch_size > 1) {
+    return InvalidArgument(
+        "batch_size: a Llama model's session decodes one sequence (batch_size "
+        "1, or 0 = 1), got " +
+        Num(r.batch_size));
+  }
+  if (r.key.defined() || r.value.defined()) {
+    return InvalidArgument(std::string(r.key.defined() ? "key" : "value") +
+                           ": a Llama model's sessions are self-attention (no cross-attention "
+                           "key/value)");
+  }
+  if (r.max_tokens < 0) {
+    return InvalidArgument("max_tokens: must be >= 1 (0 = --max-sequence-length), got " +
+                           Num(r.max_tokens));
+  }
+  if (r.max_tokens > limits.max_sequence_length) {
+    return ResourceExhausted("max_tokens: " + Num(r.max_tokens) +
+                             " exceeds --max-sequence-length " + Num(limits.max_sequence_length));
+  }
+  const int64_t wanted = r.max_tokens > 0 ? r.max_tokens : limits.max_sequence_length;
+  return std::min(wanted, e.llama_info.max_positions);
+}
+
+}  // namespace mha::serve

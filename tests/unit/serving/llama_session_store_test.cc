@@ -1,0 +1,165 @@
+// LlamaSessionStore (server/serving/llama/llama_session_store.h) over the fixture stack
+// stack4_sessions (L=4, KV=2, D=8: 128 bytes per token per layer in float32): ids server-wide,
+// one block per layer taken at open, refusals naming the entry, the layer-order rule at Prepare,
+// a session closed while a step holds it, the full pool under refuse and evict-lru, idle expiry on
+// a fake clock.
+#include "server/serving/llama/llama_session_store.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llama_serving_util.h"
+
+namespace mha::serve {
+namespace {
+
+using testing::Contains;
+
+class LlamaSessionStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = testing::LoadFixtureModel("stack4_sessions");
+    ASSERT_NE(model_.stack, nullptr);
+    ASSERT_EQ(model_.info.kv_bytes_per_token, 2 * 2 * 8 * 4);
+  }
+  // A store whose pool holds `blocks` blocks of 4 tokens (512 bytes each).
+  std::unique_ptr<LlamaSessionStore> Store(int64_t blocks,
+                                           KvFullPolicy policy = KvFullPolicy::kRefuse) {
+    SessionOptions o = testing::SmallPool(blocks * 4 * model_.info.kv_bytes_per_token, 4);
+    o.full_policy = policy;
+    o.clock = &clock_;
+    o.idle_timeout_s = 60;
+    o.max_pending_steps = 2;
+    return std::make_unique<LlamaSessionStore>(o, model_.stack, model_.info,
+                                               SessionLocation{"llama", "1"}, directory_, nullptr);
+  }
+
+  LoadedLlamaModel model_;
+  FakeClock clock_;
+  std::shared_ptr<SessionDirectory> directory_ = std::make_shared<SessionDirectory>();
+};
+
+TEST_F(LlamaSessionStoreTest, OpenTakesOneBlockPerLayerAndIdsAreServerWide) {
+  auto store = Store(16);
+  auto a = store->Open(100, "client-a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->id, "client-a");
+  EXPECT_EQ(a->max_tokens, 100);
+  EXPECT_EQ(a->blocks, 4);  // the first token's block in each of the 4 layers
+  EXPECT_EQ(a->block_tokens, 4);
+  EXPECT_EQ(store->usage().blocks_used, 4);
+  EXPECT_EQ(store->usage().block_bytes, 4 * 128);
+  auto again = store->Open(100, "client-a");
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  auto generated = store->Open(100, "");
+  ASSERT_TRUE(generated.ok());
+  EXPECT_EQ(generated->id.substr(0, 2), "s-");
+  auto closed = store->Close("client-a");
+  ASSERT_TRUE(closed.ok());
+  EXPECT_EQ(closed->blocks, 4);
+  EXPECT_EQ(store->usage().blocks_used, 4);  // the generated session's
+  EXPECT_TRUE(Contains(store->Close("client-a").status().message(), "was closed (CloseSession)"));
+}
+
+TEST_F(LlamaSessionStoreTest, AcquireNamesTheEntryAndBoundsTheMessagesHoldingASession) {
+  auto store = Store(16);
+  ASSERT_TRUE(store->Open(100, "a").ok());
+  auto unknown = store->Acquire({"a", "nope"});
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(
+      Contains(unknown.status().message(), "entries[1].session_id: session 'nope' is unknown"))
+      << unknown.status().message();
+  auto first = store->Acquire({"a"});
+  auto second = store->Acquire({"a"});
+  ASSERT_TRUE(first.ok() && second.ok());
+  auto third = store->Acquire({"a"});
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(third.status().message(), "entries[0].session_id: session 'a' has 2 step"));
+  store->Finish(*first);
+  store->Finish(*second);
+  EXPECT_TRUE(store->Acquire({"a"}).ok());
+}
+
+TEST_F(LlamaSessionStoreTest, PrepareKeepsTheLayersInOrder) {
+  auto store = Store(16);
+  ASSERT_TRUE(store->Open(100, "a").ok());
+  auto held = store->Acquire({"a"});
+  ASSERT_TRUE(held.ok());
+  const LlamaSessionRef& a = held->front();
+  Status s = store->Prepare(a, 1, 1);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(s.message(), "layer 1 would hold 1 tokens, more than layer 0's 0"))
+      << s.message();
+  EXPECT_TRUE(store->Prepare(a, 0, 3).ok());
+  const Status too_many = store->Prepare(a, 0, 101);
+  EXPECT_EQ(too_many.code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(Contains(too_many.message(), "max_tokens 100"));
+  store->Finish(*held);
+}
+
+TEST_F(LlamaSessionStoreTest, ASessionClosedWhileHeldEndsNowAndGivesItsBlocksBackAfter) {
+  auto store = Store(16);
+  ASSERT_TRUE(store->Open(100, "a").ok());
+  auto held = store->Acquire({"a"});
+  ASSERT_TRUE(held.ok());
+  ASSERT_TRUE(store->Close("a").ok());
+  EXPECT_EQ(store->usage().sessions, 0);
+  EXPECT_EQ(store->usage().blocks_used, 4);  // still held by the step
+  const Status s = store->Prepare(held->front(), 0, 1);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(s.message(), "was closed (CloseSession) (while this step waited)"));
+  store->Finish(*held);
+  EXPECT_EQ(store->usage().blocks_used, 0);
+}
+
+TEST_F(LlamaSessionStoreTest, AFullPoolRefusesOrEvictsTheLeastRecentlyUsedIdleSession) {
+  auto refuse = Store(8);  // two sessions' first blocks
+  ASSERT_TRUE(refuse->Open(100, "r1").ok());
+  ASSERT_TRUE(refuse->Open(100, "r2").ok());
+  auto third = refuse->Open(100, "r3");
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(third.status().message(), "needs 4 blocks, 0 of 8 free"));
+  EXPECT_TRUE(Contains(third.status().message(), "128 bytes per token per layer"));
+
+  auto evict = Store(8, KvFullPolicy::kEvictLru);
+  ASSERT_TRUE(evict->Open(100, "e1").ok());
+  clock_.Advance(std::chrono::seconds(1));
+  ASSERT_TRUE(evict->Open(100, "e2").ok());
+  auto held = evict->Acquire({"e2"});  // e2 is busy: e1 (idle, older) goes
+  ASSERT_TRUE(held.ok());
+  ASSERT_TRUE(evict->Open(100, "e3").ok());
+  EXPECT_TRUE(Contains(evict->Close("e1").status().message(), "was evicted"));
+  // Now e2 is held and e3 idle: e2's next block comes from e3.
+  ASSERT_TRUE(evict->Prepare(held->front(), 0, 4).ok());
+  ASSERT_TRUE(evict->Prepare(held->front(), 0, 5).ok());
+  EXPECT_TRUE(Contains(evict->Close("e3").status().message(), "was evicted"));
+  evict->Finish(*held);
+}
+
+TEST_F(LlamaSessionStoreTest, IdleSessionsExpireButHeldOnesDoNot) {
+  auto store = Store(16);
+  ASSERT_TRUE(store->Open(100, "idle").ok());
+  ASSERT_TRUE(store->Open(100, "busy").ok());
+  auto held = store->Acquire({"busy"});
+  ASSERT_TRUE(held.ok());
+  clock_.Advance(std::chrono::seconds(61));
+  store->SweepExpired();
+  EXPECT_TRUE(Contains(store->Close("idle").status().message(), "expired: idle for more than"));
+  store->Finish(*held);  // used now
+  store->SweepExpired();
+  EXPECT_TRUE(store->Close("busy").ok());
+}
+
+TEST_F(LlamaSessionStoreTest, UnloadingEndsEverySession) {
+  auto store = Store(16);
+  ASSERT_TRUE(store->Open(100, "a").ok());
+  store.reset();
+  EXPECT_TRUE(Contains(directory_->NotFoundFor("a").message(),
+                       "ended: its model 'llama' version 1 was unloaded or replaced"));
+}
+
+}  // namespace
+}  // namespace mha::serve
