@@ -16,6 +16,7 @@
 #include "client/mha_client.h"
 #include "hold_gate.h"
 #include "lifecycle_util.h"
+#include "metrics_scrape.h"
 #include "llama_test_util.h"
 #include "server_process.h"
 #include "test_util.h"
@@ -55,7 +56,7 @@ struct AfdServer {
       args = gate->Args(args);
     }
     auto started = server.Start(args);
-    if (started) metrics_port = ReadPort(port_file);
+    if (started) metrics_port = ReadPortFile(port_file);
     return started;
   }
   std::unique_ptr<client::AttentionClient> Client() const {
