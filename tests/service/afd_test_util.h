@@ -16,8 +16,8 @@
 #include "client/mha_client.h"
 #include "hold_gate.h"
 #include "lifecycle_util.h"
-#include "metrics_scrape.h"
 #include "llama_test_util.h"
+#include "metrics_scrape.h"
 #include "server_process.h"
 #include "test_util.h"
 
