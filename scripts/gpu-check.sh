@@ -159,7 +159,9 @@ step torchref 110 "$OUT/bench.log" env LD_LIBRARY_PATH="$orig_ld" python3 bench/
 torch_cmake=$(LD_LIBRARY_PATH="$orig_ld" python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
 cap=$(LD_LIBRARY_PATH="$orig_ld" python3 -c 'import torch;m,n=torch.cuda.get_device_capability(0);print(f"{m}.{n}")' 2>/dev/null || echo 9.0)
-cuda_args=()
+# The python3 on PATH (the one with torch and grpcio there), not the first CMake finds (on the
+# H200 that was /usr/bin/python3 without grpc, and service.python_client_example failed).
+cuda_args=("-DPython3_EXECUTABLE=$(command -v python3)")
 [ -z "$nvcc_bin" ] || cuda_args+=("-DCMAKE_CUDA_COMPILER=$nvcc_bin" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc_bin")")")
 blog=$OUT/build.log; : > "$blog"
 restore_mtimes
