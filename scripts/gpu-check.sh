@@ -159,9 +159,7 @@ step torchref 110 "$OUT/bench.log" env LD_LIBRARY_PATH="$orig_ld" python3 bench/
 torch_cmake=$(LD_LIBRARY_PATH="$orig_ld" python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
 cap=$(LD_LIBRARY_PATH="$orig_ld" python3 -c 'import torch;m,n=torch.cuda.get_device_capability(0);print(f"{m}.{n}")' 2>/dev/null || echo 9.0)
-# The python3 on PATH (the one with torch and grpcio there), not the first CMake finds (on the
-# H200 that was /usr/bin/python3 without grpc, and service.python_client_example failed).
-cuda_args=("-DPython3_EXECUTABLE=$(command -v python3)")
+cuda_args=()
 [ -z "$nvcc_bin" ] || cuda_args+=("-DCMAKE_CUDA_COMPILER=$nvcc_bin" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc_bin")")")
 blog=$OUT/build.log; : > "$blog"
 restore_mtimes
@@ -214,7 +212,7 @@ tlog=$OUT/ctest.log; : > "$tlog"
   cat "$bdir"/ld.* 2>/dev/null | grep -E 'filesystem' | grep -v 'ld.out' | sed 's/^ *[0-9]*: *//' | sort | uniq -c |
     sort -rn | head -30
   } >> "$tlog" 2>&1
-built ctest tests/unit/mha_core_tests && step ctest 180 "$tlog" env MHA_DEVICE=cuda ctest --test-dir "$build" -L 'unit|service' -j8 \
+built ctest tests/unit/mha_core_tests && step ctest 180 "$tlog" env MHA_DEVICE=cuda MHA_PYTHON="$(command -v python3)" ctest --test-dir "$build" -L 'unit|service' -j8 \
   --output-on-failure --timeout 120
 # Streams, pinned staging and CUDA graphs (device_stream_test.cc, cuda_graphs_test.cc): run alone, verbose; a skip
 # counts as a failure here (it would mean the binary sees no GPU).

@@ -2,6 +2,7 @@
 # Installs the Debian 12 packages mha-serve needs, only those missing. Idempotent.
 #   scripts/install-deps.sh build   # compiler, CMake, gRPC, LibTorch, ... (enough to build and serve)
 #   scripts/install-deps.sh test    # build + what the test suite runs against (PyTorch, Prometheus)
+#                                   # and ccache (scripts/build.sh compiles through it when present)
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 
@@ -13,7 +14,7 @@ build_pkgs=(
   libpng-dev
 )
 test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps python3-yaml
-  clang-format clang-tidy python3-jsonschema nginx python3-requests)
+  clang-format clang-tidy python3-jsonschema nginx python3-requests ccache)
 # kubectl (kustomize) for tests/deploy, unless one is installed already: dpkg refuses a second
 # owner of /usr/bin/kubectl.
 command -v kubectl >/dev/null || test_pkgs+=(kubernetes-client)

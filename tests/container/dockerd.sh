@@ -2,10 +2,10 @@
 # The container tier's own Docker engine, separate from any system dockerd:
 #   tests/container/dockerd.sh start   # installs docker.io if missing, starts dockerd, waits
 #   tests/container/dockerd.sh stop    # stops the dockerd this script started, by its PID
-#   tests/container/dockerd.sh env     # prints DOCKER_HOST=... for the other scripts
+#   tests/container/dockerd.sh env     # prints DOCKER_HOST=... MHA_DOCKER_ROOT=... for the others
 # Everything lives under MHA_DOCKER_ROOT (default ${XDG_CACHE_HOME:-/var/cache}/mha-serve-docker):
 # data root (images and build caches, kept between runs so that warm builds are warm), exec root,
-# socket and pidfile. Exit 77 = skipped (Docker cannot start and MHA_SKIP_CONTAINER=1).
+# socket and pidfile; tier.sh keeps the image build stage's compiler cache there too (ccache/). Exit 77 = skipped (Docker cannot start and MHA_SKIP_CONTAINER=1).
 set -euo pipefail
 
 root=${MHA_DOCKER_ROOT:-${XDG_CACHE_HOME:-/var/cache}/mha-serve-docker}
@@ -81,6 +81,6 @@ stop() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  env) echo "DOCKER_HOST=$DOCKER_HOST" ;;
+  env) echo "DOCKER_HOST=$DOCKER_HOST MHA_DOCKER_ROOT=$root" ;;
   *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
 esac

@@ -29,6 +29,125 @@ require_engine() {
   fi
 }
 
+# docker build of ./Dockerfile: log name $1 (in $build_log_dir, its tail shown on failure),
+# builder $2 (0 legacy, 1 BuildKit), tag $3, more options after.
+docker_build() {
+  local log=$build_log_dir/$1.log bk=$2 tag=$3
+  shift 3
+  if ! DOCKER_BUILDKIT=$bk nice -n 19 $docker build "$@" -t "$tag" "$repo" >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    echo "container tier: docker build ($tag) failed; full log: $log" >&2
+    exit 1
+  fi
+}
+
+report_build() {  # tag, builder, how, start time
+  local size
+  size=$($docker image inspect -f '{{.Size}}' "$1")
+  echo "container tier: built $1 with $2 ($3) in $(( $(date +%s) - $4 )) s," \
+    "$((size / 1000000)) MB (log: $build_log_dir/build-$2.log)"
+}
+
+# The compiler cache of the image's build stage. The legacy build runs every instruction of the
+# real Dockerfile, on mha-serve:ct-ccache-base (tests/container/ccache/Dockerfile: debian:12 plus
+# ccache and the environment that makes scripts/build.sh compile through it); the cache goes in
+# through the build context (.ct-ccache/, staged for the build's duration) and comes back from
+# the build stage afterwards, kept in $MHA_DOCKER_ROOT/ccache for the next build. So a tier after
+# a source change compiles only what changed; a compile that hits still reads every source and
+# header it used, and the link, check_runtime_packages, the runtime stage and the smoke test run
+# as ever. MHA_CONTAINER_CCACHE=0: plain debian:12, everything compiled.
+ccache_dir=${MHA_DOCKER_ROOT:?}/ccache
+staged=$repo/.ct-ccache
+
+ccache_stats() {  # hits and misses of the cache in $1 ("" when there is no host ccache)
+  command -v ccache >/dev/null || return 0
+  CCACHE_DIR=$1 ccache --print-stats 2>/dev/null |
+    awk '$1 ~ /^(direct_cache_hit|preprocessed_cache_hit)$/ {h += $2}
+         $1 ~ /^cache_miss$/ {m += $2} END {print h + 0, m + 0}'
+}
+
+stage_ccache() {
+  DOCKER_BUILDKIT=0 nice -n 19 $docker build -q -t mha-serve:ct-ccache-base "$here/ccache" \
+    >"$build_log_dir/build-ccache-base.log" 2>&1 ||
+    { cat "$build_log_dir/build-ccache-base.log" >&2; exit 1; }
+  # A tier killed while the cache was staged left it in the context: it goes back first.
+  if [ -d "$staged" ] && [ ! -d "$ccache_dir" ]; then mv "$staged" "$ccache_dir"; fi
+  rm -rf "$staged"
+  mkdir -p "$ccache_dir"
+  # An empty cache (a new engine root, e.g. on a fresh machine) starts from the host's: the test
+  # command has just compiled the same sources with the same compiler and flags (scripts/build.sh,
+  # paths relative to the checkout), so the image's compiles are hits.
+  local host
+  host=$(ccache --get-config cache_dir 2>/dev/null || true)
+  if [ -z "$(ls -A "$ccache_dir")" ] && [ -n "$host" ] && [ -d "$host" ]; then
+    echo "container tier: seeding the image build's compiler cache from $host ($(du -sh "$host" | cut -f1))"
+    cp -a "$host/." "$ccache_dir/"
+  fi
+  mv "$ccache_dir" "$staged"
+  trap 'unstage_ccache' EXIT
+}
+
+unstage_ccache() {  # the cache as it went in goes back (a failed build keeps it)
+  if [ -d "$staged" ]; then
+    rm -rf "$ccache_dir"
+    mv "$staged" "$ccache_dir"
+  fi
+}
+
+# The build stage's cache (what went in, plus this build's new entries) replaces ours.
+harvest_ccache() {
+  local before after
+  before=$(ccache_stats "$staged")
+  rm -rf "$ccache_dir.new"
+  mkdir -p "$ccache_dir.new"
+  $docker run --rm --entrypoint tar mha-serve:ct-legacy-build -C /src/.ct-ccache -cf - . |
+    tar -xf - -C "$ccache_dir.new"
+  after=$(ccache_stats "$ccache_dir.new")
+  rm -rf "$staged" "$ccache_dir"
+  mv "$ccache_dir.new" "$ccache_dir"
+  trap - EXIT
+  if [ -n "$before" ] && [ -n "$after" ]; then
+    read -r h0 m0 <<<"$before"
+    read -r h1 m1 <<<"$after"
+    echo "container tier: image build stage compiler cache: $((h1 - h0)) hits, $((m1 - m0))" \
+      "misses ($(du -sh "$ccache_dir" | cut -f1) in $ccache_dir)"
+  fi
+}
+
+build_legacy() {
+  local start how opts=()
+  start=$(date +%s)
+  how="from debian:12"
+  if [ "${MHA_CONTAINER_CCACHE:-1}" != 0 ]; then
+    stage_ccache
+    opts=(--build-arg DEBIAN_IMAGE=mha-serve:ct-ccache-base)
+    how="from debian:12 + ccache"
+  fi
+  docker_build build-legacy 0 mha-serve:ct-legacy "${opts[@]}"
+  # The build stage as its own tag, for the BuildKit build (every layer is cached: no work).
+  docker_build build-legacy-stage 0 mha-serve:ct-legacy-build "${opts[@]}" --target build
+  [ "${MHA_CONTAINER_CCACHE:-1}" = 0 ] || harvest_ccache
+  $docker image prune -f >/dev/null  # the previous builds' layers, now untagged
+  report_build mha-serve:ct-legacy legacy "$how" "$start"
+}
+
+# BuildKit runs every instruction of the Dockerfile, but on the legacy build's build stage when
+# this tier has just made it: its packages are installed and its objects are up to date (COPY
+# keeps the files' mtimes), so the second builder does not compile everything again (~8 min on
+# 2 cores). The from-scratch compile is the legacy build's. MHA_CONTAINER_BUILDKIT_SCRATCH=1
+# builds from debian:12 instead.
+build_buildkit() {
+  local start how="from debian:12" opts=(--progress=plain)
+  start=$(date +%s)
+  if [ "${MHA_CONTAINER_BUILDKIT_SCRATCH:-0}" != 1 ] &&
+      $docker image inspect mha-serve:ct-legacy-build >/dev/null 2>&1; then
+    opts+=(--build-arg DEBIAN_IMAGE=mha-serve:ct-legacy-build)
+    how="on the legacy build's build stage"
+  fi
+  docker_build build-buildkit 1 mha-serve:ct-buildkit "${opts[@]}"
+  report_build mha-serve:ct-buildkit buildkit "$how" "$start"
+}
+
 step=${1:-}
 case "$step" in
   setup)
@@ -39,36 +158,10 @@ case "$step" in
     require_engine
     builder=${2:?legacy or buildkit}
     case "$builder" in
-      legacy) bk=0; opts=() ;;
-      buildkit) bk=1; opts=(--progress=plain) ;;
+      legacy) build_legacy ;;
+      buildkit) build_buildkit ;;
       *) echo "unknown builder $builder" >&2; exit 2 ;;
     esac
-    tag=mha-serve:ct-$builder
-    log=$build_log_dir/build-$builder.log
-    start=$(date +%s)
-    how="from scratch"
-    # BuildKit runs every instruction of the Dockerfile, but on the legacy build's build stage when
-    # this tier has just made it: its packages are installed and its objects are up to date (COPY
-    # keeps the files' mtimes), so the second builder does not compile everything again (~8 min
-    # on 2 cores). The from-scratch compile is the legacy build's. MHA_CONTAINER_BUILDKIT_SCRATCH=1
-    # builds from debian:12 instead.
-    if [ "$builder" = buildkit ] && [ "${MHA_CONTAINER_BUILDKIT_SCRATCH:-0}" != 1 ] &&
-        $docker image inspect mha-serve:ct-legacy >/dev/null 2>&1 &&
-        DOCKER_BUILDKIT=0 $docker build --target build -t mha-serve:ct-legacy-build "$repo" \
-          >"$build_log_dir/build-legacy-stage.log" 2>&1; then
-      opts+=(--build-arg DEBIAN_IMAGE=mha-serve:ct-legacy-build)
-      how="on the legacy build's build stage"
-    fi
-    if ! DOCKER_BUILDKIT=$bk nice -n 19 $docker build "${opts[@]}" -t "$tag" "$repo" \
-        >"$log" 2>&1; then
-      tail -n 60 "$log" >&2
-      echo "container tier: docker build ($builder) failed; full log: $log" >&2
-      exit 1
-    fi
-    secs=$(( $(date +%s) - start ))
-    size=$($docker image inspect -f '{{.Size}}' "$tag")
-    echo "container tier: built $tag with $builder ($how) in ${secs} s, $((size / 1000000)) MB" \
-      "(log: $log)"
     ;;
   image)
     require_engine
