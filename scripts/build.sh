@@ -13,8 +13,9 @@ if [ "${MHA_CCACHE:-1}" != 0 ] && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] &&
     command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
-  # The precompiled headers need pch_defines,time_macros; a fresh clone's files are all new.
-  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+  # The precompiled headers need pch_defines,time_macros; a fresh clone's files are all new; locale:
+  # the host's LANG (C.UTF-8 here) must not split its cache from the image build's (no LANG there).
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime,locale}
 fi
 build_dir=${MHA_BUILD_DIR:-build}
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
