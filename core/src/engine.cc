@@ -8,6 +8,7 @@
 #include <exception>
 #include <utility>
 
+#include "guarded.h"
 #include "mha/decode.h"
 #include "mha/kv_cache.h"
 #include "mha/loader.h"
@@ -17,20 +18,6 @@
 namespace mha {
 
 namespace {
-
-// Runs `fn` (which may throw while it wraps or copies tensors) and turns LibTorch's errors into
-// INTERNAL, as MhaModel does for its passes.
-template <typename Fn>
-Status Guarded(const char* what, Fn&& fn) {
-  try {
-    c10::InferenceMode guard;
-    return fn();
-  } catch (const c10::Error& e) {
-    return Internal(std::string(what) + " failed: " + e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return Internal(std::string(what) + " failed: " + e.what());
-  }
-}
 
 StatusOr<LoadedModel> Build(const MhaOptions& options, MhaWeights weights) {
   auto model = MhaModel::Create(options, std::move(weights));

@@ -8,6 +8,7 @@
 #include <exception>
 #include <utility>
 
+#include "guarded.h"
 #include "mha/llama_session.h"
 #include "mha/llama_stack.h"
 #include "mha/shape_string.h"
@@ -15,20 +16,6 @@
 
 namespace mha {
 namespace {
-
-// Runs `fn` (which may throw while it wraps or copies tensors) and turns LibTorch's errors into
-// INTERNAL, as engine.cc does.
-template <typename Fn>
-Status Guarded(const char* what, Fn&& fn) {
-  try {
-    c10::InferenceMode guard;
-    return fn();
-  } catch (const c10::Error& e) {
-    return Internal(std::string(what) + " failed: " + e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return Internal(std::string(what) + " failed: " + e.what());
-  }
-}
 
 std::string Num(int64_t v) { return std::to_string(v); }
 

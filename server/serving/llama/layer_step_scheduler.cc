@@ -7,21 +7,10 @@
 #include <utility>
 
 #include "server/serving/observability/metrics.h"
+#include "server/serving/safely.h"
 
 namespace mha::serve {
 namespace {
-
-// A pass; an exception that escapes it becomes INTERNAL.
-template <typename Fn>
-Status Safely(Fn&& pass) {
-  try {
-    return pass();
-  } catch (const std::exception& e) {
-    return Internal(std::string("layer step failed: ") + e.what());
-  } catch (...) {
-    return Internal("layer step failed with a non-std exception");
-  }
-}
 
 int64_t TokensOf(const LayerStepTask& task) {
   int64_t tokens = 0;
@@ -211,7 +200,8 @@ void LayerStepScheduler::RunPass(std::vector<Queued>& batch) {
     return options_.pass_hook ? options_.pass_hook(pass) : pass();
   };
   std::vector<LayerStepResponse> answers;
-  const Status status = hooked([&] { return Safely([&] { return Step(ready, &answers); }); });
+  const Status status =
+      hooked([&] { return Safely("layer step", [&] { return Step(ready, &answers); }); });
   if (status.ok()) {
     for (size_t i = 0; i < ready.size(); ++i) Answer(*ready[i], std::move(answers[i]));
     return;
@@ -223,9 +213,10 @@ void LayerStepScheduler::RunPass(std::vector<Queued>& batch) {
   for (Queued* q : ready) {
     std::vector<Queued*> one{q};
     std::vector<LayerStepResponse> alone;
-    const Status s = ready.size() > 1
-                         ? hooked([&] { return Safely([&] { return Step(one, &alone); }); })
-                         : status;
+    const Status s =
+        ready.size() > 1
+            ? hooked([&] { return Safely("layer step", [&] { return Step(one, &alone); }); })
+            : status;
     if (!s.ok()) {
       alone.assign(1, LayerStepResponse());
       alone[0].status = s;

@@ -9,21 +9,10 @@
 
 #include "server/serving/budget.h"
 #include "server/serving/observability/metrics.h"
+#include "server/serving/safely.h"
 
 namespace mha::serve {
 namespace {
-
-// A pass of the runner; an exception that escapes it (a fake's, say) becomes INTERNAL.
-template <typename Fn>
-Status Safely(Fn&& pass) {
-  try {
-    return pass();
-  } catch (const std::exception& e) {
-    return Internal(std::string("forward pass failed: ") + e.what());
-  } catch (...) {
-    return Internal("forward pass failed with a non-std exception");
-  }
-}
 
 // Tokens of one pass over `shapes` as PlanLocked counts them: every request padded to T_max
 // (plus S_max for cross-attention).
@@ -276,8 +265,9 @@ InferenceResult DynamicBatcher::RunAlone(Entry& entry) const {
   InferenceResult result;
   const auto start = Now();
   result.queue_us = MicrosBetween(entry.arrival, start);
-  result.status =
-      RunPass([&] { return Safely([&] { return passes_->RunOne(entry.task, &result.outputs); }); });
+  result.status = RunPass([&] {
+    return Safely("forward pass", [&] { return passes_->RunOne(entry.task, &result.outputs); });
+  });
   result.compute_us = MicrosBetween(start, Now());
   if (result.status.ok()) {
     RecordPass(entry.key.session != 0, PaddedTokens(entry.shape, entry.key.cross),
@@ -311,7 +301,8 @@ void DynamicBatcher::RunBatch(std::vector<Entry>& batch) {
   std::vector<HostOutputs> outputs;
   PassTimes times;
   const Status status = RunPass([&] {
-    return Safely([&] { return passes_->RunMerged(tasks, &outputs, *options_.clock, &times); });
+    return Safely("forward pass",
+                  [&] { return passes_->RunMerged(tasks, &outputs, *options_.clock, &times); });
   });
   const int64_t compute_us = MicrosBetween(start, Now());
   if (!status.ok() || outputs.size() != batch.size()) {
@@ -351,8 +342,8 @@ void DynamicBatcher::RunStepBatch(std::vector<Entry>& batch) {
     tokens += e.shape.rows * e.shape.t;
   }
   // On failure every cache is back at its length (PassRunner::RunSteps): each step can run alone.
-  const Status status =
-      RunPass([&] { return Safely([&] { return passes_->RunSteps(tasks, &outputs); }); });
+  const Status status = RunPass(
+      [&] { return Safely("forward pass", [&] { return passes_->RunSteps(tasks, &outputs); }); });
   const int64_t compute_us = MicrosBetween(start, Now());
   if (!status.ok()) {
     spdlog::warn("model {}: merged pass of {} session steps failed ({}); retrying each alone",
