@@ -4,12 +4,16 @@
 nn.MultiheadAttention (eval, inference_mode, batch_first, self-attention) at the issue's shapes in
 fp16 and bf16, need_weights False and True (per-head weights), plus SDPA alone at each shape and an
 8192^3 bf16 matmul for the card's rate. Timings: CUDA events, median of --repeats runs of --iters
-passes each. Prints one JSON object (also written to --out).
+passes each ("ms": passes back to back on one stream), and for the module also "ms_synced": each
+pass followed by torch.cuda.synchronize() (wall clock), which is what one served request costs and
+how bench/mha_core_bench's BM_Forward times mha_core (its Forward returns complete outputs).
+Prints one JSON object (also written to --out).
 """
 import argparse
 import json
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +33,19 @@ def time_ms(fn, iters, repeats):
         end.record()
         torch.cuda.synchronize()
         runs.append(start.elapsed_time(end) / iters)
+    return statistics.median(runs)
+
+
+def time_synced_ms(fn, iters, repeats):
+    fn()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+            torch.cuda.synchronize()
+        runs.append((time.perf_counter() - start) * 1e3 / iters)
     return statistics.median(runs)
 
 
@@ -84,9 +101,11 @@ def main():
                 for need in (False, True):
                     case = {"B": bs, "T": t, "E": e, "H": h, "dtype": dname, "need_weights": need}
                     try:
-                        ms = time_ms(lambda: mha(x, x, x, need_weights=need, average_attn_weights=False),
-                                     iters, args.repeats)
-                        case.update(ms=ms, tflops=mha_flops(bs, t, e) / (ms * 1e-3) / 1e12)
+                        def run():
+                            mha(x, x, x, need_weights=need, average_attn_weights=False)
+                        ms = time_ms(run, iters, args.repeats)
+                        case.update(ms=ms, tflops=mha_flops(bs, t, e) / (ms * 1e-3) / 1e12,
+                                    ms_synced=time_synced_ms(run, iters, args.repeats))
                     except RuntimeError as err:  # e.g. out of memory for the weights at T=4096
                         case["error"] = str(err).splitlines()[0]
                     res["cases"].append(case)

@@ -17,7 +17,11 @@
 #   * civetweb (the program): civetweb-targets.cmake imports bin/civetweb and CMake checks it exists;
 #   * protoc + libprotoc and grpc_cpp_plugin / grpc_python_plugin (client/python/gen_stubs.sh);
 #   * pkgconf: server/ finds cpp-httplib and gRPC's Findre2 finds re2 through pkg-config, which a
-#     CUDA image need not have.
+#     CUDA image need not have;
+#   * nginx (the binary; its config comes from deploy/proxy): the proxy tests run MHA_NGINX.
+# libcurl is carried for CMake alone (prometheus-cpp's config finds CURL; nothing links it):
+# `unpack` moves its runtime library out of PREFIX's library folder, so that LD_LIBRARY_PATH
+# (`env`) does not hand the device's own curl a libcurl without its libssh2/ldap dependencies.
 # Not carried (the device's own must be used): glibc, libstdc++, the compiler and its headers
 # (carrying libc6-dev would shadow the device's glibc headers through PREFIX/usr/include), and the
 # common base libraries every Ubuntu/Debian image has (see `missing`).
@@ -44,6 +48,8 @@ pkgs=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian
   # pkg-config (pkgconf)
   pkgconf pkgconf-bin libpkgconf3
+  # the service tier's real proxy (tests/service/proxy_affinity_test.cc runs $MHA_NGINX)
+  nginx
 )
 
 usage() { sed -n '2,26p' "$0"; exit 2; }
@@ -75,6 +81,12 @@ case "${1:-}" in
     n=0
     for f in "$dir"/*.deb; do dpkg -x "$f" "$prefix"; n=$((n + 1)); done
     [ "$n" -gt 0 ] || { echo "device-deps: no .deb files in $dir" >&2; exit 1; }
+    lib=$prefix/usr/lib/x86_64-linux-gnu
+    if [ -f "$lib/libcurl.so.4" ] || [ -L "$lib/libcurl.so.4" ]; then  # CMake's only (see above)
+      mkdir -p "$prefix/usr/lib/cmake-only"
+      mv "$lib"/libcurl.so.4* "$prefix/usr/lib/cmake-only/"
+      ln -sfn "$prefix/usr/lib/cmake-only/libcurl.so.4" "$lib/libcurl.so"
+    fi
     # pkg-config files: prefix=/usr -> prefix=PREFIX/usr (and any other literal /usr/ paths).
     find "$prefix/usr" -name '*.pc' -path '*pkgconfig*' -print0 |
       xargs -0 -r sed -i -e "s|^prefix=/usr\$|prefix=$prefix/usr|" \

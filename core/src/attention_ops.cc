@@ -18,9 +18,20 @@ at::Tensor combine_heads(const at::Tensor& x) {
   return x.transpose(1, 2).contiguous().view({batch, len, heads * head_dim});
 }
 
-at::Tensor attention_probs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask) {
+QkvHeads project_qkv_heads(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           int64_t num_heads) {
+  const at::Tensor packed = at::linear(x, weight).contiguous();  // [B, T, 3E], bias added below
+  const at::Tensor b = bias.defined() ? bias : at::zeros({weight.size(0)}, packed.options());
+  auto qkv = at::_transform_bias_rescale_qkv(packed, b, num_heads);  // [B, H, T, D] each
+  return QkvHeads{std::move(std::get<0>(qkv)), std::move(std::get<1>(qkv)),
+                  std::move(std::get<2>(qkv))};
+}
+
+at::Tensor attention_probs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask,
+                           bool q_scaled) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor scores = at::matmul(q * scale, k.transpose(-2, -1));  // [B, H, T, S]
+  // [B, H, T, S]; with contiguous q and k (project_qkv_heads) no operand is copied.
+  at::Tensor scores = at::matmul(q_scaled ? q : q * scale, k.transpose(-2, -1));
   if (mask.defined()) scores.add_(mask);
   return at::softmax(scores, -1);
 }
@@ -52,6 +63,10 @@ at::Tensor attention_with_weights(const at::Tensor& q, const at::Tensor& k, cons
 
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& mask, bool is_causal) {
+  if (q.is_cuda() && q.size(-2) == 1 && !is_causal) {  // a decoding step (see the header)
+    at::Tensor weights;
+    return attention_with_weights(q, k, v, mask, &weights);
+  }
 #if TORCH_VERSION_MAJOR >= 2
   // The mask goes in as a Tensor or as {}, never as a named optional type: the parameter is
   // c10::optional<Tensor> up to 2.2 and std::optional<Tensor> after (c10::optional being kept only
@@ -70,11 +85,14 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 #endif
 }
 
-bool fused_kernel_preferred(const at::Tensor& q) {
+bool fused_kernel_preferred(const at::Tensor& q) { return fused_kernel_preferred(q.device()); }
+
+bool fused_kernel_preferred(const c10::Device& device) {
 #if TORCH_VERSION_MAJOR >= 2
+  (void)device;
   return true;
 #else
-  return q.is_cuda();
+  return device.is_cuda();
 #endif
 }
 

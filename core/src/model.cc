@@ -196,15 +196,21 @@ bool MhaModel::RunGraphed(const ForwardInputs& in, ForwardOutputs* out) const {
   return true;
 }
 
-void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
-  const auto opts = at::TensorOptions().device(device_).dtype(compute_scalar_type_);
+bool MhaModel::ProjectHeads(const ForwardInputs& in, bool explicit_path, at::Tensor* qh,
+                            at::Tensor* kh, at::Tensor* vh) const {
   auto to_compute = [&](const at::Tensor& t) { return t.to(device_, compute_scalar_type_); };
   const int64_t batch = in.query.size(0), heads = options_.num_heads, embed = options_.embed_dim;
   const MhaWeights& w = weights_;
-
-  // Projection: one fused GEMM for self-attention, separate GEMMs for cross-attention.
   at::Tensor query = to_compute(in.query), q, k, v;
-  if (!in.key.defined() && in_proj_weight_.defined()) {
+  const bool packed = !in.key.defined() && in_proj_weight_.defined();
+  // The explicit path of plain self-attention: q (scaled), k, v in heads layout in one pass.
+  if (packed && explicit_path && !options_.add_bias_kv && !options_.add_zero_attn) {
+    QkvHeads qkv = project_qkv_heads(query, in_proj_weight_, in_proj_bias_, heads);
+    *qh = std::move(qkv.q_scaled), *kh = std::move(qkv.k), *vh = std::move(qkv.v);
+    return true;
+  }
+  // Projection: one fused GEMM for self-attention, separate GEMMs for cross-attention.
+  if (packed) {
     std::vector<at::Tensor> qkv = at::linear(query, in_proj_weight_, in_proj_bias_).chunk(3, -1);
     q = qkv[0], k = qkv[1], v = qkv[2];
   } else {
@@ -218,16 +224,26 @@ void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
     k = at::cat({k, w.bias_k.expand({batch, 1, embed})}, 1);
     v = at::cat({v, w.bias_v.expand({batch, 1, embed})}, 1);
   }
-  at::Tensor qh = split_heads(q, heads), kh = split_heads(k, heads), vh = split_heads(v, heads);
+  *qh = split_heads(q, heads), *kh = split_heads(k, heads), *vh = split_heads(v, heads);
   if (options_.add_zero_attn) {
+    const auto opts = at::TensorOptions().device(device_).dtype(compute_scalar_type_);
     at::Tensor zeros = at::zeros({batch, heads, 1, options_.head_dim()}, opts);
-    kh = at::cat({kh, zeros}, 2);
-    vh = at::cat({vh, zeros}, 2);
+    *kh = at::cat({*kh, zeros}, 2);
+    *vh = at::cat({*vh, zeros}, 2);
   }
-  const int64_t extra_keys = (options_.add_bias_kv ? 1 : 0) + (options_.add_zero_attn ? 1 : 0);
+  return false;
+}
+
+void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
+  const auto opts = at::TensorOptions().device(device_).dtype(compute_scalar_type_);
+  const int64_t batch = in.query.size(0), heads = options_.num_heads;
+  const MhaWeights& w = weights_;
   // The fused kernel gives no probabilities: head statistics and head_mask need the explicit path.
-  const bool use_kernel =
-      !in.need_weights && !in.head_stats && !in.head_mask.defined() && fused_kernel_preferred(qh);
+  const bool use_kernel = !in.need_weights && !in.head_stats && !in.head_mask.defined() &&
+                          fused_kernel_preferred(device_);
+  at::Tensor qh, kh, vh;
+  const bool q_scaled = ProjectHeads(in, !use_kernel, &qh, &kh, &vh);
+  const int64_t extra_keys = (options_.add_bias_kv ? 1 : 0) + (options_.add_zero_attn ? 1 : 0);
   const bool has_other_mask = in.attn_mask.defined() || in.key_padding_mask.defined();
   // The fused kernel applies causality itself when it is the only mask and no key was appended.
   const bool kernel_causal = use_kernel && in.is_causal && !has_other_mask && extra_keys == 0;
@@ -239,7 +255,7 @@ void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
     per_head = fused_attention(qh, kh, vh, mask, kernel_causal);
     *out = ForwardOutputs();
   } else {
-    per_head = AttendExplicit(in, qh, kh, vh, mask, out);
+    per_head = AttendExplicit(in, qh, kh, vh, mask, q_scaled, out);
   }
   at::Tensor output = at::linear(combine_heads(per_head), w.out_weight, w.out_bias);
   out->output = output.to(ToScalarType(options_.dtype));
@@ -247,8 +263,9 @@ void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
 
 at::Tensor MhaModel::AttendExplicit(const ForwardInputs& in, const at::Tensor& qh,
                                     const at::Tensor& kh, const at::Tensor& vh,
-                                    const at::Tensor& mask, ForwardOutputs* out) const {
-  at::Tensor probs = attention_probs(qh, kh, mask);  // [B, H, T, S']
+                                    const at::Tensor& mask, bool q_scaled,
+                                    ForwardOutputs* out) const {
+  at::Tensor probs = attention_probs(qh, kh, mask, q_scaled);  // [B, H, T, S']
   *out = ForwardOutputs();
   if (in.head_stats) {  // of each head's softmax distribution, before head_mask
     head_statistics(probs, &out->head_entropy, &out->head_max_weight);

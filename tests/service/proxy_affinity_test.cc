@@ -29,7 +29,11 @@
 namespace mha::testing {
 namespace {
 
-constexpr char kNginx[] = "/usr/sbin/nginx";
+// The nginx binary: Debian's, or MHA_NGINX (a machine that carries its own, e.g. the GPU device).
+const char* NginxPath() {
+  const char* path = std::getenv("MHA_NGINX");
+  return path != nullptr && *path != '\0' ? path : "/usr/sbin/nginx";
+}
 
 // One replica: its own server, repository and metrics port.
 struct Replica {
@@ -51,15 +55,16 @@ class Nginx {
  public:
   ~Nginx() { Stop(); }
   ::testing::AssertionResult Start(const std::vector<int>& ports) {
-    if (access(kNginx, X_OK) != 0) {
-      return ::testing::AssertionFailure() << kNginx << " missing (scripts/install-deps.sh test)";
+    const char* nginx = NginxPath();
+    if (access(nginx, X_OK) != 0) {
+      return ::testing::AssertionFailure() << nginx << " missing (scripts/install-deps.sh test)";
     }
     port_ = ServerProcess::PickFreePort();
     WriteConfig(ports);
     pid_ = fork();
     if (pid_ == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
-      execl(kNginx, kNginx, "-p", dir_.path().c_str(), "-c", config().c_str(), "-g", "daemon off;",
+      execl(nginx, nginx, "-p", dir_.path().c_str(), "-c", config().c_str(), "-g", "daemon off;",
             static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -73,13 +78,20 @@ class Nginx {
     }
     return ::testing::AssertionFailure() << "nginx did not listen on " << port_ << ":\n" << Log();
   }
-  // New upstreams: the config rewritten, SIGHUP; returns once a new worker process has started.
+  // New upstreams: the config rewritten, SIGHUP; returns once a new worker process has started
+  // and the old one (worker_processes 1) has exited. Until then the old worker still serves the
+  // client's open connection with the old upstreams, and a session could step on either side.
   ::testing::AssertionResult Reload(const std::vector<int>& ports) {
-    const size_t workers = Count(Log(), "start worker process");
+    const std::string log = Log();
+    const size_t workers = Count(log, "start worker process");
+    const size_t exited = Count(log, "exited with code");
     WriteConfig(ports);
     kill(pid_, SIGHUP);
-    for (int i = 0; i < 1000; ++i) {
-      if (Count(Log(), "start worker process") > workers) return ::testing::AssertionSuccess();
+    for (int i = 0; i < 1000; ++i) {  // bounded: 10 s
+      const std::string now = Log();
+      if (Count(now, "start worker process") > workers && Count(now, "exited with code") > exited) {
+        return ::testing::AssertionSuccess();
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return ::testing::AssertionFailure() << "nginx did not reload:\n" << Log();

@@ -15,9 +15,22 @@ at::Tensor split_heads(const at::Tensor& x, int64_t num_heads);
 // [B, H, L, D] -> [B, L, H*D]: transpose then one contiguous copy; inverse of split_heads.
 at::Tensor combine_heads(const at::Tensor& x);
 
+// Self-attention's packed projection, split into heads in one pass as PyTorch's own
+// nn.MultiheadAttention does (at::_transform_bias_rescale_qkv): x [B, T, E] times the packed
+// weight [3E, E] (+ bias [3E], or none), then q, k, v [B, H, T, D], each contiguous, q already
+// multiplied by 1/sqrt(D). One copy kernel where split_heads + attention_probs take a strided
+// copy per operand, a separate q * scale and a transposed copy of K.
+struct QkvHeads {
+  at::Tensor q_scaled, k, v;
+};
+QkvHeads project_qkv_heads(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           int64_t num_heads);
+
 // softmax(Q K^T / sqrt(D) + mask): the attention probabilities [B, H, T, S]. `mask` is additive,
-// broadcastable to [B, H, T, S], or undefined.
-at::Tensor attention_probs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask);
+// broadcastable to [B, H, T, S], or undefined. `q_scaled`: q is already multiplied by 1/sqrt(D)
+// (project_qkv_heads).
+at::Tensor attention_probs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask,
+                           bool q_scaled = false);
 
 // Per query row of `probs` [B, H, T, S]: the entropy -sum p ln p in nats (0 ln 0 = 0) and the
 // largest probability, [B, H, T] each, in `probs`' dtype. One head at a time, so the temporary is
@@ -37,6 +50,9 @@ at::Tensor attention_with_weights(const at::Tensor& q, const at::Tensor& k, cons
 // Fused kernel, used when no weights are wanted: at::_scaled_dot_product_attention (LibTorch 1.13)
 // or at::scaled_dot_product_attention (2.x; flash / memory-efficient attention on CUDA).
 // `mask` as above; `is_causal` only when no other mask is present (top-left aligned).
+// One query row on CUDA (a decoding step) takes the explicit path instead: its key length grows
+// by one every step, and LibTorch 2.x's cuDNN attention builds an execution plan for every new
+// shape (on an H200, one session decoded at 52 ms a step; two small bmm and a softmax here).
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& mask, bool is_causal);
 
@@ -46,5 +62,6 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 // [8, 8, 128, 64] (bench/mha_core_bench BM_AttentionStep), so there the explicit path runs and
 // its weights are dropped.
 bool fused_kernel_preferred(const at::Tensor& q);
+bool fused_kernel_preferred(const c10::Device& device);  // the same, for tensors on `device`
 
 }  // namespace mha

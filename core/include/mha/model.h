@@ -58,9 +58,13 @@ class MhaModel {
   void RunForward(const ForwardInputs& inputs, ForwardOutputs* outputs) const;  // may throw
   // Probabilities, head statistics, head_mask, the per-head output [B, H, T, D] and the selected
   // weights (mha/head_selection.h) into `outputs`; may throw.
+  // `q_scaled`: qh already carries 1/sqrt(D) (mha::project_qkv_heads).
   at::Tensor AttendExplicit(const ForwardInputs& inputs, const at::Tensor& qh, const at::Tensor& kh,
-                            const at::Tensor& vh, const at::Tensor& mask,
+                            const at::Tensor& vh, const at::Tensor& mask, bool q_scaled,
                             ForwardOutputs* outputs) const;
+  // q, k, v in heads layout [B, H, T or S, D] for RunForward; true when qh is already scaled.
+  bool ProjectHeads(const ForwardInputs& inputs, bool explicit_path, at::Tensor* qh, at::Tensor* kh,
+                    at::Tensor* vh) const;
   // CUDA only: RunForward on this thread's stream with staged inputs (mha/device_stream.h).
   void RunForwardOnDevice(const ForwardInputs& inputs, ForwardOutputs* outputs) const;
   // CUDA only: the pass from a captured graph when it is eligible (mha/cuda_graphs.h); false when

@@ -41,7 +41,8 @@ TEST(Engine, LoadedModelAnswersOnTheHostAsPyTorch) {
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     EXPECT_EQ(loaded->format, "safetensors");
     EXPECT_EQ(loaded->info.options.embed_dim, c->inputs.query.size(2));
-    EXPECT_EQ(loaded->info.device, "cpu");
+    // device "auto": CUDA where there is one (the GPU device's ctest), else the CPU.
+    EXPECT_EQ(loaded->info.device, at::hasCUDA() ? "cuda:0" : "cpu");
     EXPECT_GT(loaded->info.parameter_count, 0);
     const HostInputs in = HostOf(c->inputs);
     ASSERT_TRUE(ValidateInputs(*loaded->model, in).ok());
