@@ -334,8 +334,9 @@ for key, pat in {"glibc": r"ldd \(.*?\) ([0-9.]+)", "torch": r"^torch (\S+)",
     s[key] = m.group(1) if m else None
 s["libtorch_protobuf_exports"] = re.findall(r"^(\S+): (\d+) exported google::protobuf", risks, re.M)
 ctest = open(os.path.join(out, "ctest.log"), errors="replace").read()
-m = re.search(r"(\d+)% tests passed, (\d+) tests failed out of (\d+)", ctest)
-s["ctest"] = {"passed_pct": int(m.group(1)), "failed": int(m.group(2)), "total": int(m.group(3))} if m else None
+# "98% tests passed, 3 tests failed out of 135", or "100% tests passed out of 135" when none failed.
+m = re.search(r"(\d+)% tests passed(?:, (\d+) tests failed)? out of (\d+)", ctest)
+s["ctest"] = {"passed_pct": int(m.group(1)), "failed": int(m.group(2) or 0), "total": int(m.group(3))} if m else None
 s["ctest_failed"] = re.findall(r"^\s*\d+ - (\S+) \(", ctest, re.M)[:40]
 core = {}
 for f in sorted(glob.glob(os.path.join(bdir, "core_*.json"))):
