@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -26,6 +28,32 @@ TEST(AttentionOpsTest, CombineHeadsInvertsSplitHeads) {
     at::Tensor round_trip = combine_heads(split_heads(x, h));
     EXPECT_TRUE(at::equal(round_trip, x)) << "num_heads=" << h;
     EXPECT_TRUE(round_trip.is_contiguous());
+  }
+}
+
+// The one-pass layout the CUDA weights path uses (mha::project_qkv_heads) against the named
+// steps: linear, split_heads, q * 1/sqrt(D); with and without a bias. Runs on every device the
+// tests see (CPU in CI), so the CUDA-only caller's arithmetic is checked without a GPU too.
+TEST(AttentionOpsTest, ProjectQkvHeadsEqualsSplitHeadsAndScale) {
+  at::manual_seed(3);
+  for (const std::string& device : testing::TestDevices()) {
+    const auto opts = at::TensorOptions().device(device);
+    const int64_t heads = 4, embed = 16;
+    at::Tensor x = at::randn({2, 5, embed}, opts), w = at::randn({3 * embed, embed}, opts);
+    for (const at::Tensor& b : {at::randn({3 * embed}, opts), at::Tensor()}) {
+      SCOPED_TRACE(device + (b.defined() ? " with bias" : " without bias"));
+      QkvHeads got = project_qkv_heads(x, w, b, heads);
+      std::vector<at::Tensor> qkv = at::linear(x, w, b).chunk(3, -1);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(embed / heads));
+      EXPECT_TRUE(testing::TensorsNear(got.q_scaled, split_heads(qkv[0], heads) * scale, 1e-5));
+      EXPECT_TRUE(testing::TensorsNear(got.k, split_heads(qkv[1], heads), 1e-5));
+      EXPECT_TRUE(testing::TensorsNear(got.v, split_heads(qkv[2], heads), 1e-5));
+      EXPECT_TRUE(got.q_scaled.is_contiguous() && got.k.is_contiguous() && got.v.is_contiguous());
+      // attention_probs with q_scaled gives what it gives the unscaled split.
+      EXPECT_TRUE(testing::TensorsNear(attention_probs(got.q_scaled, got.k, at::Tensor(), true),
+                                       attention_probs(split_heads(qkv[0], heads), got.k, {}),
+                                       1e-5));
+    }
   }
 }
 
