@@ -12,8 +12,7 @@ void AfdCommand::Add(CLI::App& app) {
       "afd",
       "Attention-FFN disaggregation: drive L layers x N sessions x T steps of a Llama model "
       "through LayerSteps with a stand-in FFN; reports steps/s and per-layer round trips");
-  cmd->add_option("-m,--model", options.model, "Model ('' = default)");
-  cmd->add_option("--model-version", options.model_version, "Version ('' = newest READY)");
+  AddModelFlags(cmd, &options.model, &options.model_version);
   cmd->add_option("--sessions", options.sessions, "Sessions (N)")->capture_default_str();
   cmd->add_option("--streams", options.streams,
                   "LayerSteps streams, a thread each; the sessions split evenly over them")
@@ -28,11 +27,7 @@ void AfdCommand::Add(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", options.seed, "Seed of the stand-in FFN and embeddings")
       ->capture_default_str();
-  cmd->add_option("--server-pid", options.server_cpu.pid,
-                  "Report the server's CPU per layer message of the decode phase from "
-                  "/proc/PID/stat and the efficiency against one core's matmul rate here");
-  cmd->add_option("--metrics-url", options.server_cpu.metrics_url,
-                  "Without --server-pid: the same from the server's process_cpu_seconds_total");
+  AddServerCpuFlags(cmd, &options.server_cpu);  // per layer message of the decode phase
   cmd->add_flag("--json", json, "Print one JSON object");
 }
 

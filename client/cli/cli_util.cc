@@ -18,10 +18,23 @@ std::string StateName(int state) { return v1::ModelState_Name(state); }
 
 }  // namespace
 
-void AddShapeFlags(CLI::App* cmd, ShapeFlags* f) {
-  cmd->add_option("-m,--model", f->model, "Model name (default: the server's default model)");
-  cmd->add_option("--model-version", f->model_version,
+void AddModelFlags(CLI::App* cmd, std::string* model, std::string* model_version) {
+  cmd->add_option("-m,--model", *model, "Model name (default: the server's default model)");
+  cmd->add_option("--model-version", *model_version,
                   "Model version (default: the newest READY one)");
+}
+
+void AddServerCpuFlags(CLI::App* cmd, ServerCpuSource* source) {
+  cmd->add_option("--server-pid", source->pid,
+                  "Report the server's CPU per request from /proc/PID/stat (a server on this "
+                  "machine) and the efficiency against one core's matmul rate measured here");
+  cmd->add_option("--metrics-url", source->metrics_url,
+                  "Without --server-pid: the same from the server's process_cpu_seconds_total, "
+                  "e.g. http://127.0.0.1:8502/metrics");
+}
+
+void AddShapeFlags(CLI::App* cmd, ShapeFlags* f) {
+  AddModelFlags(cmd, &f->model, &f->model_version);
   cmd->add_option("-b,--batch", f->batch, "Batch size B")->capture_default_str();
   cmd->add_option("-t,--seq", f->seq, "Query length T")->capture_default_str();
   cmd->add_option("-s,--kv-seq", f->kv_seq, "Key/value length S; 0 = self-attention")

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "client/mha_client.h"
+#include "client/server_cpu.h"
 #include "mha/status.h"
 
 namespace mha::client::cli {
@@ -27,6 +28,13 @@ struct ShapeFlags {
 };
 
 void AddShapeFlags(CLI::App* cmd, ShapeFlags* f);
+
+// -m/--model and --model-version, worded the same in every subcommand that takes them.
+void AddModelFlags(CLI::App* cmd, std::string* model, std::string* model_version);
+
+// --server-pid / --metrics-url: the server's CPU per request (or per message) and the efficiency
+// against one core's matmul rate measured here (issue 26).
+void AddServerCpuFlags(CLI::App* cmd, ServerCpuSource* source);
 
 // Prints "error: CODE: message" to stderr; returns 1.
 int Fail(const Status& status);

@@ -95,16 +95,6 @@ int ForwardCommand::Run(AttentionClient& client) {
 
 namespace {
 
-// --server-pid / --metrics-url: the server's CPU per request and the efficiency (issue 26).
-void AddServerCpuFlags(CLI::App* cmd, ServerCpuSource* source) {
-  cmd->add_option("--server-pid", source->pid,
-                  "Report the server's CPU per request from /proc/PID/stat (a server on this "
-                  "machine) and the efficiency against one core's matmul rate measured here");
-  cmd->add_option("--metrics-url", source->metrics_url,
-                  "Without --server-pid: the same from the server's process_cpu_seconds_total, "
-                  "e.g. http://127.0.0.1:8502/metrics");
-}
-
 // The mean attention FLOPs of the pool's requests (each call picks one uniformly).
 double MeanRequestFlops(const std::vector<v1::ForwardRequest>& requests) {
   double sum = 0;
@@ -255,8 +245,7 @@ void DecodeCommand::Add(CLI::App& app) {
       "decode",
       "Decoding sessions: open M sessions, step each N times (one token per step); "
       "reports steps/s and step latency p50/p99");
-  cmd->add_option("-m,--model", options.model, "Model ('' = default)");
-  cmd->add_option("--model-version", options.model_version, "Version ('' = newest READY)");
+  AddModelFlags(cmd, &options.model, &options.model_version);
   cmd->add_option("--tokens", options.tokens, "Decode steps per session")->capture_default_str();
   cmd->add_option("--sessions", options.sessions, "Sessions decoding at once (a thread each)")
       ->capture_default_str();
