@@ -1,7 +1,8 @@
 // Forward passes/s and GFLOP/s of mha_core at the shape (B=8, T=S=128, E=512, H=8; or
 // MHA_BENCH_SHAPE), on MHA_BENCH_DEVICE (cpu) in MHA_BENCH_DTYPE (float32),
 // with and without attention weights, beside a 1024^2 fp32 matmul measured in the same run. On
-// CUDA also BM_ForwardHost (host query and outputs, 1 and 2 threads: see there).
+// CUDA also BM_ForwardQueued (a device caller's passes back to back) and BM_ForwardHost (host query
+// and outputs, 1 and 2 threads: see there).
 // FLOPs per pass: 8*B*T*E^2 (q/k/v/out projections) + 4*B*T*S*E (QK^T and PV).
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
@@ -9,95 +10,22 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "bench_setup.h"
 #include "mha/attention_ops.h"
 #include "mha/model.h"
 #include "mha/runtime.h"
 
-#ifdef MHA_WITH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
-
 namespace {
 
-// The shape: B=8, T=S=128, E=512, H=8 unless MHA_BENCH_SHAPE="B,T,E,H" (e.g. "4,4096,2048,16").
-struct BenchShape {
-  int64_t batch = 8, seq = 128, embed = 512, heads = 8;
-};
-const BenchShape& Shape() {
-  static const BenchShape shape = [] {
-    BenchShape s;
-    if (const char* env = std::getenv("MHA_BENCH_SHAPE")) {
-      long long b, t, e, h;
-      if (std::sscanf(env, "%lld,%lld,%lld,%lld", &b, &t, &e, &h) == 4 && b > 0 && t > 0 && h > 0 &&
-          e > 0 && e % h == 0) {
-        s = BenchShape{b, t, e, h};
-      } else {
-        std::fprintf(stderr, "MHA_BENCH_SHAPE='%s' is not B,T,E,H; using the default\n", env);
-      }
-    }
-    return s;
-  }();
-  return shape;
-}
+using mha_bench::BenchTensorOptions;
+using mha_bench::ForwardFlops;
+using mha_bench::MakeModel;
+using mha_bench::Shape;
 
-// GPU work is asynchronous: wait for it so each iteration times the whole pass.
+// Each iteration times the whole pass: the device's queued work included, the output kept.
 void Synchronize(const at::Tensor& t) {
-#ifdef MHA_WITH_CUDA
-  if (t.is_cuda()) c10::cuda::device_synchronize();
-#endif
+  mha_bench::Synchronize(t);
   benchmark::DoNotOptimize(t.data_ptr());
-}
-
-std::string BenchDevice() {
-  const char* device = std::getenv("MHA_BENCH_DEVICE");
-  return device ? device : "cpu";
-}
-
-mha::DType BenchDType() {
-  const char* name = std::getenv("MHA_BENCH_DTYPE");
-  auto dtype = mha::ParseDType(name ? name : "float32");
-  return dtype.ok() ? dtype.value() : mha::DType::kFloat32;
-}
-
-// The device and dtype the model runs on ("auto" resolved as MhaModel does), for raw tensors.
-at::TensorOptions BenchTensorOptions() {
-  std::string device = BenchDevice();
-  if (device == "auto") device = at::hasCUDA() ? "cuda" : "cpu";
-  return at::TensorOptions()
-      .device(c10::Device(device))
-      .dtype(BenchDType() == mha::DType::kFloat32   ? at::kFloat
-             : BenchDType() == mha::DType::kFloat16 ? at::kHalf
-                                                    : at::kBFloat16);
-}
-
-double ForwardFlops(int64_t b, int64_t t, int64_t s, int64_t e) {
-  return 8.0 * b * t * e * e + 4.0 * b * t * s * e;
-}
-
-std::unique_ptr<mha::MhaModel> MakeModel(bool cuda_graphs) {
-  const int64_t kEmbed = Shape().embed;
-  mha::MhaOptions o;
-  o.embed_dim = kEmbed;
-  o.num_heads = Shape().heads;
-  o.device = BenchDevice();
-  o.dtype = BenchDType();
-  o.cuda_graphs = cuda_graphs;
-  at::manual_seed(0);
-  mha::MhaWeights w;
-  w.q_weight = at::randn({kEmbed, kEmbed}) * 0.05;
-  w.k_weight = at::randn({kEmbed, kEmbed}) * 0.05;
-  w.v_weight = at::randn({kEmbed, kEmbed}) * 0.05;
-  w.out_weight = at::randn({kEmbed, kEmbed}) * 0.05;
-  w.q_bias = at::zeros({kEmbed});
-  w.k_bias = at::zeros({kEmbed});
-  w.v_bias = at::zeros({kEmbed});
-  w.out_bias = at::zeros({kEmbed});
-  auto model = mha::MhaModel::Create(o, w);
-  if (!model.ok()) {
-    fprintf(stderr, "%s\n", model.status().ToString().c_str());
-    std::abort();
-  }
-  return std::move(model).value();
 }
 
 // The eager model (BM_Forward, BM_ForwardHost) and one that replays CUDA graphs (BM_ForwardGraphs).
@@ -134,6 +62,31 @@ BENCHMARK(BM_Forward)
     ->Args({1, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// A device caller's passes back to back: Forward returns with the pass queued on the caller's
+// stream (mha/model.h), so the host prepares pass n+1 while the GPU runs pass n; the device is
+// synchronized every 16 passes and after the last, as PyTorch's back-to-back timing
+// (bench/torch_gpu_reference.py's "ms") does. Registered in main for CUDA only.
+void BM_ForwardQueued(benchmark::State& state) {
+  const mha::MhaModel& model = Model(state.range(1) != 0);
+  const auto& sh = Shape();
+  mha::ForwardInputs in;
+  in.query = at::randn({sh.batch, sh.seq, sh.embed}, BenchTensorOptions());
+  in.need_weights = state.range(0) != 0;
+  in.average_attn_weights = false;
+  mha::ForwardOutputs out;
+  int64_t passes = 0;
+  for (auto _ : state) {
+    if (!model.Forward(in, &out).ok()) state.SkipWithError("forward failed");
+    if (++passes % 16 == 0 || passes == static_cast<int64_t>(state.max_iterations)) {
+      Synchronize(out.output);
+    }
+  }
+  state.counters["passes/s"] = benchmark::Counter(state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      ForwardFlops(sh.batch, sh.seq, sh.seq, sh.embed) * state.iterations() / 1e9,
+      benchmark::Counter::kIsRate);
+}
 
 // The serving path on a GPU: the query in host memory in the model's dtype (as a request decodes
 // it), staged through pinned memory to the device, outputs back to the host, the thread's own
@@ -204,6 +157,13 @@ int main(int argc, char** argv) {
     // The same pass replayed from a CUDA graph (mha/cuda_graphs.h; output only, so no weights).
     benchmark::RegisterBenchmark("BM_Forward", BM_Forward)
         ->ArgNames({"need_weights", "graphs"})
+        ->Args({0, 1})
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark("BM_ForwardQueued", BM_ForwardQueued)
+        ->ArgNames({"need_weights", "graphs"})
+        ->Args({0, 0})
+        ->Args({1, 0})
         ->Args({0, 1})
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch's nn.MultiheadAttention on a GPU under torch.profiler: the kernels one pass launches and
 their device time, at a shape (B,T,E,H), dtype and need_weights; the other side of
-scripts/gpu-profile.sh, which lists mha_core's kernels at the same shapes (issue 35)."""
+scripts/gpu-profile.sh, which lists mha_core's kernels at the same shapes (issue 35).
+With --trace OUT.json: each pass inside a "pass" record_function scope, synchronized inside it
+(--mode synced) or back to back (--mode queued), saved as a Chrome trace for bench/trace_passes.py,
+as bench/forward_trace.cc saves mha_core's."""
 import argparse
 
 import torch
@@ -14,6 +17,8 @@ def main():
     p.add_argument("--dtype", default="float16")
     p.add_argument("--need-weights", type=int, default=0)
     p.add_argument("--passes", type=int, default=5)
+    p.add_argument("--trace", default=None)
+    p.add_argument("--mode", choices=("synced", "queued"), default="synced")
     a = p.parse_args()
     b, t, e, h = (int(x) for x in a.shape.split(","))
     dtype = getattr(torch, a.dtype)
@@ -25,8 +30,15 @@ def main():
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(a.passes):
-                mha(x, x, x, need_weights=bool(a.need_weights), average_attn_weights=False)
+                with torch.profiler.record_function("pass"):
+                    mha(x, x, x, need_weights=bool(a.need_weights), average_attn_weights=False)
+                    if a.trace and a.mode == "synced":
+                        torch.cuda.synchronize()
             torch.cuda.synchronize()
+    if a.trace:
+        prof.export_chrome_trace(a.trace)
+        print(f"torch_gpu_profile: {a.passes} passes ({a.mode}) traced to {a.trace}")
+        return
     print(f"### torch nn.MultiheadAttention shape {a.shape} {a.dtype} need_weights={a.need_weights}"
           f" ({a.passes} passes)")
     table = None

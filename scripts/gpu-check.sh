@@ -194,6 +194,11 @@ tlog=$OUT/ctest.log; : > "$tlog"
   } >> "$tlog" 2>&1
 built ctest tests/unit/mha_core_tests && step ctest 180 "$tlog" env MHA_DEVICE=cuda MHA_PYTHON="$(command -v python3)" MHA_NGINX="$prefix/usr/sbin/nginx" ctest --test-dir "$build" -L 'unit|service' -j8 \
   --output-on-failure --timeout 120
+# The core's own tests alone on CUDA (every case of mha_core_tests; a shorter check than ctest's
+# service tier when only the core changed): GPU_CHECK_STEPS="... coretest ...".
+coretest() { "$build"/tests/unit/mha_core_tests --gtest_brief=1 2>&1 | tail -40; return "${PIPESTATUS[0]}"; }
+export -f coretest
+built coretest tests/unit/mha_core_tests && step coretest 150 "$tlog" coretest
 # Streams, pinned staging and CUDA graphs (device_stream_test.cc, cuda_graphs_test.cc): run alone, verbose; a skip
 # counts as a failure here (it would mean the binary sees no GPU).
 streamtest() {
@@ -211,7 +216,7 @@ corebench() {
     for dt in float16 bfloat16; do
       echo "### shape B,T,E,H=$shape dtype=$dt"
       MHA_BENCH_DEVICE=cuda MHA_BENCH_DTYPE=$dt MHA_BENCH_SHAPE=$shape "$build"/bench/mha_core_bench \
-        --benchmark_filter='^BM_(Forward|AttentionStep|Matmul1024)/' \
+        --benchmark_filter='^BM_(Forward|ForwardQueued|AttentionStep|Matmul1024)/' \
         --benchmark_min_time=0.2 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
         --benchmark_out="$bdir/core_${shape//,/_}_$dt.json" --benchmark_out_format=json || echo "rc=$?"
     done
@@ -263,7 +268,7 @@ goals() {
 }
 export -f goals
 # Where the time goes: mha_core's kernels per pass (ncu) beside PyTorch's (torch.profiler).
-built profile bench/mha_core_bench && step profile 100 "$OUT/profile.log" scripts/gpu-profile.sh "$build"
+built profile bench/mha_core_bench && step profile 150 "$OUT/profile.log" scripts/gpu-profile.sh "$build"
 # Host query -> pinned staging -> GPU -> pinned outputs, 1 vs 2 threads (two instances, each on its
 # own pool stream): summary.json's stream_overlap is passes/s at 2 threads over 1.
 streambench() {
@@ -340,21 +345,26 @@ try:
         if "op" in c or "ms" not in c:
             continue
         key = f"{c['B']}_{c['T']}_{c['E']}_{c['H']}_{c['dtype']}"
-        # Against PyTorch back to back ("ms") and synchronized per pass ("ms_synced", like for
-        # like: BM_Forward's passes each return complete outputs): ".../synced".
-        for suffix, ms in (("", c["ms"]), ("/synced", c.get("ms_synced"))):
+        # Like for like: PyTorch back to back ("ms") against BM_ForwardQueued (a device caller's
+        # passes queued back to back), and synchronized per pass ("ms_synced") against BM_Forward
+        # (each pass synchronized): ".../synced". BM_Forward stands in where Queued did not run.
+        for suffix, ms, bench in (("", c["ms"], "BM_ForwardQueued"), ("/synced", c.get("ms_synced"), "BM_Forward")):
             if not ms:
                 continue
-            b = core.get(f"{key}/BM_Forward/need_weights:{int(c['need_weights'])}/graphs:0/real_time")
-            if b and "passes/s" in b:
-                ratios[f"{key}/need_weights:{int(c['need_weights'])}{suffix}"] = b["passes/s"] * ms / 1e3
-            g = core.get(f"{key}/BM_Forward/need_weights:0/graphs:1/real_time")
-            if g and "passes/s" in g and not c["need_weights"]:
-                ratios[f"{key}/need_weights:0/graphs{suffix}"] = g["passes/s"] * ms / 1e3
+            for graphs in (0, 1):
+                if graphs and c["need_weights"]:
+                    continue
+                args = f"need_weights:{int(c['need_weights'])}/graphs:{graphs}/real_time"
+                b = core.get(f"{key}/{bench}/{args}") or core.get(f"{key}/BM_Forward/{args}")
+                if b and "passes/s" in b:
+                    name = f"{key}/need_weights:{int(c['need_weights'])}{'/graphs' if graphs else ''}{suffix}"
+                    ratios[name] = b["passes/s"] * ms / 1e3
     s["core_over_torch_speed"] = ratios
-    big = core.get("4_4096_2048_16_bfloat16/BM_Forward/need_weights:0/graphs:0/real_time")
-    if big and "GFLOP/s" in big:
-        s["big_bf16_no_weights_over_matmul"] = big["GFLOP/s"] / 1e3 / ref["matmul_8192_bf16_tflops"]
+    for bench, name in (("BM_ForwardQueued", "big_bf16_no_weights_over_matmul"),
+                        ("BM_Forward", "big_bf16_no_weights_over_matmul_synced")):
+        big = core.get(f"4_4096_2048_16_bfloat16/{bench}/need_weights:0/graphs:0/real_time")
+        if big and "GFLOP/s" in big:
+            s[name] = big["GFLOP/s"] / 1e3 / ref["matmul_8192_bf16_tflops"]
 except Exception as e:
     s["torch_ref_error"] = str(e)
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)

@@ -66,6 +66,14 @@ void DeviceStreamScope::WaitForCaller() const {
   event.block(*stream_);
 }
 
+void DeviceStreamScope::CallerWaits() const {
+  const auto caller = guard_.original_stream();
+  if (!stream_ || !caller || *caller == *stream_) return;
+  c10::Event event(stream_->device_type());
+  event.record(*stream_);
+  event.block(*caller);
+}
+
 void DeviceStreamScope::HandToCaller(const at::Tensor& t) const {
   const auto caller = guard_.original_stream();
   if (!stream_ || !caller || *caller == *stream_ || !t.defined() || !t.is_cuda()) return;

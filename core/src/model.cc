@@ -155,7 +155,10 @@ void MhaModel::RunForwardOnDevice(const ForwardInputs& in, ForwardOutputs* out) 
   at::Tensor* const tensors[] = {&staged.query,     &staged.key,
                                  &staged.value,     &staged.key_padding_mask,
                                  &staged.attn_mask, &staged.head_mask};
-  // Inputs the caller made on a GPU were queued on its own stream: wait for them there.
+  // Inputs the caller made on a GPU were queued on its own stream: wait for them there. Their
+  // memory needs no record_stream: the caller's stream waits for the pass (CallerWaits below)
+  // before it can reuse what the caller frees.
+  const bool device_caller = in.query.is_cuda();
   if (std::any_of(std::begin(tensors), std::end(tensors),
                   [](const at::Tensor* t) { return t->defined() && t->is_cuda(); })) {
     stream.WaitForCaller();
@@ -165,13 +168,17 @@ void MhaModel::RunForwardOnDevice(const ForwardInputs& in, ForwardOutputs* out) 
   at::Tensor* const outputs[] = {&out->output,       &out->attn_weights, &out->topk_values,
                                  &out->topk_indices, &out->head_entropy, &out->head_max_weight};
   for (at::Tensor* t : outputs) {
-    if (in.query.is_cuda()) {  // device in, device out (library callers, the GPU benchmark)
+    if (device_caller) {  // device in, device out (library callers, the GPU benchmark)
       stream.HandToCaller(*t);
     } else {                 // host in, host out (the serving path): the encoder reads host memory
       *t = StageToHost(*t);  // only what the selection kept leaves the device
     }
   }
-  stream.Synchronize();  // outputs complete before they leave this thread and stream
+  if (device_caller) {
+    stream.CallerWaits();  // queued: the caller's stream orders after the pass, the host goes on
+  } else {
+    stream.Synchronize();  // outputs complete before they leave this thread and stream
+  }
 }
 
 bool MhaModel::RunGraphed(const ForwardInputs& in, ForwardOutputs* out) const {

@@ -4,8 +4,10 @@
 // DynamicBatcher) takes one stream from LibTorch's per-device pool the first time it runs a pass on
 // a device and keeps it (a thread_local), so the passes of several instances of one model overlap
 // on the GPU instead of queueing on the default stream. MhaModel::ForwardValidated makes that
-// stream current for the pass (DeviceStreamScope) and synchronizes it before the outputs leave
-// the call, so the caller may read them on any thread and any stream.
+// stream current for the pass (DeviceStreamScope). For a host query it synchronizes the stream
+// before the outputs leave the call, so the caller may read them on any thread and any stream;
+// for a query already on the device (a library caller) it returns with the pass queued and the
+// caller's stream made to wait for it through an event, as an ATen op on that stream would.
 //
 // Staging: host inputs of kPinnedStagingMinBytes or more are copied into a pinned buffer and sent
 // with non_blocking=true (an asynchronous DMA on the pass's stream); smaller ones are copied
@@ -50,6 +52,10 @@ class DeviceStreamScope {
   // For inputs the caller made on the device: the stream waits (on the GPU, through an event) for
   // the work queued so far on the stream that was current when the scope opened.
   void WaitForCaller() const;
+
+  // The caller's stream (current when the scope opened) waits, on the GPU, for the work queued on
+  // this stream so far; the host does not block. No-op on the CPU or when the streams are one.
+  void CallerWaits() const;
 
   // For outputs left on the device: the caching allocator keeps `t`'s memory out of reuse until
   // the work the caller queues on its stream by the time `t` is freed has finished.

@@ -25,8 +25,11 @@ class MhaModel {
   // inputs to the model's device and compute dtype, and runs the forward pass under
   // c10::InferenceMode. LibTorch errors come back as INTERNAL, never as exceptions. On a CUDA
   // device the pass runs on the calling thread's own pool stream, inputs are staged through pinned
-  // memory and host queries get host outputs (mha/device_stream.h); thread-safe, so several
-  // threads (instances) may run passes of one model at once.
+  // memory and host queries get host outputs, complete on return (mha/device_stream.h). A query
+  // already on the device (a library caller's) gets device outputs *queued*, as an ATen op's are:
+  // the caller's current stream waits for the pass through an event, and nothing blocks the host
+  // (read them on that stream, or synchronize it). Thread-safe, so several threads (instances) may
+  // run passes of one model at once.
   Status Forward(const ForwardInputs& inputs, ForwardOutputs* outputs) const;
 
   // Shape/dtype checks only; Forward calls it first. Exposed for callers that validate early.

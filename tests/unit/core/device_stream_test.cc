@@ -15,6 +15,7 @@
 #include "test_util.h"
 
 #ifdef MHA_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -168,7 +169,8 @@ TEST(DeviceStreamCudaTest, ForwardFromHostMatchesCpuAndReturnsHostTensors) {
       }
     }
   }
-  // A query already on the device keeps the outputs there (complete on return).
+  // A query already on the device keeps the outputs there (queued on the caller's stream: the
+  // copy to the host below runs on it, after the pass).
   ForwardInputs on_device = MakeInputs(BigQuery());
   ForwardOutputs expected, actual;
   ASSERT_TRUE(cpu->Forward(on_device, &expected).ok());
@@ -212,6 +214,51 @@ TEST(DeviceStreamCudaTest, ConcurrentInstancesMatchCpu) {
       EXPECT_TRUE(TensorsNear(out.attn_weights, expected[i].attn_weights, kFp32Tolerance));
     }
   }
+}
+
+// A library caller with device tensors on a stream of its own: Forward returns with the passes
+// queued and that stream ordered after each (through an event), so reading the outputs on it needs
+// no synchronization. Were the stream not made to wait, the copies to the host would race the
+// passes and read unfinished outputs; were the outputs not recorded on it, a later pass could
+// reuse their memory before the copy ran.
+TEST(DeviceStreamCudaTest, DeviceQueriesReturnQueuedAndOrderedOnTheCallersStream) {
+  MHA_SKIP_WITHOUT_CUDA();
+#ifdef MHA_WITH_CUDA
+  const MhaWeights weights = RandomWeights();
+  auto cpu = MakeModel("cpu", weights), gpu = MakeModel("cuda:0", weights);
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(gpu, nullptr);
+  constexpr int kPasses = 16;
+  std::vector<ForwardInputs> inputs(kPasses);
+  std::vector<ForwardOutputs> expected(kPasses), actual(kPasses);
+  for (int i = 0; i < kPasses; ++i) {
+    inputs[i] = MakeInputs(BigQuery());
+    ASSERT_TRUE(cpu->Forward(inputs[i], &expected[i]).ok());
+  }
+  const c10::cuda::CUDAStream mine = c10::cuda::getStreamFromPool(false, 0);
+  std::vector<at::Tensor> on_host(kPasses), weights_on_host(kPasses);
+  {
+    c10::cuda::CUDAStreamGuard guard(mine);
+    for (int i = 0; i < kPasses; ++i) {
+      ForwardInputs in = inputs[i];
+      in.query = in.query.to(c10::Device(c10::kCUDA, 0));  // queued on `mine`
+      in.key_padding_mask = in.key_padding_mask.to(c10::Device(c10::kCUDA, 0));
+      ASSERT_TRUE(gpu->Forward(in, &actual[i]).ok());
+      ASSERT_TRUE(actual[i].output.is_cuda());
+      EXPECT_EQ(c10::Stream(c10::cuda::getCurrentCUDAStream(0)), c10::Stream(mine)) << "restored";
+      // Copied back on `mine` with nothing synchronized first, then freed: the next pass (on the
+      // model's stream) may be handed their memory only once these copies have run.
+      on_host[i] = actual[i].output.to(at::kCPU, /*non_blocking=*/true);
+      weights_on_host[i] = actual[i].attn_weights.to(at::kCPU, /*non_blocking=*/true);
+      actual[i] = ForwardOutputs();
+    }
+    mine.synchronize();
+  }
+  for (int i = 0; i < kPasses; ++i) {
+    EXPECT_TRUE(TensorsNear(on_host[i], expected[i].output, kFp32Tolerance)) << i;
+    EXPECT_TRUE(TensorsNear(weights_on_host[i], expected[i].attn_weights, kFp32Tolerance));
+  }
+#endif
 }
 
 }  // namespace
