@@ -11,7 +11,8 @@
 #                 on a warm machine between calls)
 #   env knobs:    OUT (default /tmp/gpu-check-out), GPU_CHECK_BUDGET (seconds, default 530),
 #                 GPU_CHECK_STEPS (default "risks unpack torchref configure build ctest streamtest
-#                 corebench streambench servebench profile goals"; a second call on the warm machine, e.g.
+#                 corebench paired streambench servebench profile goals"; also coretest: every
+#                 mha_core_tests case, a shorter check than ctest's tiers; a second call on the warm machine, e.g.
 #                 GPU_CHECK_STEPS="streamtest streambench", reuses build-cuda: the carried
 #                 prefix is unpacked again only when its MANIFEST changed, and sources whose
 #                 content did not change get back the mtimes of the last build, so a fresh copy
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 OUT=${OUT:-/tmp/gpu-check-out}; mkdir -p "$OUT"
 budget=${GPU_CHECK_BUDGET:-530}
-steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest streamtest corebench streambench servebench profile goals}
+steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest streamtest corebench paired streambench servebench profile goals}
 jobs=${JOBS:-$(nproc)}
 prefix=${MHA_DEPS_PREFIX:-/tmp/mha-deps}
 build=${BUILD:-build-cuda}
@@ -224,6 +225,15 @@ corebench() {
 }
 export -f corebench
 built corebench bench/mha_core_bench && step corebench 120 "$OUT/bench.log" corebench
+# The same comparison in turns (bench/paired_gpu_ratio.py: PyTorch and the core alternating, each
+# case for the same time, clocks read after each side): the ratios issue 35's table reports.
+paired() {
+  env LD_LIBRARY_PATH="$MHA_ORIG_LD_LIBRARY_PATH" MHA_BENCH_LD_LIBRARY_PATH="${LD_LIBRARY_PATH-}" \
+    python3 bench/paired_gpu_ratio.py --bench "$build/bench/mha_core_bench" --out "$bdir/paired.json" \
+    2>&1 >/dev/null
+}
+export -f paired
+built paired bench/mha_core_bench && step paired 240 "$OUT/bench.log" paired
 
 # Served on the device (issue 18's serving figures, fp16 on cuda, server + client on loopback):
 # served / in-process at B=8 T=128 and the p50 added at B=1 T=16 (client/served_vs_local.py, both
@@ -367,6 +377,13 @@ try:
             s[name] = big["GFLOP/s"] / 1e3 / ref["matmul_8192_bf16_tflops"]
 except Exception as e:
     s["torch_ref_error"] = str(e)
+try:
+    paired = json.load(open(os.path.join(bdir, "paired.json")))
+    s["paired"] = {f"{c['B']}_{c['T']}_{c['E']}_{c['H']}_{c['dtype']}": {
+        "ratio": c["ratio"], "core_over_matmul": c["core_over_matmul"],
+        "clocks": [r[side]["clocks"] for r in c["rounds"] for side in r["order"]]} for c in paired["cases"]}
+except Exception as e:
+    s["paired_error"] = str(e)
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps({k: s[k] for k in ("cuda_support", "steps", "ctest")}, indent=1))
 PY
