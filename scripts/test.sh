@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh Debian 12 checkout: install what is missing, check formatting,
-# build (-Werror on our code), clang-tidy (scripts/lint.sh: the torch-free units), run ctest.
+# build (-Werror on our code) with clang-tidy beside it (scripts/lint.sh: the torch-free units),
+# run ctest.
 #   scripts/test.sh [CTEST_ARGS...]             the suite (what .ci/run calls)
 #   scripts/test.sh --sanitize [CTEST_ARGS...]  ASan + UBSan build of our code in build-asan/
 #   scripts/test.sh --tsan [CTEST_ARGS...]      ThreadSanitizer build in build-tsan/ (default: every
@@ -33,7 +34,26 @@ case "${1:-}" in
     fi
     ;;
 esac
+tidy_pid=
+if [[ ${#variant[@]} -eq 0 ]]; then
+  # clang-tidy (scripts/lint.sh tidy) overlaps the build, at the lowest priority: it needs only
+  # compile_commands.json and the generated protos its units include, and takes the CPU the build
+  # leaves idle (links, the suite listings). Its report and verdict come after the build.
+  MHA_TARGETS="mha_proto mha_oip_proto mha_health_proto" scripts/build.sh
+  tidy_log=$(mktemp)
+  setsid nice -n 19 scripts/lint.sh tidy >"$tidy_log" 2>&1 &  # its own process group
+  tidy_pid=$!
+  trap 'kill -- "-$tidy_pid" 2>/dev/null || true; rm -f "$tidy_log"' EXIT  # a failed build
+fi
 scripts/build.sh "${variant[@]}"
+if [[ -n $tidy_pid ]]; then
+  tidy_status=0
+  wait "$tidy_pid" || tidy_status=$?
+  trap - EXIT
+  cat "$tidy_log"
+  rm -f "$tidy_log"
+  [[ $tidy_status -eq 0 ]] || exit "$tidy_status"
+fi
 if [[ -n $tsan_default ]]; then
   # Every suite of the serving and front-end binaries, listed from the binaries as ctest registers
   # them (tests/cmake/gtest_suites_list.cmake), so a new or renamed suite cannot fall out of the
@@ -46,5 +66,8 @@ if [[ -n $tsan_default ]]; then
   set -- -R "^($suites|$decode)\$" \
     --no-tests=error
 fi
-[[ ${#variant[@]} -gt 0 ]] || scripts/lint.sh tidy
-ctest --test-dir "${MHA_BUILD_DIR:-build}" --output-on-failure --timeout 600 "$@"
+# ctest runs nproc tests at a time (MHA_TEST_JOBS): every test has its own ports (127.0.0.1:0 and a
+# port file), temp folders and servers; those that bound a time or pick a free port before binding
+# it run alone (RUN_SERIAL), and so does every step of the container tier (docs/testing.md).
+ctest --test-dir "${MHA_BUILD_DIR:-build}" --output-on-failure --timeout 600 \
+  -j"${MHA_TEST_JOBS:-$(nproc)}" "$@"

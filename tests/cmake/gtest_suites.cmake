@@ -1,4 +1,4 @@
-# mha_gtest_suites(TARGET LABELS label TIMEOUT seconds)
+# mha_gtest_suites(TARGET LABELS label TIMEOUT seconds [SERIAL suite...])
 #
 # One ctest test per GoogleTest test suite of TARGET, named after the suite and run as
 # `TARGET --gtest_filter=Suite.*`. gtest_discover_tests makes one process per test instead: a
@@ -8,14 +8,16 @@
 # gtest still reports every test by name, and `TARGET --gtest_filter=...` runs one alone.
 # The list is read from `TARGET --gtest_list_tests` after each build, as gtest_discover_tests does.
 # A suite whose tests all skip (the CUDA-only ones without CUDA) exits 77 (common/gtest_main.cc)
-# and is reported as skipped.
+# and is reported as skipped. ctest runs suites in parallel (scripts/test.sh); the suites named
+# after SERIAL run alone (RUN_SERIAL): those that bound a time (docs/testing.md). Each must exist.
 set(_MHA_GTEST_SUITES_LIST ${CMAKE_CURRENT_LIST_DIR}/gtest_suites_list.cmake)
 
 function(mha_gtest_suites target)
-  cmake_parse_arguments(ARG "" "LABELS;TIMEOUT" "" ${ARGN})
+  cmake_parse_arguments(ARG "" "LABELS;TIMEOUT" "SERIAL" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 600)
   endif()
+  string(REPLACE ";" "," serial "${ARG_SERIAL}")  # no ';' on the command line
   set(list_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites.cmake")
   set(include_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites_include.cmake")
   add_custom_command(TARGET ${target} POST_BUILD
@@ -25,6 +27,7 @@ function(mha_gtest_suites target)
       -D "CTEST_FILE=${list_file}"
       -D "LABELS=${ARG_LABELS}"
       -D "TIMEOUT=${ARG_TIMEOUT}"
+      -D "SERIAL=${serial}"
       -P ${_MHA_GTEST_SUITES_LIST}
     BYPRODUCTS ${list_file}
     VERBATIM)

@@ -12,6 +12,7 @@
 #include "mha/host_io.h"
 #include "mha/model.h"
 #include "mha/status.h"
+#include "test_paths.h"
 
 namespace mha::testing {
 

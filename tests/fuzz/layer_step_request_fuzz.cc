@@ -15,6 +15,9 @@
 #include <utility>
 
 #include "fuzz_common.h"
+#ifndef MHA_FIXTURES_DIR  // the normal build: tests/common/test_paths.h (MHA_FUZZ defines it)
+#include "test_paths.h"
+#endif
 #include "mha/v1/attention.pb.h"
 #include "server/frontends/grpc_v1/layer_step_wire.h"
 #include "server/serving/server_core.h"
@@ -26,8 +29,8 @@ mha::serve::ServerCore* LlamaCore() {
     google::protobuf::SetLogHandler(nullptr);
     char dir[] = "/tmp/mha-fuzz-llama-XXXXXX";
     if (mkdtemp(dir) == nullptr) std::abort();
-    std::filesystem::create_directory_symlink(MHA_FIXTURES_DIR "/llama/stack4_sessions",
-                                              std::string(dir) + "/llama");
+    std::filesystem::create_directory_symlink(
+        std::string(MHA_FIXTURES_DIR) + "/llama/stack4_sessions", std::string(dir) + "/llama");
     mha::serve::ServerCoreOptions options;
     options.model_repository = dir;
     options.limits.max_sequence_length = 64;
