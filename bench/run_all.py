@@ -172,9 +172,14 @@ if "long" in rows:
         res.update(long_session_s=s["seconds"], long_stateless_s=t["seconds"],
                    long_ratio=t["seconds"] / s["seconds"], long_tokens=a.long_tokens)
 if "batching" in rows:
+    # Each server first serves the same load once, untimed: a new merged batch size costs a GPU
+    # its first pass's kernel setup (cuDNN's plan per shape, a CUDA graph's capture), seconds in
+    # all on an H100, which a short timed run would otherwise count (docs/gpu.md).
+    on.bench(*small, "-c", "64", "-d", "1")
     r = on.bench(*small, "-c", "64", "-d", dur)
     on.stop()
     off = Server("--batching", "off")
+    off.bench(*small, "-c", "64", "-d", "1")
     o = off.bench(*small, "-c", "64", "-d", dur)
     off.stop()
     if r and o:

@@ -152,8 +152,7 @@ export MHA_ORIG_LD_LIBRARY_PATH=$orig_ld  # for the Python steps of scripts/gpu-
   echo "## carried tools run here?"; protoc --version 2>&1; grpc_cpp_plugin --version 2>&1 | head -1
   "${PKG_CONFIG:-pkg-config}" --modversion cpp-httplib re2 2>&1; } >> "$risks" 2>&1
 
-# ---- 2b. PyTorch's own numbers first: they need no build, so even a call whose build fails (or
-# runs out of time) brings them back. The core benchmarks come after the build, in the same call.
+# ---- 2b. PyTorch's own numbers first: they need no build (a call whose build fails keeps them).
 step torchref 110 "$OUT/bench.log" env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_gpu_reference.py --out "$OUT/torch_ref.json"
 
 # ---- 3. Configure + build ----------------------------------------------------------------------
