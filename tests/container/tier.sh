@@ -94,9 +94,12 @@ unstage_ccache() {  # the cache as it went in goes back (a failed build keeps it
   fi
 }
 
-# The build stage's cache (what went in, plus this build's new entries) replaces ours.
+# The build stage's cache replaces ours, less every entry this build neither hit nor wrote
+# (ccache touches an entry on a hit): what went in was seeded from the host's whole cache (tests,
+# benchmarks, other builds), and all of it would otherwise travel through every later build's
+# context and back. $1: the build's start (epoch seconds).
 harvest_ccache() {
-  local before after
+  local before after start=${1:?build start}
   before=$(ccache_stats "$staged")
   rm -rf "$ccache_dir.new"
   mkdir -p "$ccache_dir.new"
@@ -106,6 +109,9 @@ harvest_ccache() {
   rm -rf "$staged" "$ccache_dir"
   mv "$ccache_dir.new" "$ccache_dir"
   trap - EXIT
+  if command -v ccache >/dev/null; then
+    CCACHE_DIR=$ccache_dir ccache --evict-older-than "$(($(date +%s) - start + 60))s" >/dev/null
+  fi
   if [ -n "$before" ] && [ -n "$after" ]; then
     read -r h0 m0 <<<"$before"
     read -r h1 m1 <<<"$after"
@@ -126,7 +132,7 @@ build_legacy() {
   docker_build build-legacy 0 mha-serve:ct-legacy "${opts[@]}"
   # The build stage as its own tag, for the BuildKit build (every layer is cached: no work).
   docker_build build-legacy-stage 0 mha-serve:ct-legacy-build "${opts[@]}" --target build
-  [ "${MHA_CONTAINER_CCACHE:-1}" = 0 ] || harvest_ccache
+  [ "${MHA_CONTAINER_CCACHE:-1}" = 0 ] || harvest_ccache "$start"
   $docker image prune -f >/dev/null  # the previous builds' layers, now untagged
   report_build mha-serve:ct-legacy legacy "$how" "$start"
 }
