@@ -224,6 +224,9 @@ TEST(Hardening, AStreamEndedByItsDeadlineCountsOnlyWhatTheClientSaw) {
   }
   EXPECT_TRUE(gate.WaitEntered(3));  // message 2: running when the deadline passes
   const Status status = stream.get();
+  // The server's deadline is the client's as sent, so it passes a little later there: message 2's
+  // pass may go only once the server has seen it (its line), else its answer would be written.
+  EXPECT_TRUE(WaitForLog(server, "ForwardStream cancelled request_id="));
   gate.ReleaseAll();
   EXPECT_FALSE(status.ok());
   EXPECT_LT(responses.size(), requests.size());

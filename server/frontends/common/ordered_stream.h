@@ -294,6 +294,7 @@ void OrderedStreamReactor<Policy>::OnCancel() {
     std::lock_guard<std::mutex> lock(mu_);
     broken_ = true;
     read_closed_ = true;
+    LogCancelled(log_, answered_, in_flight_);  // from here on, nothing more is written
     finish = ShouldFinishLocked();
   }
   if (finish) FinishNow(*finish);

@@ -66,6 +66,11 @@ void LogOutcome(const RequestLog& log, const Status& status, const std::string& 
                status.message());
 }
 
+void LogCancelled(const RequestLog& log, int64_t answered, int64_t in_flight) {
+  spdlog::info("{} cancelled request_id={} peer={} answers={} in_flight={} (dropped)", log.method,
+               log.request_id, log.peer, answered, in_flight);
+}
+
 Clock::time_point SteadyDeadline(std::chrono::system_clock::time_point deadline) {
   if (deadline == std::chrono::system_clock::time_point::max()) return Clock::time_point::max();
   const auto remaining = deadline - std::chrono::system_clock::now();

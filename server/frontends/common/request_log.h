@@ -40,6 +40,10 @@ RequestLog NewRequestLog(const char* method, std::string_view client_id, std::st
 // One warning line per failed call (code, message, request id, peer); a debug line per success.
 void LogOutcome(const RequestLog& log, const Status& status, const std::string& detail = "");
 
+// One info line when a stream's call is cancelled (the client cancelled, or its deadline passed on
+// the server) with `in_flight` passes still running: their answers are dropped, not written.
+void LogCancelled(const RequestLog& log, int64_t answered, int64_t in_flight);
+
 // The detail of an inference call's success line: "model=M queue_us=Q compute_us=C".
 std::string InferDetail(const std::string& model, int64_t queue_us, int64_t compute_us);
 
