@@ -194,8 +194,7 @@ tlog=$OUT/ctest.log; : > "$tlog"
   } >> "$tlog" 2>&1
 built ctest tests/unit/mha_core_tests && step ctest 180 "$tlog" env MHA_DEVICE=cuda MHA_PYTHON="$(command -v python3)" MHA_NGINX="$prefix/usr/sbin/nginx" ctest --test-dir "$build" -L 'unit|service' -j8 \
   --output-on-failure --timeout 120
-# The core's own tests alone on CUDA (every case of mha_core_tests; a shorter check than ctest's
-# service tier when only the core changed): GPU_CHECK_STEPS="... coretest ...".
+# Every mha_core_tests case on CUDA: shorter than ctest when only the core changed (not a default).
 coretest() { "$build"/tests/unit/mha_core_tests --gtest_brief=1 2>&1 | tail -40; return "${PIPESTATUS[0]}"; }
 export -f coretest
 built coretest tests/unit/mha_core_tests && step coretest 150 "$tlog" coretest
