@@ -25,7 +25,7 @@ import time
 
 import torch
 
-SHAPES = [(8, 128, 512, 8), (32, 1024, 1024, 16), (4, 4096, 2048, 16)]
+from torch_gpu_reference import SHAPES, emit  # the same shapes, the same output
 
 
 def clocks():
@@ -101,6 +101,12 @@ def ratios(t, c):
     return r
 
 
+def medians(rounds, field):
+    """Each key of rounds[i][field], the median of its values over the rounds that have it."""
+    keys = sorted({k for r in rounds for k in r[field]})
+    return {k: statistics.median(r[field][k] for r in rounds if k in r[field]) for k in keys}
+
+
 def flops(b, t, e):
     return 8.0 * b * t * e * e + 4.0 * b * t * t * e
 
@@ -144,24 +150,15 @@ def main():
                     got["ratio"] = ratios(got["torch"], got["core"])
                     got["core_over_matmul"] = over_matmul((b, t, e), got)
                     rounds.append(got)
-                keys = sorted({k for r in rounds for k in r["ratio"]})
                 case = {"B": b, "T": t, "E": e, "H": h, "dtype": dname,
-                        "ratio": {k: statistics.median(r["ratio"][k] for r in rounds if k in r["ratio"])
-                                  for k in keys},
-                        "core_over_matmul": {k: statistics.median(r["core_over_matmul"][k] for r in rounds
-                                                                  if k in r["core_over_matmul"])
-                                             for k in sorted({k for r in rounds for k in r["core_over_matmul"]})},
-                        "rounds": rounds}
+                        "ratio": medians(rounds, "ratio"),
+                        "core_over_matmul": medians(rounds, "core_over_matmul"), "rounds": rounds}
                 res["cases"].append(case)
                 print(json.dumps({k: case[k] for k in ("B", "T", "E", "H", "dtype", "ratio", "core_over_matmul")}),
                       file=sys.stderr)
                 del mha, x
                 torch.cuda.empty_cache()
-    text = json.dumps(res, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+    emit(res, a.out)
 
 
 if __name__ == "__main__":

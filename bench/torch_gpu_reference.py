@@ -74,6 +74,15 @@ def sdpa_backend(q, k, v):
     return "none"
 
 
+def emit(res, out):
+    """The results as one JSON object on stdout, and in `out` when given."""
+    text = json.dumps(res, indent=1)
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=20)
@@ -117,11 +126,7 @@ def main():
                                      "backend": sdpa_backend(q, q, q)})
                 del mha, x, q
                 torch.cuda.empty_cache()
-    text = json.dumps(res, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(res, args.out)
 
 
 if __name__ == "__main__":
