@@ -58,25 +58,30 @@ void DeviceStreamScope::Synchronize() const {
 #endif
 }
 
-void DeviceStreamScope::WaitForCaller() const {
+std::optional<c10::Stream> DeviceStreamScope::Caller() const {
   const auto caller = guard_.original_stream();
-  if (!stream_ || !caller || *caller == *stream_) return;
-  c10::Event event(stream_->device_type());
-  event.record(*caller);
-  event.block(*stream_);
+  if (!stream_ || !caller || *caller == *stream_) return std::nullopt;
+  return *caller;
+}
+
+// `waiting` orders after the work queued on `on` so far, on the GPU (an event; the host goes on).
+void DeviceStreamScope::Order(const c10::Stream& waiting, const c10::Stream& on) {
+  c10::Event event(on.device_type());
+  event.record(on);
+  event.block(waiting);
+}
+
+void DeviceStreamScope::WaitForCaller() const {
+  if (const auto caller = Caller()) Order(*stream_, *caller);
 }
 
 void DeviceStreamScope::CallerWaits() const {
-  const auto caller = guard_.original_stream();
-  if (!stream_ || !caller || *caller == *stream_) return;
-  c10::Event event(stream_->device_type());
-  event.record(*stream_);
-  event.block(*caller);
+  if (const auto caller = Caller()) Order(*caller, *stream_);
 }
 
 void DeviceStreamScope::HandToCaller(const at::Tensor& t) const {
-  const auto caller = guard_.original_stream();
-  if (!stream_ || !caller || *caller == *stream_ || !t.defined() || !t.is_cuda()) return;
+  const auto caller = Caller();
+  if (!caller || !t.defined() || !t.is_cuda()) return;
   t.record_stream(*caller);
 }
 

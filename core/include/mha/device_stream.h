@@ -65,6 +65,10 @@ class DeviceStreamScope {
   const std::optional<c10::Stream>& stream() const { return stream_; }
 
  private:
+  // The stream current when the scope opened, when it is another stream than this scope's.
+  std::optional<c10::Stream> Caller() const;
+  static void Order(const c10::Stream& waiting, const c10::Stream& on);
+
   std::optional<c10::Stream> stream_;
   c10::OptionalStreamGuard guard_;
 };
