@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "decode_padded.h"
 #include "mha/attention_ops.h"
 #include "mha/paged_attention.h"
 #include "mha/shape_string.h"
@@ -113,68 +114,6 @@ at::Tensor AttendItem(const MhaModel& model, const StepItem& item, const at::Ten
   return combine_heads(per_head);
 }
 
-bool PaddedApplies(const std::vector<StepItem>& items) {
-  for (const StepItem& item : items) {
-    const StepInputs& in = *item.inputs;
-    if (in.query.size(1) != 1 || in.need_weights || in.key_padding_mask.defined() ||
-        in.attn_mask.defined()) {
-      return false;
-    }
-  }
-  return items.size() > 1;
-}
-
-// kPadded: appends every self-attention item's new key/value, pads every cache to the longest,
-// and attends all rows in one batched pass. q/k/v_all: [N, E], one row per item row (T = 1).
-at::Tensor AttendPadded(const MhaModel& model, const std::vector<StepItem>& items,
-                        const at::Tensor& q_all, const at::Tensor& k_all, const at::Tensor& v_all) {
-  const MhaOptions& o = model.options();
-  const int64_t e = o.embed_dim, h = o.num_heads;
-  std::vector<at::Tensor> ks, vs;
-  std::vector<int64_t> lengths;
-  int64_t offset = 0, s_max = 0;
-  for (const StepItem& item : items) {
-    const int64_t b = item.inputs->query.size(0);
-    if (!item.cross) {
-      item.cache->Append(k_all.narrow(0, offset, b).view({b, 1, e}),
-                         v_all.narrow(0, offset, b).view({b, 1, e}));
-    }
-    ks.push_back(item.cache->Keys());
-    vs.push_back(item.cache->Values());
-    lengths.insert(lengths.end(), static_cast<size_t>(b), item.cache->length());
-    s_max = std::max(s_max, item.cache->length());
-    offset += b;
-  }
-  for (size_t i = 0; i < ks.size(); ++i) {
-    const int64_t pad = s_max - ks[i].size(2);
-    ks[i] = at::constant_pad_nd(ks[i], {0, 0, 0, pad}, 0);
-    vs[i] = at::constant_pad_nd(vs[i], {0, 0, 0, pad}, 0);
-  }
-  const int64_t n = offset;
-  at::Tensor kh = at::cat(ks, 0), vh = at::cat(vs, 0), qh = split_heads(q_all.view({n, 1, e}), h);
-  const MhaWeights& w = model.weights();
-  if (o.add_bias_kv) {
-    kh = at::cat({kh, split_heads(w.bias_k.expand({n, 1, e}), h)}, 2);
-    vh = at::cat({vh, split_heads(w.bias_v.expand({n, 1, e}), h)}, 2);
-  }
-  if (o.add_zero_attn) {
-    at::Tensor zeros = at::zeros({n, h, 1, o.head_dim()}, qh.options());
-    kh = at::cat({kh, zeros}, 2);
-    vh = at::cat({vh, zeros}, 2);
-  }
-  const at::Tensor len = at::tensor(lengths, at::kLong).to(qh.device()).unsqueeze(1);
-  const at::Tensor pos = at::arange(kh.size(2), len.options()).unsqueeze(0);
-  const at::Tensor padded = (pos >= len) & (pos < s_max);  // extra keys stay visible
-  const at::Tensor mask = at::zeros(padded.sizes(), qh.options())
-                              .masked_fill(padded, -std::numeric_limits<double>::infinity())
-                              .view({n, 1, 1, kh.size(2)});
-  at::Tensor weights;
-  at::Tensor per_head = fused_kernel_preferred(qh)
-                            ? fused_attention(qh, kh, vh, mask, false)
-                            : attention_with_weights(qh, kh, vh, mask, &weights);
-  return combine_heads(per_head).view({n, e});
-}
-
 // Each item's attention, per session: combine_heads rows [B * T, E] per item, weights set.
 std::vector<at::Tensor> AttendEach(const MhaModel& model, const std::vector<StepItem>& items,
                                    const at::Tensor& q_all, const at::Tensor& k_all,
@@ -209,8 +148,12 @@ void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
   const c10::Device device = w.out_weight.device();
   const int64_t e = model.options().embed_dim;
   const at::Tensor joined = combined.size() == 1 ? combined[0] : at::cat(combined, 0);
-  const at::Tensor out_all =
+  at::Tensor out_all =
       at::linear(joined, w.out_weight, w.out_bias).to(ToScalarType(model.options().dtype));
+  const bool all_host = std::none_of(items.begin(), items.end(), [](const StepItem& item) {
+    return item.inputs->query.is_cuda();
+  });
+  if (device.is_cuda() && all_host) out_all = out_all.to(at::kCPU);  // one copy for every item
   int64_t offset = 0;
   for (const StepItem& item : items) {
     const at::Tensor& query = item.inputs->query;
@@ -276,17 +219,29 @@ void RunSteps(const MhaModel& model, const std::vector<StepItem>& items, StepAtt
   const at::ScalarType compute = w.out_weight.scalar_type();
   const int64_t e = model.options().embed_dim;
   std::vector<at::Tensor> flat;
-  bool any_self = false;
+  bool any_self = false, one_kind = true;
   for (const StepItem& item : items) {
-    flat.push_back(item.inputs->query.to(device, compute).reshape({-1, e}));
+    const at::Tensor& q = item.inputs->query;
+    flat.push_back(q.reshape({-1, e}));
     any_self = any_self || !item.cross;
+    const at::Tensor& first = items.front().inputs->query;
+    one_kind = one_kind && q.device() == first.device() && q.scalar_type() == first.scalar_type();
   }
-  const at::Tensor all = flat.size() == 1 ? flat[0] : at::cat(flat, 0);
+  if (!one_kind) {
+    for (at::Tensor& q : flat) q = q.to(device, compute);
+  }
+  // Joined where the queries are (host rows: one copy to the device for the pass).
+  const at::Tensor all = (flat.size() == 1 ? flat[0] : at::cat(flat, 0)).to(device, compute);
   at::Tensor q_all, k_all, v_all;
   Project(model, all, any_self, &q_all, &k_all, &v_all);
   std::vector<at::Tensor> combined;
-  if (attention == StepAttention::kPadded && PaddedApplies(items)) {
-    combined.push_back(AttendPadded(model, items, q_all, k_all, v_all));
+  // A device pool: per-session attention would copy ids to the device and wait for the stream
+  // once per session; the padded pass does so once (decode_padded.h).
+  const bool device_pool = !items.front().cache->pool().keys().is_cpu();
+  const bool padded = attention == StepAttention::kPadded ||
+                      (attention == StepAttention::kPerSession && device_pool);
+  if (padded && PaddedAttentionApplies(items)) {
+    combined.push_back(internal::AttendPadded(model, items, q_all, k_all, v_all));
     for (const StepItem& item : items) item.outputs->attn_weights = at::Tensor();
   } else if (attention != StepAttention::kGather && PagedAttentionApplies(model, items)) {
     combined.push_back(AttendPaged(model, items, q_all, k_all, v_all));

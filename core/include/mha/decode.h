@@ -53,12 +53,20 @@ Status CheckStepInputs(const MhaOptions& options, const KvCache& cache, bool cro
 // own cache, no padding; where the pass allows it (float32 CPU pool, no masks, no weights, no
 // add_bias_kv / add_zero_attn: mha/paged_attention.h) every session's attention reads its pages
 // in place in one pass, else each session gets a gather of its blocks and a small matmul pair
-// (kGather). kGather: that gather for every pass (the baseline of the paged path, kept for
-// benchmarks and tests). kPadded: every cache padded to the longest and one batched attention
-// with a padding mask; used only when every item is one new token without masks or weights
-// (else kPerSession). Measured in bench/decode_steps_bench.cc (docs/sessions.md); the server
-// uses kPerSession.
+// (kGather). On a device pool (a GPU) kPerSession takes kPadded where it applies: there each
+// session's own append and gather copy block ids to the device and wait for the stream.
+// kGather: that gather for every pass (the baseline of the paged path, kept for benchmarks and
+// tests). kPadded: one append and one gather for every session, the caches padded to the longest
+// and one batched attention with a padding mask; used only when there are several items, each
+// one new token without masks or weights, and padding at most doubles the keys gathered (or they
+// stay small), else kPerSession. Measured in bench/decode_steps_bench.cc (docs/sessions.md); the
+// server uses kPerSession.
 enum class StepAttention { kPerSession, kPadded, kGather };
+
+// Whether kPadded applies to these items: at least two, each one new token without masks or
+// weights, all of one pool, and the padded keys at most twice the real ones or under 64 MiB of
+// keys and values in all (a short session beside a long one is not padded to gigabytes).
+bool PaddedAttentionApplies(const std::vector<StepItem>& items);
 
 // Runs the steps of several sessions as one pass: the projections of every new token in one GEMM
 // (on the fused in-projection weight where the model has one), each session's attention over its

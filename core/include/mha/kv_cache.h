@@ -119,6 +119,8 @@ class KvCache {
   void Release();
 
  private:
+  friend struct KvBatch;  // several caches' appends and gathers in one op (core/src/kv_batch.h)
+
   // Slot ids of positions [begin, begin + count) of every row: [rows * count], int64 on device.
   at::Tensor Slots(int64_t begin, int64_t count) const;
   at::Tensor Gather(const at::Tensor& store) const;

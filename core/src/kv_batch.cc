@@ -1,0 +1,92 @@
+#include "mha/kv_batch.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+
+namespace mha {
+namespace {
+
+const KvBlockPool& PoolOf(const std::vector<const KvCache*>& caches) {
+  TORCH_CHECK(!caches.empty(), "KvBatch: no caches");
+  const KvBlockPool& pool = caches.front()->pool();
+  for (const KvCache* c : caches) {
+    TORCH_CHECK(&c->pool() == &pool, "KvBatch: caches from different pools");
+  }
+  return pool;
+}
+
+}  // namespace
+
+void KvBatch::Append(const std::vector<KvCache*>& caches, const at::Tensor& k,
+                     const at::Tensor& v) {
+  const KvBlockPool& pool = PoolOf({caches.begin(), caches.end()});
+  const at::Tensor& keys = pool.keys();
+  const int64_t t = k.size(1), bt = pool.block_tokens();
+  int64_t rows = 0;
+  for (const KvCache* c : caches) rows += c->rows();
+  TORCH_CHECK(k.dim() == 3 && k.size(0) == rows && v.size(0) == rows && v.size(1) == t,
+              "KvBatch::Append: ", rows, " rows of the caches, got keys ", k.sizes(), " values ",
+              v.sizes());
+  c10::InferenceMode guard;  // the pool's tensors are inference tensors (written in place)
+  std::vector<int64_t> slots;
+  slots.reserve(static_cast<size_t>(rows * t));
+  for (const KvCache* c : caches) {
+    for (const auto& table : c->tables_) {
+      for (int64_t p = c->length_; p < c->length_ + t; ++p) {
+        slots.push_back(table.at(static_cast<size_t>(p / bt)) * bt + p % bt);
+      }
+    }
+  }
+  const at::Tensor ids = at::tensor(slots, at::kLong).to(keys.device());
+  const int64_t h = keys.size(1), d = keys.size(2);
+  keys.index_copy_(0, ids, k.reshape({rows * t, h, d}).to(keys.scalar_type()));
+  pool.values().index_copy_(0, ids, v.reshape({rows * t, h, d}).to(keys.scalar_type()));
+  for (KvCache* c : caches) c->length_ += t;
+}
+
+KvBatch::Padded KvBatch::Gather(const std::vector<const KvCache*>& caches) {
+  const KvBlockPool& pool = PoolOf(caches);
+  c10::InferenceMode guard;
+  const int64_t bt = pool.block_tokens(), h = pool.heads(), d = pool.head_dim();
+  Padded out;
+  int64_t rows = 0;
+  for (const KvCache* c : caches) {
+    rows += c->rows();
+    out.longest = std::max(out.longest, c->length_);
+  }
+  const int64_t blocks = std::max<int64_t>(1, (out.longest + bt - 1) / bt);
+  // One host tensor, one copy: every row's first `blocks` block ids (a short row repeats its
+  // last block, or block 0 when it has none: those positions are zeroed below), then the rows'
+  // lengths.
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<size_t>(rows * (blocks + 1)));
+  for (const KvCache* c : caches) {
+    for (const auto& table : c->tables_) {
+      const int64_t held = (c->length_ + bt - 1) / bt;
+      for (int64_t j = 0; j < blocks; ++j) {
+        ids.push_back(held == 0 ? 0 : table.at(static_cast<size_t>(std::min(j, held - 1))));
+      }
+    }
+  }
+  for (const KvCache* c : caches) ids.insert(ids.end(), static_cast<size_t>(c->rows()), c->length_);
+  const at::Tensor all = at::tensor(ids, at::kLong).to(pool.keys().device());
+  const at::Tensor index = all.narrow(0, 0, rows * blocks);
+  out.lengths = all.narrow(0, rows * blocks, rows);
+  const at::Tensor pos = at::arange(out.longest, out.lengths.options());
+  const at::Tensor past = (pos.unsqueeze(0) >= out.lengths.unsqueeze(1)).view({rows, 1, -1, 1});
+  auto gather = [&](const at::Tensor& store) {
+    return store.view({-1, bt, h, d})
+        .index_select(0, index)  // [rows * blocks, bt, H, D]
+        .view({rows, blocks * bt, h, d})
+        .narrow(1, 0, out.longest)
+        .transpose(1, 2)
+        .masked_fill(past, 0);
+  };
+  out.keys = gather(pool.keys());
+  out.values = gather(pool.values());
+  return out;
+}
+
+}  // namespace mha
