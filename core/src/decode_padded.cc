@@ -3,15 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <limits>
 
 #include "mha/attention_ops.h"
 #include "mha/kv_batch.h"
 
 namespace mha {
-namespace {
-constexpr int64_t kPaddedSmallBytes = int64_t{64} << 20;  // keys + values (decode.h)
-}  // namespace
 
 bool PaddedAttentionApplies(const std::vector<StepItem>& items) {
   if (items.size() < 2) return false;
@@ -27,9 +23,7 @@ bool PaddedAttentionApplies(const std::vector<StepItem>& items) {
     real += item.cache->rows() * length;
     longest = std::max(longest, length);
   }
-  const int64_t padded = rows * longest;
-  return padded <= 2 * real ||
-         padded * items.front().cache->pool().bytes_per_token() <= kPaddedSmallBytes;
+  return KvBatch::PaddingFits(rows, longest, real, items.front().cache->pool().bytes_per_token());
 }
 
 }  // namespace mha
@@ -75,11 +69,7 @@ at::Tensor AttendPadded(const MhaModel& model, const std::vector<StepItem>& item
     kh = at::cat({kh, zeros}, 2);
     vh = at::cat({vh, zeros}, 2);
   }
-  const at::Tensor pos = at::arange(kh.size(2), kv.lengths.options()).unsqueeze(0);
-  const at::Tensor hidden = (pos >= kv.lengths.unsqueeze(1)) & (pos < kv.longest);  // extra keys
-  const at::Tensor mask = at::zeros(hidden.sizes(), qh.options())                   // stay visible
-                              .masked_fill(hidden, -std::numeric_limits<double>::infinity())
-                              .view({n, 1, 1, kh.size(2)});
+  const at::Tensor mask = KvBatch::PaddingMask(kv, kh.size(2), qh.options());
   at::Tensor weights;
   const at::Tensor per_head = fused_kernel_preferred(qh)
                                   ? fused_attention(qh, kh, vh, mask, false)

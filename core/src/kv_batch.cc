@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace mha {
 namespace {
@@ -87,6 +88,21 @@ KvBatch::Padded KvBatch::Gather(const std::vector<const KvCache*>& caches) {
   out.keys = gather(pool.keys());
   out.values = gather(pool.values());
   return out;
+}
+
+at::Tensor KvBatch::PaddingMask(const Padded& padded, int64_t keys,
+                                const at::TensorOptions& options) {
+  const at::Tensor pos = at::arange(keys, padded.lengths.options()).unsqueeze(0);
+  const at::Tensor hidden = (pos >= padded.lengths.unsqueeze(1)) & (pos < padded.longest);
+  return at::zeros(hidden.sizes(), options)
+      .masked_fill(hidden, -std::numeric_limits<double>::infinity())
+      .view({hidden.size(0), 1, 1, keys});
+}
+
+bool KvBatch::PaddingFits(int64_t rows, int64_t longest, int64_t real, int64_t bytes_per_token) {
+  constexpr int64_t kSmallBytes = int64_t{64} << 20;
+  const int64_t padded = rows * longest;
+  return padded <= 2 * real || padded * bytes_per_token <= kSmallBytes;
 }
 
 }  // namespace mha

@@ -52,7 +52,7 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 }
 
 at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            bool causal) {
+                            bool causal, const at::Tensor& key_mask) {
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
   const int64_t kv = k.size(1), s = k.size(2), group = h / kv;
   // Query head h = j * group + g (repeat_kv's order) becomes rows [g * T, (g + 1) * T) of K/V
@@ -63,6 +63,7 @@ at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::
     mask = at::full({t, s}, -std::numeric_limits<double>::infinity(), q.options()).triu(s - t + 1);
     if (group > 1) mask = mask.repeat({group, 1});
   }
+  if (key_mask.defined()) mask = mask.defined() ? mask + key_mask : key_mask;  // [B, 1, 1, S]
   at::Tensor out;
   if (fused_kernel_preferred(qg)) {
     out = fused_attention(qg, k, v, mask, /*is_causal=*/false);

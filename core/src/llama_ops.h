@@ -40,8 +40,9 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 // Grouped-query attention: q [B, H, T, D] against k, v [B, KV, S, D] (KV divides H), the last T
 // of the S keys being the queries' own when `causal` (bottom-right aligned: query t sees keys
 // [0, S - T + t]). Query heads of one K/V head are stacked as rows of one matrix, so the keys are
-// never repeated in memory. Returns [B, T, H * D] (combine_heads layout).
+// never repeated in memory. `key_mask`, when defined: additive [B, 1, 1, S] over the keys (padded
+// caches, KvBatch::PaddingMask). Returns [B, T, H * D] (combine_heads layout).
 at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            bool causal);
+                            bool causal, const at::Tensor& key_mask = at::Tensor());
 
 }  // namespace mha::internal

@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
 #include "llama_ops.h"
+#include "mha/kv_batch.h"
 #include "mha/paged_attention.h"
 #include "mha/shape_string.h"
 #include "mha/tensor_util.h"
@@ -54,8 +56,30 @@ Status CheckItem(const LlamaAttentionStack& stack, const LlamaStepItem& item, si
   return Status::Ok();
 }
 
+std::vector<const KvCache*> CachesOf(const std::vector<LlamaStepItem>& items) {
+  std::vector<const KvCache*> caches;
+  for (const LlamaStepItem& item : items) caches.push_back(item.cache);
+  return caches;
+}
+
+bool OnDevice(const std::vector<LlamaStepItem>& items) {
+  return !items.front().cache->pool().keys().is_cpu();
+}
+
 // Every item's new keys and values appended to its cache; k and v: [N, KV * D] in item order.
+// On a device pool with every item the same number of tokens: one index op per store for all
+// (KvBatch), where each cache's own append copies its slot ids to the device and waits.
 void AppendAll(const std::vector<LlamaStepItem>& items, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t t0 = items.front().hidden.size(0);
+  const bool same = std::all_of(items.begin(), items.end(),
+                                [t0](const LlamaStepItem& i) { return i.hidden.size(0) == t0; });
+  if (same && OnDevice(items)) {
+    std::vector<KvCache*> caches;
+    for (const LlamaStepItem& item : items) caches.push_back(item.cache);
+    const auto n = static_cast<int64_t>(items.size());
+    KvBatch::Append(caches, k.view({n, t0, -1}), v.view({n, t0, -1}));
+    return;
+  }
   int64_t offset = 0;
   for (const LlamaStepItem& item : items) {
     const int64_t t = item.hidden.size(0);
@@ -81,6 +105,18 @@ at::Tensor AttendGathered(const LlamaConfig& c, const std::vector<LlamaStepItem>
   return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
 }
 
+// Every item one new token (LlamaPaddedApplies): one gather of every cache, padded to the
+// longest, and one grouped attention under the padding mask. [N, H * D].
+at::Tensor AttendPadded(const LlamaConfig& c, const std::vector<LlamaStepItem>& items,
+                        const at::Tensor& q) {
+  const KvBatch::Padded kv = KvBatch::Gather(CachesOf(items));
+  const int64_t n = q.size(0);
+  const at::Tensor qh = q.reshape({n, 1, c.num_attention_heads, c.head_dim}).transpose(1, 2);
+  const at::Tensor mask = KvBatch::PaddingMask(kv, kv.longest, q.options());
+  return internal::GroupedAttention(qh, kv.keys, kv.values, /*causal=*/false, mask)
+      .view({n, c.q_dim()});
+}
+
 at::Tensor AttendPaged(const LlamaConfig& c, const std::vector<LlamaStepItem>& items,
                        const at::Tensor& q) {
   std::vector<PagedItem> paged;
@@ -98,11 +134,19 @@ void RunStep(const LlamaAttentionStack& stack, int64_t layer,
   const KvLayout layout = stack.kv_layout();
   std::vector<at::Tensor> rows;
   std::vector<int64_t> positions;
+  const at::Tensor& first = items.front().hidden;
+  bool one_kind = true;  // joined where they are (host rows: one copy to the device)
   for (const LlamaStepItem& item : items) {
-    rows.push_back(item.hidden.to(layout.device, layout.dtype));
+    rows.push_back(item.hidden);
+    one_kind = one_kind && item.hidden.device() == first.device() &&
+               item.hidden.scalar_type() == first.scalar_type();
     for (int64_t j = 0; j < item.hidden.size(0); ++j) positions.push_back(item.cache->length() + j);
   }
-  const at::Tensor x = rows.size() == 1 ? rows[0] : at::cat(rows, 0);  // [N, E]
+  if (!one_kind) {
+    for (at::Tensor& r : rows) r = r.to(layout.device, layout.dtype);
+  }
+  const at::Tensor x =
+      (rows.size() == 1 ? rows[0] : at::cat(rows, 0)).to(layout.device, layout.dtype);  // [N, E]
   const int64_t n = x.size(0);
   at::Tensor q, k, v, cos, sin;
   internal::ProjectQkv(w, c, x, &q, &k, &v);
@@ -113,10 +157,22 @@ void RunStep(const LlamaAttentionStack& stack, int64_t layer,
   k = internal::ApplyRope(k.reshape({n, c.num_key_value_heads, c.head_dim}), cos, sin)
           .reshape({n, c.kv_dim()});
   AppendAll(items, k, v);
-  const at::Tensor attended = attention != StepAttention::kGather && LlamaPagedApplies(c, items)
-                                  ? AttendPaged(c, items, q)
-                                  : AttendGathered(c, items, q);
-  const at::Tensor out = at::linear(attended, w.o_weight, w.o_bias).to(ToScalarType(stack.dtype()));
+  const bool padded = (attention == StepAttention::kPadded ||
+                       (attention == StepAttention::kPerSession && OnDevice(items))) &&
+                      LlamaPaddedApplies(items);
+  at::Tensor attended;
+  if (padded) {
+    attended = AttendPadded(c, items, q);
+  } else if (attention != StepAttention::kGather && LlamaPagedApplies(c, items)) {
+    attended = AttendPaged(c, items, q);
+  } else {
+    attended = AttendGathered(c, items, q);
+  }
+  at::Tensor out = at::linear(attended, w.o_weight, w.o_bias).to(ToScalarType(stack.dtype()));
+  if (std::all_of(items.begin(), items.end(),
+                  [](const LlamaStepItem& i) { return i.hidden.is_cpu(); })) {
+    out = out.cpu();  // one copy back for every item
+  }
   int64_t offset = 0;
   for (const LlamaStepItem& item : items) {
     const int64_t t = item.hidden.size(0);
@@ -154,6 +210,19 @@ bool LlamaPagedApplies(const LlamaConfig& config, const std::vector<LlamaStepIte
     if (&item.cache->pool() != &pool || item.hidden.size(0) > kMaxPagedTokens) return false;
   }
   return true;
+}
+
+bool LlamaPaddedApplies(const std::vector<LlamaStepItem>& items) {
+  if (items.size() < 2) return false;
+  const KvBlockPool& pool = items.front().cache->pool();
+  int64_t real = 0, longest = 0;
+  for (const LlamaStepItem& item : items) {
+    if (&item.cache->pool() != &pool || item.hidden.size(0) != 1) return false;
+    real += item.cache->length() + 1;
+    longest = std::max(longest, item.cache->length() + 1);
+  }
+  const auto rows = static_cast<int64_t>(items.size());
+  return KvBatch::PaddingFits(rows, longest, real, pool.bytes_per_token());
 }
 
 Status LlamaLayerStep(const LlamaAttentionStack& stack, int64_t layer,

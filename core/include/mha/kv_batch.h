@@ -7,6 +7,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
 
 #include <cstdint>
 #include <vector>
@@ -29,6 +30,17 @@ struct KvBatch {
     int64_t longest = 0;
   };
   static Padded Gather(const std::vector<const KvCache*>& caches);
+
+  // The additive mask of a padded attention over `keys` >= padded.longest keys (extra keys past
+  // the longest, such as add_bias_kv's, stay visible): [rows, 1, 1, keys], -inf at and past each
+  // row's length, in `options`' dtype on its device.
+  static at::Tensor PaddingMask(const Padded& padded, int64_t keys,
+                                const at::TensorOptions& options);
+
+  // Whether padding `rows` rows to `longest` tokens stays within bounds: at most twice the
+  // `real` tokens, or under 64 MiB of keys and values in all at `bytes_per_token` (a short
+  // session beside a long one is not padded to gigabytes).
+  static bool PaddingFits(int64_t rows, int64_t longest, int64_t real, int64_t bytes_per_token);
 };
 
 }  // namespace mha

@@ -45,10 +45,17 @@ constexpr int64_t kMaxPagedGroup = 2;
 // per K/V head. Other steps gather each cache.
 bool LlamaPagedApplies(const LlamaConfig& config, const std::vector<LlamaStepItem>& items);
 
+// Whether a step of `items` may attend padded (mha/decode.h's kPadded): at least two items of one
+// pool, each one new token, and the padding within KvBatch::PaddingFits.
+bool LlamaPaddedApplies(const std::vector<LlamaStepItem>& items);
+
 // Runs `items` (which passed CheckLlamaStep, each cache with room for its tokens) as one pass of
-// `layer`. `attention`: kPerSession reads the pages in place where LlamaPagedApplies, else
-// gathers; kGather always gathers (tests, benchmarks); kPadded counts as kPerSession. LibTorch
-// errors come back as INTERNAL with every cache back at its length before the call.
+// `layer`. `attention`: kPerSession reads the pages in place where LlamaPagedApplies; else, on a
+// device pool (a GPU), one padded attention where LlamaPaddedApplies (one gather and one append
+// for every cache: per-cache ones copy ids to the device and wait for the stream, each); else
+// gathers each cache. kGather always gathers (tests, benchmarks); kPadded attends padded where
+// LlamaPaddedApplies, on any device, else as kPerSession. LibTorch errors come back as INTERNAL
+// with every cache back at its length before the call.
 Status LlamaLayerStep(const LlamaAttentionStack& stack, int64_t layer,
                       const std::vector<LlamaStepItem>& items,
                       StepAttention attention = StepAttention::kPerSession);

@@ -4,19 +4,17 @@
 // mixed, refused where padding would more than double the keys, and a pass's ATen work does not
 // grow with its sessions (on a GPU each op is a launch, each id copy a wait for the stream).
 #include <ATen/ATen.h>
-#include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <limits>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "decode_test_util.h"
 #include "mha/decode.h"
+#include "op_counter.h"
 #include "test_util.h"
 
 namespace mha {
@@ -162,12 +160,6 @@ TEST(DecodePadded, PaddingThatWouldMoreThanDoubleLargeKeysIsRefused) {
   EXPECT_TRUE(PaddedAttentionApplies(items({0, 1})));      // 2 × 90001 for 90003: under double
 }
 
-// ATen ops that do work (a kernel or a copy on a GPU): every op recorded but views and metadata.
-std::multiset<std::string>* Recorded() {
-  thread_local std::multiset<std::string> ops;
-  return &ops;
-}
-
 int WorkOpsOfOnePass(const MhaModel& model, int sessions, StepAttention attention) {
   auto pool = testing::MakeKvPool(model);
   std::vector<std::unique_ptr<KvCache>> caches;
@@ -184,26 +176,11 @@ int WorkOpsOfOnePass(const MhaModel& model, int sessions, StepAttention attentio
     items.push_back(StepItem{caches.back().get(), false, &steps[static_cast<size_t>(i)],
                              &outs[static_cast<size_t>(i)]});
   }
-  static const std::set<std::string> kViews = {
-      "aten::view",           "aten::narrow",     "aten::slice",      "aten::transpose",
-      "aten::as_strided",     "aten::t",          "aten::unsqueeze",  "aten::reshape",
-      "aten::_reshape_alias", "aten::expand",     "aten::select",     "aten::permute",
-      "aten::alias",          "aten::detach",     "aten::empty",      "aten::empty_strided",
-      "aten::resize_",        "aten::lift_fresh", "aten::to",         "aten::_unsafe_view",
-      "aten::split",          "aten::unbind",     "aten::contiguous", "aten::flatten"};
-  Recorded()->clear();
-  auto handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                     -> std::unique_ptr<at::ObserverContext> {
-        Recorded()->insert(fn.name());
-        return nullptr;
-      }).scopes({at::RecordScope::FUNCTION}));
+  testing::OpCounter counter;
   const Status status = DecodeSteps(model, items, attention);
-  at::removeCallback(handle);
+  counter.Stop();
   EXPECT_TRUE(status.ok()) << status.ToString();
-  int work = 0;
-  for (const std::string& op : *Recorded()) work += kViews.count(op) ? 0 : 1;
-  return work;
+  return counter.work();
 }
 
 TEST(DecodePadded, APassesWorkDoesNotGrowWithItsSessions) {

@@ -5,9 +5,11 @@
 #include "mha/llama_step.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -16,6 +18,7 @@
 
 #include "llama_test_util.h"
 #include "mha/paged_attention.h"
+#include "op_counter.h"
 #include "test_util.h"
 
 namespace mha {
@@ -101,6 +104,96 @@ std::vector<StepParam> StepParams() {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaStepFixtureTest, ::testing::ValuesIn(StepParams()),
                          StepName);
+
+// Session i joins at round i and then takes a token a round, every pass padded (kPadded) over
+// pages holding NaN: the sessions' lengths differ in every pass.
+TEST(LlamaStepPadded, StaggeredSessionsEqualTorchOverStalePages) {
+  for (const std::string& device : testing::TestDevices()) {
+    for (const std::string& name : testing::LlamaCaseNames("stateless")) {
+      SCOPED_TRACE(name + " on " + device);
+      const testing::LlamaCase c = LoadLlamaCase(name);
+      auto stack = LoadLlamaStack(c, device);
+      ASSERT_NE(stack, nullptr);
+      auto pool = stack->CreateKvPool(KvPoolOptions{int64_t{1} << 20, /*block_tokens=*/3});
+      ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+      {
+        c10::InferenceMode guard;  // the pages are inference tensors
+        (*pool)->keys().fill_(std::numeric_limits<float>::quiet_NaN());
+        (*pool)->values().fill_(std::numeric_limits<float>::quiet_NaN());
+      }
+      const at::Tensor& input = c.Io("input");
+      const int64_t b = input.size(0), total = input.size(1);
+      ASSERT_GE(b, 2) << "sessions to pad";
+      const at::Tensor expected = c.Io("output.0");
+      std::vector<std::unique_ptr<KvCache>> caches;
+      for (int64_t i = 0; i < b; ++i) caches.push_back(std::make_unique<KvCache>(*pool, 1));
+      int padded = 0;
+      for (int64_t round = 0; round < total + b - 1; ++round) {
+        std::vector<at::Tensor> outs(static_cast<size_t>(b));
+        std::vector<LlamaStepItem> items;
+        std::vector<int64_t> who;
+        for (int64_t i = 0; i < b; ++i) {
+          const int64_t p = round - i;
+          if (p < 0 || p >= total) continue;
+          ASSERT_TRUE(caches[i]->Reserve(1).ok());
+          items.push_back(
+              LlamaStepItem{caches[i].get(), input[i].narrow(0, p, 1).to(device), &outs[i]});
+          who.push_back(i);
+        }
+        padded += LlamaPaddedApplies(items) ? 1 : 0;
+        Status s = LlamaLayerStep(*stack, 0, items, StepAttention::kPadded);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        for (int64_t i : who) {
+          EXPECT_TRUE(
+              TensorsNear(outs[i].cpu(), expected[i].narrow(0, round - i, 1), kFp32Tolerance))
+              << "session " << i << " token " << round - i;
+        }
+      }
+      EXPECT_GE(padded, total - b + 1) << "the padded pass must have run";
+    }
+  }
+}
+
+// One pass of `sessions` one-token steps at different cache lengths: its work ops (op_counter.h).
+int LlamaWorkOps(const LlamaAttentionStack& stack, int sessions, StepAttention attention) {
+  auto pool = stack.CreateKvPool(KvPoolOptions{int64_t{1} << 20, 4});
+  EXPECT_TRUE(pool.ok());
+  const int64_t e = stack.config().hidden_size;
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<at::Tensor> outs(static_cast<size_t>(sessions));
+  std::vector<LlamaStepItem> items;
+  for (int i = 0; i < sessions; ++i) {
+    caches.push_back(std::make_unique<KvCache>(*pool, 1));
+    at::Tensor prefill_out;
+    EXPECT_TRUE(caches.back()->Reserve(2 + i % 3 + 1).ok());
+    LlamaStepItem prefill{caches.back().get(), at::randn({2 + i % 3, e}), &prefill_out};
+    EXPECT_TRUE(LlamaLayerStep(stack, 0, {prefill}).ok());
+    items.push_back(LlamaStepItem{caches.back().get(), at::randn({1, e}), &outs[i]});
+  }
+  testing::OpCounter counter;
+  const Status status = LlamaLayerStep(stack, 0, items, attention);
+  counter.Stop();
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return counter.work();
+}
+
+TEST(LlamaStepPadded, APassesWorkDoesNotGrowWithItsSessions) {
+  for (const std::string& device : testing::TestDevices()) {
+    SCOPED_TRACE(device);
+    auto stack = LoadLlamaStack(LoadLlamaCase("gqa_ratio4"), device);
+    ASSERT_NE(stack, nullptr);
+    // From 4 rows on, Q, K and V are one GEMM (llama_ops.h): compare 4 and 16 sessions.
+    EXPECT_GT(LlamaWorkOps(*stack, 16, StepAttention::kGather),
+              LlamaWorkOps(*stack, 4, StepAttention::kGather) + 12)
+        << "the per-session gather's ops grow with the sessions (the counter sees ops)";
+    EXPECT_EQ(LlamaWorkOps(*stack, 16, StepAttention::kPadded),
+              LlamaWorkOps(*stack, 4, StepAttention::kPadded));
+    if (device != "cpu") {  // what the server runs there
+      EXPECT_EQ(LlamaWorkOps(*stack, 16, StepAttention::kPerSession),
+                LlamaWorkOps(*stack, 4, StepAttention::kPerSession));
+    }
+  }
+}
 
 class LlamaStepCheckTest : public ::testing::Test {
  protected:
