@@ -67,17 +67,19 @@ bool OnDevice(const std::vector<LlamaStepItem>& items) {
 }
 
 // Every item's new keys and values appended to its cache; k and v: [N, KV * D] in item order.
-// On a device pool with every item the same number of tokens: one index op per store for all
-// (KvBatch), where each cache's own append copies its slot ids to the device and waits.
-void AppendAll(const std::vector<LlamaStepItem>& items, const at::Tensor& k, const at::Tensor& v) {
+// `batched` (a device pool, or a padded pass) with every item the same number of tokens: one
+// index op per store for all (KvBatch), where each cache's own append on a device copies its slot
+// ids there and waits for the stream.
+void AppendAll(const std::vector<LlamaStepItem>& items, const at::Tensor& k, const at::Tensor& v,
+               bool batched) {
   const int64_t t0 = items.front().hidden.size(0);
   const bool same = std::all_of(items.begin(), items.end(),
                                 [t0](const LlamaStepItem& i) { return i.hidden.size(0) == t0; });
-  if (same && OnDevice(items)) {
+  if (same && batched) {
     std::vector<KvCache*> caches;
     for (const LlamaStepItem& item : items) caches.push_back(item.cache);
     const auto n = static_cast<int64_t>(items.size());
-    KvBatch::Append(caches, k.view({n, t0, -1}), v.view({n, t0, -1}));
+    KvBatch::Append(caches, k.reshape({n, t0, -1}), v.reshape({n, t0, -1}));
     return;
   }
   int64_t offset = 0;
@@ -156,10 +158,10 @@ void RunStep(const LlamaAttentionStack& stack, int64_t layer,
           .reshape({n, c.q_dim()});
   k = internal::ApplyRope(k.reshape({n, c.num_key_value_heads, c.head_dim}), cos, sin)
           .reshape({n, c.kv_dim()});
-  AppendAll(items, k, v);
   const bool padded = (attention == StepAttention::kPadded ||
                        (attention == StepAttention::kPerSession && OnDevice(items))) &&
-                      LlamaPaddedApplies(items);
+                      LlamaPaddedApplies(items);  // before the append: it counts the new token
+  AppendAll(items, k, v, padded || OnDevice(items));
   at::Tensor attended;
   if (padded) {
     attended = AttendPadded(c, items, q);
