@@ -83,7 +83,7 @@ KvBatch::Padded KvBatch::Gather(const std::vector<const KvCache*>& caches) {
         .view({rows, blocks * bt, h, d})
         .narrow(1, 0, out.longest)
         .transpose(1, 2)
-        .masked_fill(past, 0);
+        .masked_fill_(past, 0);  // in place: the gather's own fresh tensor
   };
   out.keys = gather(pool.keys());
   out.values = gather(pool.values());
