@@ -19,6 +19,8 @@ def main():
     p.add_argument("--passes", type=int, default=5)
     p.add_argument("--trace", default=None)
     p.add_argument("--mode", choices=("synced", "queued"), default="synced")
+    p.add_argument("--plain", action="store_true",
+                   help="no profiler: the passes alone, for ncu (which takes CUPTI for itself)")
     a = p.parse_args()
     b, t, e, h = (int(x) for x in a.shape.split(","))
     dtype = getattr(torch, a.dtype)
@@ -28,6 +30,12 @@ def main():
         for _ in range(3):
             mha(x, x, x, need_weights=bool(a.need_weights), average_attn_weights=False)
         torch.cuda.synchronize()
+        if a.plain:
+            for _ in range(a.passes):
+                mha(x, x, x, need_weights=bool(a.need_weights), average_attn_weights=False)
+            torch.cuda.synchronize()
+            print(f"torch_gpu_profile: {a.passes} passes, no profiler")
+            return
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(a.passes):
                 with torch.profiler.record_function("pass"):

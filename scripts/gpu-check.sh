@@ -276,7 +276,7 @@ goals() {
 }
 export -f goals
 # Where the time goes: mha_core's kernels per pass (ncu) beside PyTorch's (torch.profiler).
-built profile bench/mha_core_bench && step profile 150 "$OUT/profile.log" scripts/gpu-profile.sh "$build"
+built profile bench/mha_core_bench && step profile 300 "$OUT/profile.log" scripts/gpu-profile.sh "$build"
 # Host query -> pinned staging -> GPU -> pinned outputs, 1 vs 2 threads (two instances, each on its
 # own pool stream): summary.json's stream_overlap is passes/s at 2 threads over 1.
 streambench() {

@@ -33,6 +33,21 @@ for c in "4,4096,2048,16 bfloat16" "8,128,512,8 bfloat16"; do
 done
 rm -rf "$traces"
 [ "${PROFILE_NCU:-1}" = 0 ] && exit 0
+# The back-to-back gap at the largest shape (docs/gpu.md, fourth lease): the same six kernels,
+# 2.4% longer in the core's passes. Both sides under ncu with the clocks locked at base, and each
+# kernel's cycles beside its duration: equal cycles mean equal work (then the gap is the clock).
+if [ -n "$ncu" ]; then
+  m=gpu__time_duration.sum,sm__cycles_elapsed.max,dram__bytes_read.sum,dram__bytes_write.sum
+  big=(--clock-control base --metrics "$m" --csv --page raw --launch-count 18)
+  MHA_BENCH_DEVICE=cuda MHA_BENCH_DTYPE=bfloat16 MHA_BENCH_SHAPE=4,4096,2048,16 timeout 90 \
+    "$ncu" "${big[@]}" --launch-skip 120 "$build"/bench/mha_core_bench \
+    --benchmark_filter="^BM_ForwardQueued/need_weights:0/graphs:0$" --benchmark_min_time=0.3 > "$tmp" 2>&1
+  python3 bench/ncu_kernels.py "$tmp" --label "mha_core 4,4096,2048,16 bf16 b2b, base clocks"
+  LD_LIBRARY_PATH=$torch_ld timeout 90 "$ncu" "${big[@]}" --launch-skip 120 python3 \
+    bench/torch_gpu_profile.py --shape 4,4096,2048,16 --dtype bfloat16 --passes 40 --plain \
+    > "$tmp" 2>&1
+  python3 bench/ncu_kernels.py "$tmp" --label "torch 4,4096,2048,16 bf16 b2b, base clocks"
+fi
 cases=("32,1024,1024,16 float16 1" "8,128,512,8 float16 0" "32,1024,1024,16 float16 0")
 for c in "${cases[@]}"; do
   read -r shape dtype weights <<< "$c"
@@ -44,20 +59,7 @@ for c in "${cases[@]}"; do
       --csv --page raw "$build"/bench/mha_core_bench \
       --benchmark_filter="^BM_Forward/need_weights:$weights/graphs:0" --benchmark_min_time=0.5 \
       > "$tmp" 2>&1
-    python3 - "$tmp" <<'PY'
-import csv, sys
-rows = [r for r in csv.reader(l for l in open(sys.argv[1], errors="replace") if l.startswith('"'))]
-if not rows:
-    print(open(sys.argv[1], errors="replace").read()[-2000:])
-    sys.exit()
-head, units = rows[0], rows[1]
-name, dur = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
-total = 0.0
-for r in rows[2:]:
-    print(f"{r[dur]:>10} {units[dur]}  {r[name][:110]}")
-    total += float(r[dur].replace(",", "") or 0)
-print(f"sum {total:.1f} {units[dur]} over {len(rows) - 2} kernels")
-PY
+    python3 bench/ncu_kernels.py "$tmp" --label "mha_core $shape $dtype need_weights=$weights"
   else
     echo "no ncu on this machine"
   fi
