@@ -64,8 +64,12 @@ at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::
     if (group > 1) mask = mask.repeat({group, 1});
   }
   if (key_mask.defined()) mask = mask.defined() ? mask + key_mask : key_mask;  // [B, 1, 1, S]
+  // A decoding step on CUDA (one new token: `group` rows per K/V head) takes the explicit path,
+  // as fused_attention does for one row: its key length grows every step, and LibTorch 2.x's
+  // cuDNN attention would build an execution plan for each new length (mha/attention_ops.h).
+  const bool cuda_step = q.is_cuda() && t == 1;
   at::Tensor out;
-  if (fused_kernel_preferred(qg)) {
+  if (!cuda_step && fused_kernel_preferred(qg)) {
     out = fused_attention(qg, k, v, mask, /*is_causal=*/false);
   } else {
     at::Tensor weights;
