@@ -19,7 +19,8 @@ namespace mha {
 struct KvBatch {
   // Appends k, v ([sum of the caches' rows, T, H * head_dim], the caches' rows in order) at each
   // cache's positions length() .. length() + T - 1. Every cache must be of one pool and have had
-  // Reserve(T). Throws c10::Error on misuse, with no cache changed.
+  // Reserve(T). Throws on misuse (c10::Error; std::out_of_range without the Reserve), with no
+  // cache's length changed.
   static void Append(const std::vector<KvCache*>& caches, const at::Tensor& k, const at::Tensor& v);
 
   // Every row's keys and values padded to the longest cache: [sum of rows, H, longest, head_dim],
