@@ -1,8 +1,11 @@
-// Decoding-session steps in one process (docs/sessions.md), E=512 H=8 fp32 on the CPU:
+// Decoding-session steps in one process (docs/sessions.md), E=512 H=8, fp32 on the CPU unless
+// MHA_BENCH_DEVICE / MHA_BENCH_DTYPE say otherwise (bench_setup.h; the queries stay on the host,
+// as the server's do):
 //   BM_DecodeSteps/<attention>/<sessions>: one merged pass of one new token for each of
 //     `sessions` sessions whose caches hold 1 .. 1024 tokens (spread evenly); attention 0 =
-//     per-session (what the server runs: the pages read in place, mha/paged_attention.h),
-//     1 = padded to the longest + mask, 2 = per-session gather of each cache's blocks.
+//     what the server runs (kPerSession: on the CPU the pages read in place,
+//     mha/paged_attention.h; on a GPU the padded pass), 1 = padded to the longest + mask,
+//     2 = per-session gather of each cache's blocks.
 //   BM_DecodeChunk/<attention>/<T>: one session at cache length 512 taking T new tokens in one
 //     step (a prefill chunk), attention as above: where reading the pages in place stops paying.
 //   BM_DecodeOneToken/<S>: one session's step at cache length S, vs
@@ -16,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_setup.h"
 #include "mha/decode.h"
 #include "mha/model.h"
 
@@ -28,7 +32,8 @@ const mha::MhaModel& Model() {
     mha::MhaOptions o;
     o.embed_dim = kEmbed;
     o.num_heads = kHeads;
-    o.device = "cpu";
+    o.device = mha_bench::BenchDevice();
+    o.dtype = mha_bench::BenchDType();
     at::manual_seed(0);
     mha::MhaWeights w;
     for (at::Tensor* t : {&w.q_weight, &w.k_weight, &w.v_weight, &w.out_weight}) {
@@ -54,7 +59,8 @@ std::shared_ptr<mha::KvBlockPool> Pool() {
 std::unique_ptr<mha::KvCache> Filled(int64_t length) {
   auto cache = std::make_unique<mha::KvCache>(Pool(), 1);
   if (!cache->Reserve(length + 1).ok()) std::abort();
-  cache->Append(at::randn({1, length, kEmbed}), at::randn({1, length, kEmbed}));
+  const at::TensorOptions on = mha_bench::BenchTensorOptions();
+  cache->Append(at::randn({1, length, kEmbed}, on), at::randn({1, length, kEmbed}, on));
   return cache;
 }
 

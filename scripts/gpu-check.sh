@@ -154,7 +154,6 @@ export MHA_ORIG_LD_LIBRARY_PATH=$orig_ld  # for the Python steps of scripts/gpu-
 
 # ---- 2b. PyTorch's own numbers first: they need no build (a call whose build fails keeps them).
 step torchref 110 "$OUT/bench.log" env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_gpu_reference.py --out "$OUT/torch_ref.json"
-
 # ---- 3. Configure + build ----------------------------------------------------------------------
 torch_cmake=$(LD_LIBRARY_PATH="$orig_ld" python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
@@ -209,7 +208,7 @@ streamtest() {
 export -f streamtest
 built streamtest tests/unit/mha_core_tests && step streamtest 60 "$tlog" streamtest
 
-# ---- 5. Benchmarks: in-process core (3 shapes x fp16/bf16) and PyTorch's own ---------------------
+# ---- 5. Benchmarks: in-process core (3 shapes x fp16/bf16, decode steps) and PyTorch's own -------
 corebench() {
   for shape in 8,128,512,8 32,1024,1024,16 4,4096,2048,16; do
     for dt in float16 bfloat16; do
@@ -219,7 +218,8 @@ corebench() {
         --benchmark_min_time=0.2 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
         --benchmark_out="$bdir/core_${shape//,/_}_$dt.json" --benchmark_out_format=json || echo "rc=$?"
     done
-  done
+  done  # then decode steps: what the server runs (0), padded (1), a gather per session (2)
+  MHA_BENCH_DEVICE=cuda MHA_BENCH_DTYPE=float16 "$build"/bench/mha_decode_bench --benchmark_filter='^BM_DecodeSteps/' --benchmark_min_time=0.2 || echo "rc=$?"
 }
 export -f corebench
 built corebench bench/mha_core_bench && step corebench 120 "$OUT/bench.log" corebench
