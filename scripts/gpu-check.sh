@@ -222,7 +222,7 @@ corebench() {
   MHA_BENCH_DEVICE=cuda MHA_BENCH_DTYPE=float16 "$build"/bench/mha_decode_bench --benchmark_filter='^BM_DecodeSteps/' --benchmark_min_time=0.2 || echo "rc=$?"
 }
 export -f corebench
-built corebench bench/mha_core_bench && step corebench 120 "$OUT/bench.log" corebench
+built corebench bench/mha_core_bench && step corebench 180 "$OUT/bench.log" corebench
 # The same comparison in turns (bench/paired_gpu_ratio.py: PyTorch and the core alternating, each
 # case for the same time, clocks read after each side): the ratios issue 35's table reports.
 paired() {
