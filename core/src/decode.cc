@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "decode_padded.h"
 #include "mha/attention_ops.h"
@@ -219,28 +220,16 @@ void RunSteps(const MhaModel& model, const std::vector<StepItem>& items, StepAtt
   const at::ScalarType compute = w.out_weight.scalar_type();
   const int64_t e = model.options().embed_dim;
   std::vector<at::Tensor> flat;
-  bool any_self = false, one_kind = true;
+  bool any_self = false;
   for (const StepItem& item : items) {
-    const at::Tensor& q = item.inputs->query;
-    flat.push_back(q.reshape({-1, e}));
+    flat.push_back(item.inputs->query.reshape({-1, e}));
     any_self = any_self || !item.cross;
-    const at::Tensor& first = items.front().inputs->query;
-    one_kind = one_kind && q.device() == first.device() && q.scalar_type() == first.scalar_type();
   }
-  if (!one_kind) {
-    for (at::Tensor& q : flat) q = q.to(device, compute);
-  }
-  // Joined where the queries are (host rows: one copy to the device for the pass).
-  const at::Tensor all = (flat.size() == 1 ? flat[0] : at::cat(flat, 0)).to(device, compute);
+  const at::Tensor all = JoinRows(std::move(flat), device, compute);
   at::Tensor q_all, k_all, v_all;
   Project(model, all, any_self, &q_all, &k_all, &v_all);
   std::vector<at::Tensor> combined;
-  // A device pool: per-session attention would copy ids to the device and wait for the stream
-  // once per session; the padded pass does so once (decode_padded.h).
-  const bool device_pool = !items.front().cache->pool().keys().is_cpu();
-  const bool padded = attention == StepAttention::kPadded ||
-                      (attention == StepAttention::kPerSession && device_pool);
-  if (padded && PaddedAttentionApplies(items)) {
+  if (PrefersPadded(attention, items.front().cache->pool()) && PaddedAttentionApplies(items)) {
     combined.push_back(internal::AttendPadded(model, items, q_all, k_all, v_all));
     for (const StepItem& item : items) item.outputs->attn_weights = at::Tensor();
   } else if (attention != StepAttention::kGather && PagedAttentionApplies(model, items)) {

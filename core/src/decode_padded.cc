@@ -9,6 +9,11 @@
 
 namespace mha {
 
+bool PrefersPadded(StepAttention attention, const KvBlockPool& pool) {
+  return attention == StepAttention::kPadded ||
+         (attention == StepAttention::kPerSession && !pool.keys().is_cpu());
+}
+
 bool PaddedAttentionApplies(const std::vector<StepItem>& items) {
   if (items.size() < 2) return false;
   int64_t rows = 0, real = 0, longest = 0;

@@ -24,7 +24,7 @@ void KvBatch::Append(const std::vector<KvCache*>& caches, const at::Tensor& k,
                      const at::Tensor& v) {
   const KvBlockPool& pool = PoolOf({caches.begin(), caches.end()});
   const at::Tensor& keys = pool.keys();
-  const int64_t t = k.size(1), bt = pool.block_tokens();
+  const int64_t t = k.size(1);
   int64_t rows = 0;
   for (const KvCache* c : caches) rows += c->rows();
   TORCH_CHECK(k.dim() == 3 && k.size(0) == rows && v.size(0) == rows && v.size(1) == t,
@@ -33,13 +33,7 @@ void KvBatch::Append(const std::vector<KvCache*>& caches, const at::Tensor& k,
   c10::InferenceMode guard;  // the pool's tensors are inference tensors (written in place)
   std::vector<int64_t> slots;
   slots.reserve(static_cast<size_t>(rows * t));
-  for (const KvCache* c : caches) {
-    for (const auto& table : c->tables_) {
-      for (int64_t p = c->length_; p < c->length_ + t; ++p) {
-        slots.push_back(table.at(static_cast<size_t>(p / bt)) * bt + p % bt);
-      }
-    }
-  }
+  for (const KvCache* c : caches) c->SlotIds(c->length_, t, &slots);
   const at::Tensor ids = at::tensor(slots, at::kLong).to(keys.device());
   const int64_t h = keys.size(1), d = keys.size(2);
   keys.index_copy_(0, ids, k.reshape({rows * t, h, d}).to(keys.scalar_type()));

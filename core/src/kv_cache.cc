@@ -136,15 +136,19 @@ Status KvCache::Reserve(int64_t extra) {
   return Status::Ok();
 }
 
-at::Tensor KvCache::Slots(int64_t begin, int64_t count) const {
+void KvCache::SlotIds(int64_t begin, int64_t count, std::vector<int64_t>* out) const {
   const int64_t bt = pool_->block_tokens();
-  std::vector<int64_t> slots;
-  slots.reserve(static_cast<size_t>(rows_ * count));
   for (const auto& table : tables_) {
     for (int64_t p = begin; p < begin + count; ++p) {
-      slots.push_back(table.at(static_cast<size_t>(p / bt)) * bt + p % bt);
+      out->push_back(table.at(static_cast<size_t>(p / bt)) * bt + p % bt);
     }
   }
+}
+
+at::Tensor KvCache::Slots(int64_t begin, int64_t count) const {
+  std::vector<int64_t> slots;
+  slots.reserve(static_cast<size_t>(rows_ * count));
+  SlotIds(begin, count, &slots);
   at::Tensor ids = at::tensor(slots, at::kLong);
   return ids.to(pool_->keys().device());
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "llama_ops.h"
 #include "mha/kv_batch.h"
@@ -136,19 +137,11 @@ void RunStep(const LlamaAttentionStack& stack, int64_t layer,
   const KvLayout layout = stack.kv_layout();
   std::vector<at::Tensor> rows;
   std::vector<int64_t> positions;
-  const at::Tensor& first = items.front().hidden;
-  bool one_kind = true;  // joined where they are (host rows: one copy to the device)
   for (const LlamaStepItem& item : items) {
     rows.push_back(item.hidden);
-    one_kind = one_kind && item.hidden.device() == first.device() &&
-               item.hidden.scalar_type() == first.scalar_type();
     for (int64_t j = 0; j < item.hidden.size(0); ++j) positions.push_back(item.cache->length() + j);
   }
-  if (!one_kind) {
-    for (at::Tensor& r : rows) r = r.to(layout.device, layout.dtype);
-  }
-  const at::Tensor x =
-      (rows.size() == 1 ? rows[0] : at::cat(rows, 0)).to(layout.device, layout.dtype);  // [N, E]
+  const at::Tensor x = JoinRows(std::move(rows), layout.device, layout.dtype);  // [N, E]
   const int64_t n = x.size(0);
   at::Tensor q, k, v, cos, sin;
   internal::ProjectQkv(w, c, x, &q, &k, &v);
@@ -158,8 +151,7 @@ void RunStep(const LlamaAttentionStack& stack, int64_t layer,
           .reshape({n, c.q_dim()});
   k = internal::ApplyRope(k.reshape({n, c.num_key_value_heads, c.head_dim}), cos, sin)
           .reshape({n, c.kv_dim()});
-  const bool padded = (attention == StepAttention::kPadded ||
-                       (attention == StepAttention::kPerSession && OnDevice(items))) &&
+  const bool padded = PrefersPadded(attention, items.front().cache->pool()) &&
                       LlamaPaddedApplies(items);  // before the append: it counts the new token
   AppendAll(items, k, v, padded || OnDevice(items));
   at::Tensor attended;

@@ -18,6 +18,17 @@ at::ScalarType ToScalarType(DType dtype) {
   return at::kFloat;
 }
 
+at::Tensor JoinRows(std::vector<at::Tensor> rows, c10::Device device, at::ScalarType dtype) {
+  const at::Tensor& first = rows.front();
+  for (const at::Tensor& r : rows) {
+    if (r.device() != first.device() || r.scalar_type() != first.scalar_type()) {
+      for (at::Tensor& each : rows) each = each.to(device, dtype);
+      break;
+    }
+  }
+  return (rows.size() == 1 ? rows.front() : at::cat(rows, 0)).to(device, dtype);
+}
+
 at::Tensor ToAdditiveMask(const at::Tensor& mask, at::ScalarType dtype, c10::Device device) {
   const at::Tensor on_device = mask.to(device);
   if (mask.scalar_type() == at::kBool) {

@@ -63,6 +63,11 @@ Status CheckStepInputs(const MhaOptions& options, const KvCache& cache, bool cro
 // server uses kPerSession.
 enum class StepAttention { kPerSession, kPadded, kGather };
 
+// Whether `attention` asks for the padded pass over `pool`'s caches: kPadded, or kPerSession on a
+// device pool (a GPU), where per-session appends and gathers each copy ids to the device and
+// wait for the stream. The step paths (DecodeSteps, LlamaLayerStep) pad where it also applies.
+bool PrefersPadded(StepAttention attention, const KvBlockPool& pool);
+
 // Whether kPadded applies to these items: at least two, each one new token without masks or
 // weights, all of one pool, and the padded keys at most twice the real ones or under 64 MiB of
 // keys and values in all (a short session beside a long one is not padded to gigabytes).

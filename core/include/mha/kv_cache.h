@@ -121,7 +121,9 @@ class KvCache {
  private:
   friend struct KvBatch;  // several caches' appends and gathers in one op (core/src/kv_batch.h)
 
-  // Slot ids of positions [begin, begin + count) of every row: [rows * count], int64 on device.
+  // Slot ids of positions [begin, begin + count) of every row, row by row, appended to `out`.
+  void SlotIds(int64_t begin, int64_t count, std::vector<int64_t>* out) const;
+  // The same as a tensor: [rows * count], int64 on the pool's device.
   at::Tensor Slots(int64_t begin, int64_t count) const;
   at::Tensor Gather(const at::Tensor& store) const;
   // CPU: x [rows, T, E] at positions [begin, begin + T) of every row, one memcpy per token.
