@@ -4,10 +4,8 @@
 // mixed, refused where padding would more than double the keys, and a pass's ATen work does not
 // grow with its sessions (on a GPU each op is a launch, each id copy a wait for the stream).
 #include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,14 +18,9 @@
 namespace mha {
 namespace {
 
+using testing::FillNaN;
 using testing::kFp32Tolerance;
 using testing::TensorsNear;
-
-void FillNaN(const KvBlockPool& pool) {
-  c10::InferenceMode guard;  // the pool's pages are inference tensors
-  pool.keys().fill_(std::numeric_limits<float>::quiet_NaN());
-  pool.values().fill_(std::numeric_limits<float>::quiet_NaN());
-}
 
 StepInputs Tokens(const at::Tensor& query, int64_t p, int64_t n) {
   StepInputs step;

@@ -2,9 +2,12 @@
 // lengths merged into one pass per round.
 #pragma once
 
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -20,6 +23,14 @@ inline std::shared_ptr<KvBlockPool> MakeKvPool(const MhaModel& model, int64_t bl
   auto pool = KvBlockPool::Create(KvPoolOptions{bytes, block_tokens}, model);
   EXPECT_TRUE(pool.ok()) << pool.status().ToString();
   return pool.ok() ? *pool : nullptr;
+}
+
+// Fills every page of `pool` with NaN: a padded or gathered step that let a page's unwritten
+// slots reach an answer shows NaN there.
+inline void FillNaN(const KvBlockPool& pool) {
+  c10::InferenceMode guard;  // the pool's pages are inference tensors
+  pool.keys().fill_(std::numeric_limits<float>::quiet_NaN());
+  pool.values().fill_(std::numeric_limits<float>::quiet_NaN());
 }
 
 // Decodes a sequence of `total` tokens in `sessions` sessions, one merged pass per round: session

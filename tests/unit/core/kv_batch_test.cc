@@ -3,10 +3,8 @@
 #include "mha/kv_batch.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
-#include <limits>
 #include <memory>
 #include <vector>
 
@@ -30,11 +28,7 @@ struct Caches {
 Caches Make(const MhaModel& model, const std::vector<int64_t>& lengths) {
   Caches c;
   c.pool = testing::MakeKvPool(model);
-  {
-    c10::InferenceMode guard;  // the pool's pages are inference tensors
-    c.pool->keys().fill_(std::numeric_limits<float>::quiet_NaN());
-    c.pool->values().fill_(std::numeric_limits<float>::quiet_NaN());
-  }
+  testing::FillNaN(*c.pool);
   const int64_t e = model.options().embed_dim;
   for (int64_t n : lengths) {
     c.owned.push_back(std::make_unique<KvCache>(c.pool, 2));

@@ -5,17 +5,16 @@
 #include "mha/llama_step.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <limits>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "decode_test_util.h"
 #include "llama_test_util.h"
 #include "mha/paged_attention.h"
 #include "op_counter.h"
@@ -116,11 +115,7 @@ TEST(LlamaStepPadded, StaggeredSessionsEqualTorchOverStalePages) {
       ASSERT_NE(stack, nullptr);
       auto pool = stack->CreateKvPool(KvPoolOptions{int64_t{1} << 20, /*block_tokens=*/3});
       ASSERT_TRUE(pool.ok()) << pool.status().ToString();
-      {
-        c10::InferenceMode guard;  // the pages are inference tensors
-        (*pool)->keys().fill_(std::numeric_limits<float>::quiet_NaN());
-        (*pool)->values().fill_(std::numeric_limits<float>::quiet_NaN());
-      }
+      testing::FillNaN(**pool);
       const at::Tensor& input = c.Io("input");
       const int64_t b = input.size(0), total = input.size(1);
       ASSERT_GE(b, 2) << "sessions to pad";
