@@ -1,7 +1,7 @@
-// `mha-client afd` (docs/afd.md): the FFN side of attention-FFN disaggregation against a server
-// holding a Llama-family model. Opens N sessions, splits them over S LayerSteps streams (a thread
-// each), and drives every session through L layers: a prefill chunk of P tokens, then T decode
-// steps of one token. Per layer a stream sends one message with its sessions' hidden states
+// `mha-client afd` (docs/afd_stream.md): the FFN side of attention-FFN disaggregation against a
+// server holding a Llama-family model. Opens N sessions, splits them over S LayerSteps streams (a
+// thread each), and drives every session through L layers: a prefill chunk of P tokens, then T
+// decode steps of one token. Per layer a stream sends one message with its sessions' hidden states
 // (rms-normed), adds the attention outputs to each session's residual stream, then runs the
 // stand-in FFN (client/stand_in_ffn.h) before the next layer. Reports steps/s (session tokens
 // through every layer), per-layer round trips p50/p99 of the decode phase, the failed steps, how

@@ -98,9 +98,9 @@ class AttentionClient {
       const v1::OpenSessionRequest& request, std::optional<std::chrono::milliseconds> timeout = {});
   StatusOr<v1::CloseSessionResponse> CloseSession(const std::string& session_id);
 
-  // The per-layer step stream of Llama models (docs/afd.md): Write a message per layer of a batch
-  // of sessions, Read its answer (in message order; a failed message's answer carries `error`).
-  // The caller owns `context` (fresh; the deadline set here covers the whole stream).
+  // The per-layer step stream of Llama models (docs/afd_stream.md): Write a message per layer of a
+  // batch of sessions, Read its answer (in message order; a failed message's answer carries
+  // `error`). The caller owns `context` (fresh; the deadline set here covers the whole stream).
   using LayerStepsRW = grpc::ClientReaderWriter<v1::LayerStepRequest, v1::LayerStepResponse>;
   std::unique_ptr<LayerStepsRW> OpenLayerSteps(
       grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout = {});

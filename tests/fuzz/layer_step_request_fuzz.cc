@@ -1,9 +1,9 @@
-// LayerStepRequest bytes -> the LayerSteps stream's path for one message (docs/afd.md): parse the
-// protobuf, DecodeLayerStepRequest (session ids, tensor headers, byte counts, borrowed tensors),
-// ServerCore::StepLayer (sessions, layers, shapes, the layer-order rule, limits) on a small Llama
-// stack (tests/fixtures/llama/stack4_sessions: L=4, E=32) with four open sessions "f0" .. "f3",
-// and for an answered message EncodeLayerStepResponse. Limits are small so that every accepted
-// pass is cheap; nothing may crash, leak or trip a sanitizer.
+// LayerStepRequest bytes -> the LayerSteps stream's path for one message (docs/afd_stream.md):
+// parse the protobuf, DecodeLayerStepRequest (session ids, tensor headers, byte counts, borrowed
+// tensors), ServerCore::StepLayer (sessions, layers, shapes, the layer-order rule, limits) on a
+// small Llama stack (tests/fixtures/llama/stack4_sessions: L=4, E=32) with four open sessions "f0"
+// .. "f3", and for an answered message EncodeLayerStepResponse. Limits are small so that every
+// accepted pass is cheap; nothing may crash, leak or trip a sanitizer.
 #include <google/protobuf/stubs/logging.h>
 #include <stdlib.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
-// mha.v1 LayerSteps against a real mha-server (docs/afd.md): the fixture's 8 sessions of a 4-layer
-// stack, prefill chunks then 64 single steps, stepped through two streams whose messages of
+// mha.v1 LayerSteps against a real mha-server (docs/afd_stream.md): the fixture's 8 sessions of a
+// 4-layer stack, prefill chunks then 64 single steps, stepped through two streams whose messages of
 // different layers interleave (on each stream and across them), every output equal to PyTorch's
 // causal forward of the layer (<= 1e-5); refusals answered in place while the stream goes on;
 // messages of one layer from several streams merged into one pass (held at the test server's
