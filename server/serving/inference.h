@@ -36,7 +36,7 @@ struct InferenceRequest {
   // A decoding session's step (docs/sessions.md): `inputs.query` holds only the new tokens and
   // the session's model version answers; model / model_version may be left empty.
   std::string session_id;
-  // A Llama-family model's layer (ForwardRequest.layer, docs/afd.md); other models only have 0.
+  // A multi-layer model's layer (ForwardRequest.layer, docs/afd.md); other models only have 0.
   int64_t layer = 0;
 };
 

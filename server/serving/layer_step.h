@@ -1,8 +1,8 @@
 // The protocol-neutral message of the per-layer step exchange (attention-FFN disaggregation,
-// docs/afd.md; mha.v1 LayerSteps): one layer of a Llama-family model for several sessions, run as
+// docs/afd.md; mha.v1 LayerSteps): one layer of a multi-layer model for several sessions, run as
 // one pass, and its answer. Front ends decode their wire message into a LayerStepRequest and
-// encode the LayerStepResponse; ServerCore::StepLayer validates once and hands it to the
-// version's layer-step scheduler (llama/layer_step_scheduler.h).
+// encode the LayerStepResponse; ServerCore::StepLayer routes it to the sessions' version, whose
+// kind validates it once and queues it (ServedModel::StepLayer).
 #pragma once
 
 #include <cstdint>

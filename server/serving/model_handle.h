@@ -10,35 +10,26 @@
 
 #include "mha/head_analysis.h"
 #include "server/serving/inference_server.h"
+#include "server/serving/kinds/model_kind.h"
 #include "server/serving/observability/stats_aggregator.h"
 #include "server/serving/repository/model_repository.h"
-#include "server/serving/scheduling/runner.h"
-#include "server/serving/sessions/session_store.h"
 
 namespace mha::serve {
 
-struct LlamaHandle;  // llama/llama_handle.h
-
-// One loaded model version as requests reach it: the repository entry, its scheduler and its
-// metrics (looked up once). Shared: in-flight requests hold it; when the last holder lets go the
-// scheduler drains (every accepted task is answered) and its threads end, so a swapped-out
-// version is removed without leaking a scheduler.
+// One loaded model version as requests reach it: the repository entry, its serving side (its
+// kind's ServedModel: scheduler, sessions, steps) and its metrics (looked up once). Shared:
+// in-flight requests hold it; when the last holder lets go the serving side ends (its sessions
+// end, its schedulers answer every accepted task and their threads end), so a swapped-out version
+// is removed without leaking a scheduler.
 struct ModelHandle {
   std::shared_ptr<const ModelEntry> entry;
-  std::unique_ptr<ModelRunner> scheduler;  // null unless READY
-  SchedulerView scheduling;                // the scheduler's effective options
   StatsAggregator* metrics = nullptr;
   // AnalyzeModel's answer, computed once on first use (server_core_analysis.cc).
   std::once_flag analysis_once;
   std::shared_ptr<const HeadAnalysis> analysis;
   Status analysis_status;
-  // The version's decoding sessions; they end with the handle (declared after the scheduler, so
-  // destroyed before it).
-  std::unique_ptr<SessionStore> sessions;
-  // A Llama-family stack (docs/afd.md): its sessions and layer-step scheduler (`sessions` is
-  // null). Last: destroyed first.
-  std::shared_ptr<LlamaHandle> llama;
-  ~ModelHandle();
+  // Null unless READY. Last: destroyed first.
+  std::unique_ptr<ServedModel> served;
 };
 
 using VersionKey = std::pair<std::string, std::string>;  // name, version

@@ -5,9 +5,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "server/serving/budget.h"
-#include "server/serving/llama/llama_handle.h"
-#include "server/serving/llama/llama_requests.h"
 #include "server/serving/repository/default_model.h"
 #include "server/serving/server_core_internal.h"
 
@@ -16,46 +13,9 @@ namespace {
 
 constexpr char kUnknownModel[] = "unknown";  // the metrics label of names the server does not know
 
-Status CheckLimits(const HostInputs& in, const RequestLimits& limits) {
-  const int64_t b = in.query.size(0);
-  if (b > limits.max_batch_size) {
-    return ResourceExhausted("query: batch size " + std::to_string(b) +
-                             " exceeds --max-batch-size " + std::to_string(limits.max_batch_size));
-  }
-  auto check_length = [&](const char* field, int64_t length) {
-    if (length <= limits.max_sequence_length) return Status::Ok();
-    return ResourceExhausted(std::string(field) + ": sequence length " + std::to_string(length) +
-                             " exceeds --max-sequence-length " +
-                             std::to_string(limits.max_sequence_length));
-  };
-  MHA_RETURN_IF_ERROR(check_length("query", in.query.size(1)));
-  if (in.key.defined()) {
-    MHA_RETURN_IF_ERROR(check_length("key", in.key.size(1)));
-    MHA_RETURN_IF_ERROR(check_length("value", in.value.size(1)));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 using internal::Complete;
-
-BatcherOptions BatcherOptionsFor(const ServingConfig& c, const BatcherOptions& defaults) {
-  BatcherOptions o = defaults;
-  if (c.max_batch_rows) o.max_batch_rows = *c.max_batch_rows;
-  if (c.max_batch_tokens) o.max_batch_tokens = *c.max_batch_tokens;
-  if (c.max_queue_delay_us) o.max_queue_delay_us = *c.max_queue_delay_us;
-  if (c.max_queue_size) o.max_queue_size = static_cast<size_t>(*c.max_queue_size);
-  if (c.instances) o.instances = static_cast<int>(*c.instances);
-  return o;
-}
-
-BatcherOptions SchedulerOptionsFor(const ServingConfig& c, bool batching,
-                                   const BatcherOptions& defaults) {
-  BatcherOptions o = BatcherOptionsFor(c, defaults);
-  o.batching = batching;  // off: one request per pass (the merging limits do not apply)
-  return o;
-}
 
 ServerCore::ServerCore(const ServerCoreOptions& options)
     : options_(options), metrics_(CurrentBuildInfo()) {}
@@ -156,37 +116,19 @@ std::optional<SchedulerView> ServerCore::Scheduling(const std::string& name,
   if (!entry.ok()) return std::nullopt;
   auto it = state->handles.find({(*entry)->name, (*entry)->version});
   if (it == state->handles.end()) return std::nullopt;
-  return it->second->scheduling;
+  if (!it->second->served) return std::nullopt;
+  return it->second->served->scheduling();
 }
 
 std::shared_ptr<ModelHandle> ServerCore::MakeHandle(ModelEntry entry) {
-  if (entry.llama) {
-    StatsAggregator* metrics = metrics_.ForVersion(entry.name, entry.version);
-    return MakeLlamaHandle(std::move(entry), options_, metrics, session_directory_);
-  }
   auto handle = std::make_shared<ModelHandle>();
   handle->metrics = metrics_.ForVersion(entry.name, entry.version);
-  BatcherOptions o = SchedulerOptionsFor(entry.config, options_.batching, options_.batcher);
-  o.max_batch_work_bytes = options_.limits.max_work_bytes;
-  if (o.batching) {
-    spdlog::info("model {} scheduler: batching rows={} tokens={} delay_us={} queue={} instances={}",
-                 entry.name, o.max_batch_rows, o.max_batch_tokens, o.max_queue_delay_us,
-                 o.max_queue_size, o.instances);
-  } else {
-    spdlog::info("model {} scheduler: one request per pass, queue={} instances={}", entry.name,
-                 o.max_queue_size, o.instances);
-  }
-  handle->scheduling = SchedulerView{o.batching,           o.instances,
-                                     o.max_batch_rows,     o.max_batch_tokens,
-                                     o.max_queue_delay_us, static_cast<int64_t>(o.max_queue_size)};
-  handle->scheduler = DynamicBatcher::ForModel(entry.model, entry.name, o, handle->metrics);
-  SessionOptions sessions = options_.sessions;
-  sessions.max_work_bytes = options_.limits.max_work_bytes;
-  sessions.max_response_bytes = options_.limits.max_response_bytes;
-  handle->sessions = std::make_unique<SessionStore>(
-      sessions, entry.model, SessionLocation{entry.name, entry.version}, session_directory_,
-      handle->scheduler.get(), handle->metrics);
   handle->entry = std::make_shared<const ModelEntry>(std::move(entry));
+  const ModelEntry& e = *handle->entry;
+  if (e.state == ModelState::kReady && e.servable) {
+    handle->served =
+        e.servable->Serve(e, ServeContext{&options_, handle->metrics, session_directory_});
+  }
   return handle;
 }
 
@@ -203,20 +145,6 @@ void ServerCore::CountRequest(const std::optional<std::string>& model, const Sta
   auto state = Current();
   internal::CountRequest(MetricsFor(model ? state.get() : nullptr, model.value_or("")),
                          status.code(), start, Clock::now(), protocol);
-}
-
-Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& request) const {
-  const ModelEntry& entry = *handle.entry;
-  if (entry.llama) return ValidateLlamaForward(entry, request, options_.limits);
-  MHA_RETURN_IF_ERROR(CheckSingleLayer(entry, request));
-  MHA_RETURN_IF_ERROR(ValidateInputs(*entry.model, request.inputs));
-  MHA_RETURN_IF_ERROR(CheckLimits(request.inputs, options_.limits));
-  const ModelInfo& model = entry.info;
-  const PassCost cost =
-      EstimatePassCost(model.options, model.compute_dtype,
-                       request.output_dtype.value_or(model.options.dtype), request.inputs);
-  return CheckPassCost(cost, request.inputs, options_.limits.max_response_bytes,
-                       options_.limits.max_work_bytes);
 }
 
 void ServerCore::Infer(InferenceRequest request, InferDone done) {
@@ -238,13 +166,13 @@ void ServerCore::Infer(InferenceRequest request, InferDone done) {
                   "");
   }
   std::shared_ptr<ModelHandle> handle = it->second;
-  if (Status valid = Validate(*handle, request); !valid.ok()) {
+  if (Status valid = handle->served->ValidateForward(request); !valid.ok()) {
     handle->metrics->RecordInference(false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);
   }
-  ModelRunner* scheduler = handle->scheduler.get();
+  ServedModel* served = handle->served.get();
   internal::Dispatch d = internal::MakeDispatch(std::move(handle), &request, std::move(done));
-  scheduler->Submit(std::move(d.task), std::move(d.finish));
+  served->Submit(std::move(d.task), std::move(d.finish));
 }
 
 void ServerCore::Stop() {

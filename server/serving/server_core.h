@@ -1,10 +1,11 @@
 // ServerCore: the serving core without a wire protocol (TF Serving's ServerCore, Triton's
 // in-process server API). It owns the model repository (versioned entries with their lifetimes),
-// one scheduler per model handle, and the metrics; front ends call Infer and read the repository
-// snapshot, and only translate between their wire format and these types.
+// one serving side per model handle (its kind's ServedModel, kinds/model_kind.h), and the metrics;
+// front ends call Infer and read the repository snapshot, and only translate between their wire
+// format and these types. The core never names a model kind.
 //
-//   front end --InferenceRequest--> ServerCore::Infer --validate once--> ModelHandle::scheduler
-//   (DynamicBatcher, batching on or off) --MhaModel::ForwardValidated-->
+//   front end --InferenceRequest--> ServerCore::Infer --ServedModel::ValidateForward (once)-->
+//   ServedModel::Submit (its scheduler: WorkQueue + planner) --the kind's pass-->
 //   InferDone(InferenceResponse)
 #pragma once
 
@@ -21,6 +22,7 @@
 
 #include "server/serving/inference.h"
 #include "server/serving/inference_server.h"
+#include "server/serving/kinds/serve_options.h"
 #include "server/serving/lifecycle/model_lifecycle.h"
 #include "server/serving/model_controller.h"
 #include "server/serving/model_handle.h"
@@ -32,18 +34,11 @@
 
 namespace mha::serve {
 
-// The batcher settings of one model: its config.json keys over the server's flags.
-BatcherOptions BatcherOptionsFor(const ServingConfig& config, const BatcherOptions& defaults);
-// The scheduler of one model as it runs: BatcherOptionsFor, batching on or off (off: one request
-// per pass; instances and the queue size still apply).
-BatcherOptions SchedulerOptionsFor(const ServingConfig& config, bool batching,
-                                   const BatcherOptions& defaults);
-
 // The serving core: a thin façade over the model lifecycle (lifecycle/model_lifecycle.h: loads,
 // reloads, polls, retires; it publishes the ServingState) and the router (Infer: resolve, validate
 // once, submit to the version's scheduler, complete; server_core_internal.h), decoding sessions
-// (server_core_sessions.cc), statistics and analysis. It makes each version's handle (scheduler,
-// statistics aggregator, session store) for the lifecycle.
+// (server_core_sessions.cc), statistics and analysis. It makes each version's handle (statistics
+// aggregator, the kind's serving side) for the lifecycle.
 class ServerCore final : public InferenceServer, public ModelController {
  public:
   // Scans the repository (nothing is loaded yet: every model is LOADING or FAILED). Errors: the
@@ -65,7 +60,7 @@ class ServerCore final : public InferenceServer, public ModelController {
   // --max-sequence-length); CloseSession gives the session's KV blocks back.
   StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request) override;
   StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) override;
-  // A Llama model's layer step message (server_core_layers.cc): the version is its sessions'.
+  // A layer step message (server_core_layers.cc): the version is its sessions'; its kind runs it.
   void StepLayer(LayerStepRequest request, LayerStepDone done) override;
 
   // A request a front end refused before Infer (undecodable message, too big): counted in
@@ -104,9 +99,8 @@ class ServerCore final : public InferenceServer, public ModelController {
  private:
   explicit ServerCore(const ServerCoreOptions& options);
   std::shared_ptr<const ServingState> Current() const { return lifecycle_->Current(); }
-  // The handle of a version the lifecycle loaded: its scheduler, aggregator and session store.
+  // The handle of a version the lifecycle loaded: its aggregator and its kind's serving side.
   std::shared_ptr<ModelHandle> MakeHandle(ModelEntry entry);
-  Status Validate(const ModelHandle& handle, const InferenceRequest& request) const;
   // Infer for a request with a session_id: to the session's version and its SessionStore.
   void InferStep(InferenceRequest request, InferDone done);
   // The handle a session lives on, or NOT_FOUND naming why it is gone.

@@ -20,15 +20,10 @@ StatusOr<ModelAnalysisResult> ServerCore::Analyze(const std::string& name,
                        " is not being served");
   }
   ModelHandle& handle = *it->second;
-  if (handle.entry->llama) {
-    return FailedPrecondition("model '" + handle.entry->name +
-                              "' is a Llama stack: AnalyzeModel analyses one attention layer's "
-                              "heads (nn.MultiheadAttention models)");
-  }
   std::call_once(handle.analysis_once, [this, &handle] {
     ++analyses_computed_;
     const auto start = std::chrono::steady_clock::now();
-    auto analysis = AnalyzeModelHeads(*handle.entry->model);
+    auto analysis = handle.served->AnalyzeHeads();
     if (!analysis.ok()) {
       handle.analysis_status = analysis.status();
       return;

@@ -82,7 +82,6 @@ Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* req
                       InferDone done) {
   const int64_t rows = request->inputs.query.defined() ? request->inputs.query.size(0) : 0;
   Dispatch d;
-  d.task.model = handle->entry->model;
   d.task.model_name = handle->entry->name;
   d.task.inputs = std::move(request->inputs);
   d.task.deadline = request->deadline;

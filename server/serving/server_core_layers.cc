@@ -1,11 +1,10 @@
 // ServerCore::StepLayer: one message of the per-layer step exchange (docs/afd.md) routed to the
-// version its sessions live on, validated once, its sessions held, and handed to the version's
-// layer-step scheduler (llama/layer_step_scheduler.h). Every message's outcome is counted here.
+// version its sessions live on and handed to its kind (ServedModel::StepLayer: validated once, its
+// sessions held, queued on the version's layer-step scheduler). Every message's outcome is
+// counted here.
 #include <utility>
 
 #include "mha/text.h"
-#include "server/serving/llama/llama_handle.h"
-#include "server/serving/llama/llama_requests.h"
 #include "server/serving/server_core.h"
 #include "server/serving/server_core_internal.h"
 
@@ -50,12 +49,6 @@ StatusOr<std::shared_ptr<ModelHandle>> ServerCore::LayerStepHandle(const LayerSt
       auto found = SessionHandle(id);
       if (!found.ok()) return Prefixed(field, found.status());
       handle = std::move(found.value());
-      if (!handle->llama) {
-        return InvalidArgument(field + ": session '" + Abbreviate(id) + "' is on model '" +
-                               handle->entry->name +
-                               "', one attention layer: its steps are Forward calls with "
-                               "session_id (LayerSteps steps the sessions of Llama models)");
-      }
       continue;
     }
     auto where = session_directory_->Find(id);
@@ -75,12 +68,14 @@ void ServerCore::StepLayer(LayerStepRequest request, LayerStepDone done) {
   const Clock::time_point start = request.start;
   const Protocol protocol = request.protocol;
   const int64_t entries = static_cast<int64_t>(request.entries.size());
+  // Shared: the kind's scheduler answers through it once queued, the refusals here before.
+  auto answers = std::make_shared<LayerStepDone>(std::move(done));
   auto refuse = [&](StatsAggregator* metrics, Status status, const std::string& model) {
     request.entries.clear();  // they may borrow the wire message
     LayerStepResponse response;
     response.status = std::move(status);
     response.model = model;
-    Answer(metrics, false, start, protocol, entries, std::move(response), done);
+    Answer(metrics, false, start, protocol, entries, std::move(response), *answers);
   };
   if (stopping_) {
     return refuse(MetricsFor(Current().get(), request.model),
@@ -90,31 +85,19 @@ void ServerCore::StepLayer(LayerStepRequest request, LayerStepDone done) {
   if (!found.ok()) return refuse(MetricsFor(Current().get(), request.model), found.status(), "");
   std::shared_ptr<ModelHandle> handle = std::move(found.value());
   const ModelEntry& e = *handle->entry;
-  std::vector<std::string> ids;
-  for (const LayerStepEntry& entry : request.entries) ids.push_back(entry.session_id);
-  Status valid = CheckLayerStep(e, request, options_.limits);
-  auto held = valid.ok() ? handle->llama->sessions->Acquire(ids)
-                         : StatusOr<std::vector<LlamaSessionRef>>(valid);
-  if (!held.ok()) {
-    handle->metrics->RecordInference(false, 0, 0, 0);
-    return refuse(handle->metrics, held.status(), e.name);
-  }
-  LayerStepTask task;
-  task.layer = request.layer;
-  task.sessions = std::move(held.value());
-  for (LayerStepEntry& entry : request.entries) task.hidden.push_back(std::move(entry.hidden));
-  task.output = ToElementType(request.output_dtype.value_or(e.llama_info.dtype));
-  task.deadline = request.deadline;
-  task.is_cancelled = std::move(request.is_cancelled);
-  task.request_id = request.request_id;
   handle->metrics->AddInflight(1);
-  LayerStepScheduler* steps = handle->llama->steps.get();
-  task.done = [handle, start, protocol, entries, done = std::move(done)](LayerStepResponse r) {
+  StatsAggregator* metrics = handle->metrics;
+  LayerStepDone answer = [handle, start, protocol, entries, answers](LayerStepResponse r) {
     r.model = handle->entry->name;
     r.model_version = handle->entry->version;
-    Answer(handle->metrics, true, start, protocol, entries, std::move(r), done);
+    Answer(handle->metrics, true, start, protocol, entries, std::move(r), *answers);
   };
-  steps->Submit(std::move(task));
+  const Status queued = handle->served->StepLayer(request, std::move(answer));
+  if (!queued.ok()) {
+    metrics->AddInflight(-1);
+    metrics->RecordInference(false, 0, 0, 0);
+    refuse(metrics, queued, e.name);
+  }
 }
 
 }  // namespace mha::serve

@@ -1,9 +1,9 @@
 // ServerCore's decoding sessions (docs/sessions.md): OpenSession / CloseSession and the routing
-// of a step (a request with a session_id) to the session's model version and its SessionStore.
+// of a step (a request with a session_id) to the session's model version, whose kind checks and
+// queues it.
 #include <utility>
 
 #include "mha/text.h"
-#include "server/serving/llama/llama_handle.h"
 #include "server/serving/server_core.h"
 #include "server/serving/server_core_internal.h"
 
@@ -23,39 +23,6 @@ StatusOr<std::shared_ptr<ModelHandle>> ServerCore::SessionHandle(const std::stri
   return it->second;
 }
 
-static Status CheckOpenLimits(const OpenSessionRequest& r, const MhaOptions& o,
-                              const RequestLimits& limits) {
-  if (r.batch_size < 0) {
-    return InvalidArgument("batch_size: must be >= 1 (0 = 1), got " + std::to_string(r.batch_size));
-  }
-  if (r.batch_size > limits.max_batch_size) {
-    return ResourceExhausted("batch_size: " + std::to_string(r.batch_size) +
-                             " exceeds --max-batch-size " + std::to_string(limits.max_batch_size));
-  }
-  if (r.max_tokens < 0) {
-    return InvalidArgument("max_tokens: must be >= 1 (0 = --max-sequence-length), got " +
-                           std::to_string(r.max_tokens));
-  }
-  if (r.max_tokens > limits.max_sequence_length) {
-    return ResourceExhausted("max_tokens: " + std::to_string(r.max_tokens) +
-                             " exceeds --max-sequence-length " +
-                             std::to_string(limits.max_sequence_length));
-  }
-  const bool cross = r.key.defined() || r.value.defined();
-  if (!cross && !o.same_embed_dim()) {
-    return InvalidArgument("key/value: the model has kdim=" + std::to_string(o.key_dim()) +
-                           " vdim=" + std::to_string(o.value_dim()) +
-                           " != embed_dim=" + std::to_string(o.embed_dim) +
-                           ": only cross-attention sessions (OpenSession with key and value)");
-  }
-  if (cross && r.key.defined() && r.key.dim() == 3 && r.key.size(1) > limits.max_sequence_length) {
-    return ResourceExhausted("key: sequence length " + std::to_string(r.key.size(1)) +
-                             " exceeds --max-sequence-length " +
-                             std::to_string(limits.max_sequence_length));
-  }
-  return Status::Ok();
-}
-
 StatusOr<OpenSessionResponse> ServerCore::OpenSession(const OpenSessionRequest& r) {
   if (!r.session_id.empty()) {
     MHA_RETURN_IF_ERROR(CheckSessionId(r.session_id));
@@ -69,76 +36,17 @@ StatusOr<OpenSessionResponse> ServerCore::OpenSession(const OpenSessionRequest& 
   auto entry = state->repository->Resolve(r.model, r.model_version);
   if (!entry.ok()) return entry.status();
   auto it = state->handles.find({(*entry)->name, (*entry)->version});
-  if (it == state->handles.end()) {
+  if (it == state->handles.end() || !it->second->served) {
     return Unavailable("model '" + (*entry)->name + "' version " + (*entry)->version +
                        " is not being served");
   }
-  std::shared_ptr<ModelHandle> handle = it->second;
-  if (handle->llama) return OpenLlamaSession(*handle, r, options_.limits);
-  MHA_RETURN_IF_ERROR(CheckOpenLimits(r, handle->entry->info.options, options_.limits));
-  OpenSessionParams params;
-  params.batch_size = r.batch_size == 0 ? 1 : r.batch_size;
-  params.max_tokens = r.max_tokens == 0 ? options_.limits.max_sequence_length : r.max_tokens;
-  params.key = r.key;
-  params.value = r.value;
-  params.id = r.session_id;
-  auto info = handle->sessions->Open(params);
-  if (!info.ok()) return info.status();
-  OpenSessionResponse out;
-  out.session_id = info->id;
-  out.model = handle->entry->name;
-  out.model_version = handle->entry->version;
-  out.batch_size = info->batch_size;
-  out.max_tokens = info->max_tokens;
-  out.cross_attention = info->cross;
-  out.kv_block_tokens = info->block_tokens;
-  out.kv_blocks = info->blocks;
-  return out;
+  return it->second->served->OpenSession(r);
 }
 
 StatusOr<CloseSessionResponse> ServerCore::CloseSession(const std::string& session_id) {
   auto handle = SessionHandle(session_id);
   if (!handle.ok()) return handle.status();
-  if ((*handle)->llama) return CloseLlamaSession(**handle, session_id);
-  auto info = (*handle)->sessions->Close(session_id);
-  if (!info.ok()) return info.status();
-  return CloseSessionResponse{info->tokens, info->blocks};
-}
-
-// The step's own checks: the session's model, no key/value, the length limit. Shapes against the
-// cache are the store's to check when the step's turn comes.
-static Status CheckStepRequest(const InferenceRequest& r, const ModelEntry& e,
-                               const RequestLimits& limits) {
-  if (e.llama) {
-    return InvalidArgument("session_id: session '" + Abbreviate(r.session_id) +
-                           "' is on the Llama model '" + e.name +
-                           "': its steps are LayerSteps messages, one layer at a time");
-  }
-  if ((!r.model.empty() && r.model != e.name) ||
-      (!r.model_version.empty() && r.model_version != e.version)) {
-    return InvalidArgument("model: session '" + Abbreviate(r.session_id) + "' is on model '" +
-                           e.name + "' version " + e.version + ", the request names '" +
-                           Abbreviate(r.model) + "' version '" + Abbreviate(r.model_version) +
-                           "' (leave model and model_version empty in a step)");
-  }
-  if (r.inputs.key.defined() || r.inputs.value.defined()) {
-    return InvalidArgument(
-        "key/value: a session step carries only its new tokens (query); a cross-attention "
-        "session's key/value are given once, to OpenSession");
-  }
-  if (r.inputs.wants_head_options()) {
-    return InvalidArgument(
-        "weights_heads/weights_query_*/weights_top_k/weights_dtype/head_stats/head_mask: head "
-        "options are not available on a session step (need_weights and average_attn_weights "
-        "are); send them in a stateless Forward");
-  }
-  const HostTensor& q = r.inputs.query;
-  if (q.defined() && q.dim() == 3 && q.size(1) > limits.max_sequence_length) {
-    return ResourceExhausted("query: sequence length " + std::to_string(q.size(1)) +
-                             " exceeds --max-sequence-length " +
-                             std::to_string(limits.max_sequence_length));
-  }
-  return Status::Ok();
+  return (*handle)->served->CloseSession(session_id);
 }
 
 void ServerCore::InferStep(InferenceRequest request, InferDone done) {
@@ -150,14 +58,14 @@ void ServerCore::InferStep(InferenceRequest request, InferDone done) {
   auto found = SessionHandle(request.session_id);
   if (!found.ok()) return refuse(MetricsFor(Current().get(), request.model), found.status(), "");
   std::shared_ptr<ModelHandle> handle = std::move(found.value());
-  if (Status valid = CheckStepRequest(request, *handle->entry, options_.limits); !valid.ok()) {
+  if (Status valid = handle->served->CheckStep(request); !valid.ok()) {
     handle->metrics->RecordInference(false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);
   }
-  SessionStore* store = handle->sessions.get();
+  ServedModel* served = handle->served.get();
   const std::string id = request.session_id;
   internal::Dispatch d = internal::MakeDispatch(std::move(handle), &request, std::move(done));
-  store->Step(id, std::move(d.task), std::move(d.finish));
+  served->Step(id, std::move(d.task), std::move(d.finish));
 }
 
 }  // namespace mha::serve

@@ -8,7 +8,6 @@
 #include "server/frontends/common/request_limits.h"
 #include "server/frontends/grpc_v1/head_options.h"
 #include "server/frontends/grpc_v1/layer_step_wire.h"
-#include "server/serving/llama/llama_entry.h"
 
 namespace mha::serve {
 namespace {
@@ -144,13 +143,13 @@ void FillModelInfo(const ModelEntry& e, bool is_default, v1::ModelInfo* info) {
   info->set_format(e.format);
   info->set_layout(e.layout);
   info->set_is_default(is_default);
-  if (IsLlamaFolder(e.config)) return FillLlamaModelInfo(e, info);
-  info->set_architecture("multihead_attention");
-  if (!e.model) return;
+  info->set_architecture(ArchitectureOf(e));
+  if (!e.servable) return;  // not loaded
   const MhaOptions& o = e.info.options;
+  const StackInfo& stack = e.stack;
   info->set_embed_dim(o.embed_dim);
   info->set_num_heads(o.num_heads);
-  info->set_head_dim(o.head_dim());
+  info->set_head_dim(stack.head_dim > 0 ? stack.head_dim : o.head_dim());
   info->set_kdim(o.key_dim());
   info->set_vdim(o.value_dim());
   info->set_bias(o.bias);
@@ -160,6 +159,11 @@ void FillModelInfo(const ModelEntry& e, bool is_default, v1::ModelInfo* info) {
   info->set_compute_dtype(codec::ToProtoDType(e.info.compute_dtype));
   info->set_device(e.info.device);
   info->set_parameter_count(e.info.parameter_count);
+  info->set_num_layers(stack.num_layers);
+  info->set_num_key_value_heads(stack.num_key_value_heads);
+  info->set_max_positions(stack.max_positions);
+  info->set_rope_theta(stack.rope_theta);
+  info->set_kv_bytes_per_token_per_layer(stack.kv_bytes_per_token_per_layer);
 }
 
 }  // namespace mha::serve

@@ -67,25 +67,4 @@ Status EncodeLayerStepResponse(const v1::LayerStepRequest& request, const LayerS
   return Status::Ok();
 }
 
-void FillLlamaModelInfo(const ModelEntry& e, v1::ModelInfo* info) {
-  info->set_architecture("llama");
-  if (!e.llama) return;
-  const LlamaModelInfo& l = e.llama_info;
-  info->set_embed_dim(l.hidden_size);
-  info->set_num_heads(l.num_heads);
-  info->set_head_dim(l.head_dim);
-  info->set_kdim(l.hidden_size);
-  info->set_vdim(l.hidden_size);
-  info->set_bias(l.attention_bias);
-  info->set_dtype(codec::ToProtoDType(l.dtype));
-  info->set_compute_dtype(codec::ToProtoDType(l.compute_dtype));
-  info->set_device(l.device);
-  info->set_parameter_count(l.parameter_count);
-  info->set_num_layers(l.num_layers);
-  info->set_num_key_value_heads(l.num_kv_heads);
-  info->set_max_positions(l.max_positions);
-  info->set_rope_theta(l.rope_theta);
-  info->set_kv_bytes_per_token_per_layer(l.kv_bytes_per_token);
-}
-
 }  // namespace mha::serve

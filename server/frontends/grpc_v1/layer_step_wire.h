@@ -26,8 +26,4 @@ Status EncodeLayerStepResponse(const v1::LayerStepRequest& request,
 void EncodeLayerStepError(const v1::LayerStepRequest& request, const Status& status,
                           v1::LayerStepResponse* out);
 
-// ModelInfo of a READY Llama version: architecture "llama", its layers, heads, K/V heads, head
-// dim, positions, rope_theta, KV bytes per token per layer, dtypes, device, parameters.
-void FillLlamaModelInfo(const ModelEntry& entry, v1::ModelInfo* info);
-
 }  // namespace mha::serve

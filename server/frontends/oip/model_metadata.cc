@@ -101,13 +101,17 @@ void FillParameters(const ModelEntry& entry, inference::ModelConfig* out) {
       "sequence_id/sequence_start/sequence_end: a sequence is a decoding session 'seq-<id>'");
 }
 
+// Whether the version's inputs and outputs are the one-layer tensors (query, key, value, masks;
+// output, weights): a loaded version that is not a multi-layer stack.
+bool ListsTensors(const ModelEntry& entry) { return entry.servable && entry.stack.num_layers == 0; }
+
 }  // namespace
 
 void FillModelMetadata(const ModelEntry& entry, inference::ModelMetadataResponse* out) {
   out->set_name(entry.name);
   out->add_versions(entry.version);
   out->set_platform(kPlatform);
-  if (!entry.model) return;
+  if (!ListsTensors(entry)) return;
   const MhaOptions& o = entry.info.options;
   for (const TensorSpec& spec : InputSpecs(o)) FillTensorMetadata(spec, out->add_inputs());
   for (const TensorSpec& spec : OutputSpecs(o)) FillTensorMetadata(spec, out->add_outputs());
@@ -120,7 +124,7 @@ void FillModelConfig(const ModelEntry& entry, const std::optional<SchedulerView>
   out->set_backend(kBackend);
   out->set_max_batch_size(0);  // B travels in each tensor's shape (see the header)
   out->mutable_model_transaction_policy()->set_decoupled(false);
-  if (!entry.model) return;
+  if (!ListsTensors(entry)) return;
   const MhaOptions& o = entry.info.options;
   for (const TensorSpec& spec : InputSpecs(o)) {
     auto* input = out->add_input();

@@ -9,107 +9,16 @@
 #include <map>
 #include <utility>
 
-#include "server/serving/llama/llama_entry.h"
+#include "server/serving/kinds/model_kind.h"
+#include "server/serving/kinds/warmup.h"
 #include "server/serving/repository/default_model.h"
 
 namespace mha::serve {
-namespace {
-
-// The warmup of a version whose config.json has no "warmup" key (the built-in model's too): a
-// small pass and a pass with weights, so that the first request does not pay for BLAS's thread
-// start, ATen's first allocations and lazy initialisation (issue 26: 11.9 ms vs ~0.5 ms warm).
-const std::vector<WarmupShape>& DefaultWarmup() {
-  static const std::vector<WarmupShape> shapes = {{1, 16, false}, {2, 8, true}};
-  return shapes;
-}
-
-// [batch, seq, dim] float32 values evenly spaced over [-1, 1] (torch.linspace's).
-HostTensor Ramp(int64_t batch, int64_t seq, int64_t dim) {
-  const int64_t n = batch * seq * dim;
-  std::vector<float> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    values[static_cast<size_t>(i)] =
-        n > 1 ? static_cast<float>(-1.0 + 2.0 * static_cast<double>(i) / (n - 1)) : -1.0f;
-  }
-  return HostTensor::FromFloats({batch, seq, dim}, std::move(values));
-}
-
-// Warmup passes on a freshly loaded version, before it is READY. config.json's "warmup" passes
-// are self-attention and a failed one makes the version FAILED. Without the key the default
-// passes run, with key and value of the model's kdim/vdim; one that fails is logged and the
-// version stays READY (it was loadable; the first request will say what is wrong).
-void Warmup(ModelEntry* entry) {
-  if (entry->llama) return WarmupLlama(entry);
-  if (entry->state != ModelState::kReady) return;
-  const bool given = entry->config.warmup_given;
-  const std::vector<WarmupShape>& shapes = given ? entry->config.warmup : DefaultWarmup();
-  if (shapes.empty()) return;
-  const Clock::time_point start = Clock::now();
-  const MhaOptions& options = entry->info.options;
-  const int64_t embed = options.embed_dim;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    const WarmupShape& shape = shapes[i];
-    HostInputs in;
-    in.query = Ramp(shape.batch, shape.seq, embed);
-    if (!given && (options.key_dim() != embed || options.value_dim() != embed)) {
-      in.key = Ramp(shape.batch, shape.seq, options.key_dim());
-      in.value = Ramp(shape.batch, shape.seq, options.value_dim());
-    }
-    in.need_weights = shape.need_weights;
-    const Status status =
-        Forward(*entry->model, in, OutputTypes{ToElementType(options.dtype), std::nullopt})
-            .status();
-    const std::string what = "warmup[" + std::to_string(i) + "] (batch " +
-                             std::to_string(shape.batch) + ", seq " + std::to_string(shape.seq) +
-                             ") failed: " + status.ToString();
-    if (!status.ok() && !given) {
-      spdlog::warn("model {} v{} default {}", entry->name, entry->version, what);
-      return;
-    }
-    if (!status.ok()) {
-      entry->state = ModelState::kFailed;
-      entry->error = what;
-      entry->model.reset();
-      return;
-    }
-    entry->warmup_passes = static_cast<int64_t>(i) + 1;
-  }
-  spdlog::info("model {} v{} warmup: {} passes in {:.1f} ms{}", entry->name, entry->version,
-               shapes.size(), MicrosBetween(start, Clock::now()) / 1000.0,
-               given ? "" : " (default)");
-}
-
-}  // namespace
 
 void LogModel(const ModelEntry& e, bool is_default) {
-  if (e.llama) return LogLlamaModel(e, is_default);
-  if (e.state != ModelState::kReady) {
-    spdlog::error("model {} v{} {}: {} (source {})", e.name, e.version, ModelStateName(e.state),
-                  e.error, e.source);
-    return;
-  }
-  const MhaOptions& o = e.info.options;
-  spdlog::info(
-      "model {}{} v{} READY: embed_dim={} num_heads={} head_dim={} kdim={} vdim={} bias={} "
-      "add_bias_kv={} add_zero_attn={} dtype={} compute_dtype={} device={} format={} layout={} "
-      "parameters={} source={}",
-      e.name, is_default ? " (default)" : "", e.version, o.embed_dim, o.num_heads, o.head_dim(),
-      o.key_dim(), o.value_dim(), o.bias, o.add_bias_kv, o.add_zero_attn, DTypeName(o.dtype),
-      DTypeName(e.info.compute_dtype), e.info.device, e.format, e.layout, e.info.parameter_count,
-      e.source);
-  if (!e.unused_keys.empty()) {
-    spdlog::warn("model {}: {} unused keys in {} (first: {})", e.name, e.unused_keys.size(),
-                 e.source, e.unused_keys.front());
-  }
-  if (!e.config.unknown_keys.empty()) {
-    std::string keys;
-    for (const auto& k : e.config.unknown_keys) keys += (keys.empty() ? "" : ", ") + k;
-    spdlog::warn("model {}: {} has unknown keys (ignored): {}", e.name, e.config.model.path, keys);
-  }
-}
-
-ModelHandle::~ModelHandle() {
-  if (scheduler) scheduler->Shutdown();
+  if (e.state == ModelState::kReady && e.servable) return e.servable->LogReady(e, is_default);
+  spdlog::error("model {} v{} {}: {} (source {})", e.name, e.version, ModelStateName(e.state),
+                e.error, e.source);
 }
 
 ModelLifecycle::ModelLifecycle(const ServerCoreOptions& options, Metrics* metrics,
@@ -186,7 +95,7 @@ void ModelLifecycle::LoadAndWarm(ModelEntry* entry) {
   } else {
     LoadModelEntry(options_.overrides, entry);
   }
-  Warmup(entry);
+  WarmUp(entry);
   const double seconds = MicrosBetween(start, Clock::now()) * 1e-6;
   metrics_->RecordModelLoad(entry->name, entry->state == ModelState::kReady, seconds);
 }
@@ -203,8 +112,12 @@ void ModelLifecycle::Stop() {
   if (loader_.joinable() && loader_.get_id() != std::this_thread::get_id()) loader_.join();
   auto state = Current();
   if (!state) return;
-  for (const auto& [key, handle] : state->handles) handle->scheduler->Shutdown();
-  for (const auto& handle : retired_) handle->scheduler->Shutdown();
+  for (const auto& [key, handle] : state->handles) {
+    if (handle->served) handle->served->Shutdown();
+  }
+  for (const auto& handle : retired_) {
+    if (handle->served) handle->served->Shutdown();
+  }
 }
 
 }  // namespace mha::serve

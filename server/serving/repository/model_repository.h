@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "mha/engine.h"
-#include "mha/llama_engine.h"
 #include "mha/options.h"
 #include "mha/status.h"
 #include "server/serving/repository/serving_config.h"
@@ -26,19 +25,35 @@ namespace mha::serve {
 enum class ModelState { kLoading, kReady, kFailed, kUnloading };
 const char* ModelStateName(ModelState state);
 
+class ModelKind;  // kinds/model_kind.h
+class Servable;   // kinds/model_kind.h
+
+// What protocols show of a multi-layer stack beyond the one-layer view in ModelInfo (0 = not a
+// stack: the fields are left out).
+struct StackInfo {
+  int64_t num_layers = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_positions = 0;
+  double rope_theta = 0;
+  int64_t kv_bytes_per_token_per_layer = 0;
+};
+
 struct ModelEntry {
   std::string name;
   // The version folder's number; flat layout: config.json "version" when present, else "1".
   std::string version = "1";
   ServingConfig config;  // the folder's config.json (model.path "" when it has none)
   ModelState state = ModelState::kLoading;
-  std::string error;                      // why it FAILED
-  std::shared_ptr<const MhaModel> model;  // set when READY (opaque outside the core)
-  ModelInfo info;                         // the model's options, device, dtypes (when READY)
-  // A Llama-family stack (docs/afd.md; server/serving/llama/): set instead of `model` when READY;
-  // `info` then holds its E, H, dtypes and device as a one-layer model's would.
-  std::shared_ptr<const LlamaAttentionStack> llama;
-  LlamaModelInfo llama_info;
+  std::string error;  // why it FAILED
+  // Its kind (kinds/model_kind.h): set by the scan, never null after it.
+  const ModelKind* kind = nullptr;
+  // The loaded version (set when READY): what the lifecycle warms up and each handle serves.
+  std::shared_ptr<const Servable> servable;
+  // The one-layer view every protocol reads (E, H, kdim/vdim, dtypes, device; when READY), and
+  // what a multi-layer stack adds to it.
+  ModelInfo info;
+  StackInfo stack;
   // The weights file relative to the repository ("enc/model.pt"), or "builtin": what callers see.
   // Errors are worded with relative paths too; no absolute path leaves the server.
   std::string source;
@@ -54,6 +69,9 @@ struct ModelEntry {
   // the default warmup when the config has no such key (the built-in model included).
   int64_t warmup_passes = 0;
 };
+
+// What ModelInfo.architecture says of the version: its kind's ("multihead_attention", ...).
+const char* ArchitectureOf(const ModelEntry& entry);
 
 // Versions order numerically ("10" after "9"); non-numeric labels after numeric ones.
 bool VersionLess(const std::string& a, const std::string& b);

@@ -7,7 +7,7 @@
 
 #include "mha/engine.h"
 #include "mha/model_config.h"
-#include "server/serving/llama/llama_entry.h"
+#include "server/serving/kinds/model_kind.h"
 #include "server/serving/repository/fingerprint.h"
 #include "server/serving/repository/model_repository.h"
 #include "server/serving/repository/serving_config.h"
@@ -16,43 +16,6 @@ namespace fs = std::filesystem;
 
 namespace mha::serve {
 namespace {
-
-bool IsRegularFile(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec);  // follows symlinks
-}
-
-std::string Join(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
-// Picks the weights file of one version folder, or explains why none can be picked.
-StatusOr<std::string> PickWeightsFile(const fs::path& dir) {
-  std::vector<std::string> model_files, other_files;
-  std::error_code ec;
-  for (const auto& item : fs::directory_iterator(dir, ec)) {
-    const std::string name = item.path().filename().string();
-    if (name.empty() || name[0] == '.' || !IsRegularFile(item.path())) continue;
-    if (item.path().extension() == ".json") continue;
-    (item.path().stem() == "model" ? model_files : other_files).push_back(name);
-  }
-  if (ec) return NotFound("cannot list " + dir.string() + ": " + ec.message());
-  std::sort(model_files.begin(), model_files.end());
-  std::sort(other_files.begin(), other_files.end());
-  if (model_files.size() == 1) return (dir / model_files[0]).string();
-  if (model_files.size() > 1) {
-    return InvalidArgument(dir.string() + ": several weights files (" + Join(model_files) +
-                           "); keep one model.* file");
-  }
-  if (other_files.size() == 1) return (dir / other_files[0]).string();
-  if (other_files.empty()) {
-    return NotFound(dir.string() + ": no weights file (expected model.safetensors, model.pt, ...)");
-  }
-  return InvalidArgument(dir.string() + ": cannot tell the weights file among " +
-                         Join(other_files) + "; name it model.<ext>");
-}
 
 // `text` with the repository folder's path left out ("/srv/models/enc/x" -> "enc/x").
 std::string RelativeToRoot(std::string text, const std::string& root) {
@@ -113,6 +76,7 @@ ModelEntry ScanVersion(const std::string& root, const std::string& name, const s
   entry.name = name;
   entry.version = version;
   entry.root = root;
+  entry.kind = &KindFor(entry.config);
   auto fail = [&entry, &root](const Status& status) {
     entry.state = ModelState::kFailed;
     entry.error = RelativeToRoot(status.ToString(), root);
@@ -121,16 +85,9 @@ ModelEntry ScanVersion(const std::string& root, const std::string& name, const s
   auto config = ReadLayeredServingConfig(config_paths);
   if (!config.ok()) return fail(config.status());
   entry.config = std::move(config.value());
-  if (IsLlamaFolder(entry.config)) {  // a Llama stack: the whole checkpoint folder
-    auto files = LlamaFolderFiles(dir.string());
-    if (!files.ok()) return fail(files.status());
-    entry.path = dir.string();
-    config_paths.insert(config_paths.end(), files->begin(), files->end());
-  } else {
-    auto weights = PickWeightsFile(dir);
-    if (!weights.ok()) return fail(weights.status());
-    entry.path = *weights;
-    config_paths.push_back(*weights);
+  entry.kind = &KindFor(entry.config);
+  if (Status located = entry.kind->Locate(dir, &entry, &config_paths); !located.ok()) {
+    return fail(located);
   }
   entry.source = RelativeToRoot(entry.path, root);
   auto fingerprint = FingerprintFiles(config_paths);
@@ -212,32 +169,19 @@ void LoadModelEntry(const LoadOverrides& overrides, ModelEntry* entry) {
   auto fail = [entry, &root](const Status& status) {
     entry->state = ModelState::kFailed;
     entry->error = RelativeToRoot(status.ToString(), root);
-    entry->model.reset();
-    entry->llama.reset();
+    entry->servable.reset();
   };
   try {
-    if (IsLlamaFolder(entry->config)) {
-      auto loaded = LoadLlamaModel(LlamaLoadOptionsFor(*entry, overrides));
-      if (!loaded.ok()) return fail(loaded.status());
-      return SetLlamaModel(std::move(loaded.value()), entry);
-    }
-    LoadOptions options;
-    options.path = entry->path;
-    options.config = &entry->config.model;  // read once, at scan time
-    options.dtype = overrides.dtype;
-    options.device = overrides.device;
-    options.cuda_graphs = overrides.cuda_graphs;
-    auto loaded = LoadModel(options);
-    if (!loaded.ok()) return fail(loaded.status());
-    entry->format = loaded->format;
-    entry->layout = loaded->layout;
-    entry->unused_keys = loaded->unused_keys;
-    entry->model = std::move(loaded->model);
-    entry->info = loaded->info;
+    if (!entry->kind) entry->kind = &KindFor(entry->config);
+    if (Status loaded = entry->kind->Load(overrides, entry); !loaded.ok()) return fail(loaded);
     entry->state = ModelState::kReady;
   } catch (const std::exception& e) {
     fail(Internal(std::string("loading ") + entry->source + " threw: " + e.what()));
   }
+}
+
+const char* ArchitectureOf(const ModelEntry& entry) {
+  return (entry.kind ? *entry.kind : KindFor(entry.config)).architecture();
 }
 
 }  // namespace mha::serve

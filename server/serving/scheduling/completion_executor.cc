@@ -15,17 +15,23 @@ CompletionExecutor::CompletionExecutor(int threads, int64_t inline_max_bytes)
 CompletionExecutor::~CompletionExecutor() { Shutdown(); }
 
 void CompletionExecutor::Complete(DoneCallback done, InferenceResult result) {
-  const bool big = static_cast<int64_t>(result.outputs.output.bytes()) > inline_max_bytes_;
-  if (big) {
+  const auto bytes = static_cast<int64_t>(result.outputs.output.bytes());
+  Deliver(
+      [done = std::move(done), result = std::move(result)]() mutable { done(std::move(result)); },
+      bytes);
+}
+
+void CompletionExecutor::Deliver(std::function<void()> answer, int64_t bytes) {
+  if (bytes > inline_max_bytes_) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!closed_ && !threads_.empty()) {
-      queue_.push_back(Completion{std::move(done), std::move(result)});
+      queue_.push_back(std::move(answer));
       lock.unlock();
       cv_.notify_one();
       return;
     }
   }
-  CompleteInline(done, std::move(result));
+  RunInline(answer);
 }
 
 void CompletionExecutor::Shutdown() {
@@ -41,21 +47,21 @@ void CompletionExecutor::Shutdown() {
 
 void CompletionExecutor::Loop() {
   for (;;) {
-    Completion completion;
+    std::function<void()> answer;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return closed_ || !queue_.empty(); });
       if (queue_.empty()) return;  // closed and drained
-      completion = std::move(queue_.front());
+      answer = std::move(queue_.front());
       queue_.pop_front();
     }
-    CompleteInline(completion.done, std::move(completion.result));
+    RunInline(answer);
   }
 }
 
-void CompletionExecutor::CompleteInline(DoneCallback& done, InferenceResult result) {
+void CompletionExecutor::RunInline(std::function<void()>& answer) {
   try {
-    done(std::move(result));
+    answer();
   } catch (const std::exception& e) {
     spdlog::error("scheduler: completion callback threw: {}", e.what());
   } catch (...) {

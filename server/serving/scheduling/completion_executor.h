@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,23 +24,21 @@ class CompletionExecutor {
 
   // Calls `done(result)` exactly once: inline, or on a completion thread; never throws.
   void Complete(DoneCallback done, InferenceResult result);
+  // Any scheduler's answer (a layer step's too): runs `answer` exactly once, inline when `bytes`
+  // (its output's size) is at most inline_max_bytes, else on a completion thread; never throws.
+  void Deliver(std::function<void()> answer, int64_t bytes);
   // Runs what is queued, then joins the threads; later completions run inline. Idempotent.
   void Shutdown();
 
-  // Calls `done` here, catching (and logging) what it throws.
-  static void CompleteInline(DoneCallback& done, InferenceResult result);
-
  private:
-  struct Completion {
-    DoneCallback done;
-    InferenceResult result;
-  };
   void Loop();
+  // Runs `answer` here, catching (and logging) what it throws.
+  static void RunInline(std::function<void()>& answer);
 
   const int64_t inline_max_bytes_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Completion> queue_;
+  std::deque<std::function<void()>> queue_;
   bool closed_ = false;
   std::vector<std::thread> threads_;
 };

@@ -41,7 +41,7 @@ struct InferenceTask {
   Clock::time_point submitted = Clock::now();
   std::string request_id;
   std::shared_ptr<SessionStep> step;  // set for a session's step: DecodeSteps, not Forward
-  int64_t layer = 0;                  // a Llama-family model's layer (InferenceRequest::layer)
+  int64_t layer = 0;                  // a multi-layer model's layer (InferenceRequest::layer)
 };
 
 struct InferenceResult {
@@ -83,29 +83,13 @@ inline void Refuse(InferenceTask& task, DoneCallback& done, Status status) {
   done(std::move(result));
 }
 
-// The words of a full queue, the same for every runner.
-inline Status QueueFull(size_t waiting, const std::string& model, size_t limit) {
-  return ResourceExhausted("queue full: " + std::to_string(waiting) +
-                           " requests waiting for model '" + model + "' (--max-queue-size " +
+// The words of a full queue, the same for every scheduler (`items`: what waits).
+inline Status QueueFull(size_t waiting, const std::string& model, size_t limit,
+                        const char* items = "requests") {
+  return ResourceExhausted("queue full: " + std::to_string(waiting) + " " + items +
+                           " waiting for model '" + model + "' (--max-queue-size " +
                            std::to_string(limit) +
                            "; the model's config.json max_queue_size overrides it)");
-}
-
-// Why a queued task must be dropped before compute at `now`: DEADLINE_EXCEEDED when its deadline
-// has passed, CANCELLED when its call was cancelled; OK when it should run.
-// `arrival`: when the scheduler took the task (its clock, as `now`).
-inline Status DropBeforeCompute(const InferenceTask& task, Clock::time_point arrival,
-                                Clock::time_point now) {
-  const std::string waited = std::to_string(MicrosBetween(arrival, now));
-  if (now >= task.deadline) {
-    return DeadlineExceeded("deadline passed after " + waited +
-                            " us in the queue, before the forward pass");
-  }
-  if (task.is_cancelled && task.is_cancelled()) {
-    return Cancelled("request cancelled after " + waited +
-                     " us in the queue, before the forward pass");
-  }
-  return Status::Ok();
 }
 
 }  // namespace mha::serve

@@ -327,4 +327,23 @@ void SessionStore::PublishLocked() const {
                             pool_->total_blocks(), pool_->block_bytes());
 }
 
+OpenSessionResponse OpenedSession(const SessionInfo& info, const std::string& model,
+                                  const std::string& version) {
+  OpenSessionResponse out;
+  out.session_id = info.id;
+  out.model = model;
+  out.model_version = version;
+  out.batch_size = info.batch_size;
+  out.max_tokens = info.max_tokens;
+  out.cross_attention = info.cross;
+  out.kv_block_tokens = info.block_tokens;
+  out.kv_blocks = info.blocks;
+  return out;
+}
+
+StatusOr<CloseSessionResponse> ClosedSession(const StatusOr<SessionInfo>& info) {
+  if (!info.ok()) return info.status();
+  return CloseSessionResponse{info->tokens, info->blocks};
+}
+
 }  // namespace mha::serve

@@ -23,6 +23,7 @@
 #include "mha/engine.h"
 #include "mha/host_tensor.h"
 #include "mha/kv_cache.h"
+#include "server/serving/inference.h"
 #include "server/serving/scheduling/runner.h"
 #include "server/serving/serving_defaults.h"
 #include "server/serving/sessions/session_directory.h"
@@ -66,6 +67,13 @@ struct SessionInfo {
   int64_t blocks = 0;  // KV blocks held
   int64_t block_tokens = 0;
 };
+
+// OpenSession's answer for `info`, a session opened on model `model` version `version` (every
+// kind's store answers in SessionInfo).
+OpenSessionResponse OpenedSession(const SessionInfo& info, const std::string& model,
+                                  const std::string& version);
+// CloseSession's answer: the closed session's tokens and blocks, or why it could not be closed.
+StatusOr<CloseSessionResponse> ClosedSession(const StatusOr<SessionInfo>& info);
 
 class SessionStore {
  public:

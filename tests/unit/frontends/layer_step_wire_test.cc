@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "mha/v1/attention.pb.h"
-#include "server/serving/llama/llama_entry.h"
+#include "server/frontends/grpc_v1/forward_request.h"
+#include "server/serving/repository/model_repository.h"
 #include "test_util.h"
 
 namespace mha::serve {
@@ -117,20 +118,21 @@ TEST(LayerStepWire, AnswersEchoTheIdAndLayer) {
 }
 
 TEST(LayerStepWire, ALlamaVersionDescribesItsStack) {
-  ModelEntry e;
-  e.name = "gqa";
+  // L=2 E=64 H=8 KV=2 D=8, scanned as a repository folder would be.
+  std::vector<ModelEntry> scanned = ScanModel(testing::FixturePath("llama"), "gqa_ratio4");
+  ASSERT_EQ(scanned.size(), 1u);
+  ModelEntry& e = scanned.front();
+  ASSERT_EQ(e.state, ModelState::kLoading) << e.error;
   v1::ModelInfo loading;  // not loaded yet: only what it is
-  FillLlamaModelInfo(e, &loading);
+  FillModelInfo(e, false, &loading);
   EXPECT_EQ(loading.architecture(), "llama");
   EXPECT_EQ(loading.num_layers(), 0);
-  LlamaLoadOptions options;
-  options.path = testing::FixturePath("llama/gqa_ratio4");  // L=2 E=64 H=8 KV=2 D=8
-  options.device = "cpu";
-  auto loaded = LoadLlamaModel(options);
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  SetLlamaModel(std::move(loaded.value()), &e);
+  LoadOverrides overrides;
+  overrides.device = "cpu";
+  LoadModelEntry(overrides, &e);
+  ASSERT_EQ(e.state, ModelState::kReady) << e.error;
   v1::ModelInfo info;
-  FillLlamaModelInfo(e, &info);
+  FillModelInfo(e, false, &info);
   EXPECT_EQ(info.architecture(), "llama");
   EXPECT_EQ(info.num_layers(), 2);
   EXPECT_EQ(info.embed_dim(), 64);

@@ -1,19 +1,23 @@
-// LayerStepScheduler (server/serving/llama/layer_step_scheduler.h) over the fixture stack
+// LayerStepScheduler (server/serving/kinds/llama/layer_step_scheduler.h) over the fixture stack
 // stack4_sessions, passes held at an in-process gate (no timing): messages of one layer with
 // disjoint sessions that wait together merge into one pass, a later message of a session waits
 // for the earlier one, other layers wait for their own pass, every output equals PyTorch's causal
 // forward of the layer (<= 1e-5); a refused entry refuses only its message; the token cap, the
-// queue limit, deadlines and shutdown.
-#include "server/serving/llama/layer_step_scheduler.h"
+// queue limit, deadlines and shutdown; and what it shares with every scheduler (the queue-depth
+// gauge, drops on the pass-time estimate, off-worker completion, instances).
+#include "server/serving/kinds/llama/layer_step_scheduler.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "llama_serving_util.h"
+#include "server/serving/observability/stats_aggregator.h"
 
 namespace mha::serve {
 namespace {
@@ -31,9 +35,13 @@ class LayerStepSchedulerTest : public ::testing::Test {
                                                  std::make_shared<SessionDirectory>(), nullptr);
     for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Open(128, "s" + std::to_string(i)).ok());
   }
-  void Start(LayerStepSchedulerOptions o = {}) {
-    o.pass_hook = gate_.Hook();
-    scheduler_ = LayerStepScheduler::Create(o, model_.stack, store_.get(), "llama", nullptr);
+  void Start(BatcherOptions o = {}) {
+    scheduler_.reset();  // a test may start a second one: the first drains
+    o.pass_hook = [this, gate = gate_.Hook()](const std::function<Status()>& pass) {
+      pass_thread_ = std::this_thread::get_id();
+      return gate(pass);
+    };
+    scheduler_ = LayerStepScheduler::Create(o, model_.stack, store_.get(), "llama", &stats_);
   }
   // Session `i`'s fixture input (layer 0) or layer output, [T, E].
   at::Tensor Io(int i, const std::string& what) const {
@@ -42,7 +50,8 @@ class LayerStepSchedulerTest : public ::testing::Test {
   // Submits `hidden` rows for sessions `ids` at `layer`; the answer arrives on the future.
   std::future<LayerStepResponse> Submit(int64_t layer, const std::vector<std::string>& ids,
                                         const std::vector<HostTensor>& hidden,
-                                        Clock::time_point deadline = Clock::time_point::max()) {
+                                        Clock::time_point deadline = Clock::time_point::max(),
+                                        std::thread::id* answered_on = nullptr) {
     auto answer = std::make_shared<std::promise<LayerStepResponse>>();
     auto held = store_->Acquire(ids);
     EXPECT_TRUE(held.ok()) << held.status().ToString();
@@ -51,7 +60,10 @@ class LayerStepSchedulerTest : public ::testing::Test {
     task.sessions = held.value();
     task.hidden = hidden;
     task.deadline = deadline;
-    task.done = [answer](LayerStepResponse r) { answer->set_value(std::move(r)); };
+    task.done = [answer, answered_on](LayerStepResponse r) {
+      if (answered_on) *answered_on = std::this_thread::get_id();
+      answer->set_value(std::move(r));
+    };
     scheduler_->Submit(std::move(task));
     return answer->get_future();
   }
@@ -60,6 +72,8 @@ class LayerStepSchedulerTest : public ::testing::Test {
   LoadedLlamaModel model_;
   std::unique_ptr<LlamaSessionStore> store_;
   testing::PassGate gate_;
+  StatsAggregator stats_{"llama", "1"};
+  std::atomic<std::thread::id> pass_thread_{};  // the worker that ran the latest pass
   std::unique_ptr<LayerStepScheduler> scheduler_;
 };
 
@@ -129,8 +143,8 @@ TEST_F(LayerStepSchedulerTest, ARefusedEntryRefusesOnlyItsMessage) {
 }
 
 TEST_F(LayerStepSchedulerTest, TheTokenCapKeepsBigMessagesApart) {
-  LayerStepSchedulerOptions o;
-  o.max_pass_tokens = 4;
+  BatcherOptions o;
+  o.max_batch_tokens = 4;
   Start(o);
   gate_.Hold();
   auto a = Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)});
@@ -144,7 +158,7 @@ TEST_F(LayerStepSchedulerTest, TheTokenCapKeepsBigMessagesApart) {
 }
 
 TEST_F(LayerStepSchedulerTest, AFullQueueAndExpiredDeadlinesAreAnsweredWithoutAPass) {
-  LayerStepSchedulerOptions o;
+  BatcherOptions o;
   o.max_queue_size = 1;
   Start(o);
   gate_.Hold();
@@ -179,6 +193,85 @@ TEST_F(LayerStepSchedulerTest, ShutdownRunsWhatIsQueuedThenRefuses) {
   EXPECT_TRUE(b.get().status.ok());
   const LayerStepResponse late = Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 1)}).get();
   EXPECT_EQ(late.status.code(), StatusCode::kUnavailable);
+}
+
+// What the layer steps now share with every scheduler (scheduling/work_queue.h).
+
+TEST_F(LayerStepSchedulerTest, TheQueueDepthGaugeCountsTheMessagesWaiting) {
+  Start();
+  gate_.Hold();
+  auto a = Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)});
+  ASSERT_TRUE(gate_.WaitEntered(1));
+  EXPECT_EQ(stats_.Read().queue_depth, 0);
+  auto b = Submit(0, {"s1"}, {testing::Rows(Io(1, "input"), 0, 1)});
+  auto c = Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 1)});
+  EXPECT_EQ(stats_.Read().queue_depth, 2);
+  gate_.ReleaseAll();
+  for (auto* f : {&a, &b, &c}) EXPECT_TRUE(f->get().status.ok());
+  EXPECT_EQ(stats_.Read().queue_depth, 0);
+  EXPECT_EQ(stats_.Read().execution_count, 2);  // a alone, then b and c merged
+}
+
+TEST_F(LayerStepSchedulerTest, AMessageWhosePassWouldOutliveItsDeadlineIsDroppedBeforeIt) {
+  BatcherOptions o;
+  o.estimate_pass_us = [](bool session, int64_t) { return session ? 1e8 : 0.0; };  // 100 s
+  Start(o);
+  const LayerStepResponse late = Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)},
+                                        Clock::now() + std::chrono::seconds(30))
+                                     .get();
+  EXPECT_EQ(late.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(Contains(late.status.message(),
+                       "dropped before the layer step: the deadline would pass during it "
+                       "(estimated 100000000 us"))
+      << late.status.message();
+  EXPECT_EQ(gate_.entered(), 0);
+  // Without a deadline the estimate does not matter; the dropped message held s0 no longer.
+  EXPECT_TRUE(Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)}).get().status.ok());
+}
+
+TEST_F(LayerStepSchedulerTest, BigAnswersAreDeliveredOffTheWorkerSmallOnesOnIt) {
+  Start();  // the default inline limit: one [1, E] answer is small
+  std::thread::id answered;
+  ASSERT_TRUE(
+      Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)}, Clock::time_point::max(), &answered)
+          .get()
+          .status.ok());
+  EXPECT_EQ(answered, pass_thread_.load());
+  BatcherOptions o;
+  o.inline_completion_max_bytes = 0;  // every answer with an output is "big"
+  Start(o);
+  ASSERT_TRUE(
+      Submit(0, {"s1"}, {testing::Rows(Io(1, "input"), 0, 1)}, Clock::time_point::max(), &answered)
+          .get()
+          .status.ok());
+  EXPECT_NE(answered, pass_thread_.load());
+  EXPECT_NE(answered, std::thread::id());
+}
+
+TEST_F(LayerStepSchedulerTest, InstancesRunDisjointSessionsAtOnceAndKeepEachSessionsOrder) {
+  BatcherOptions o;
+  o.instances = 3;
+  Start(o);
+  gate_.Hold();
+  auto a = Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)});
+  ASSERT_TRUE(gate_.WaitEntered(1));
+  // s0's next layer waits for a's pass although an instance is free; s1's runs beside a.
+  const at::Tensor s0_layer1 = Io(0, "input") + Io(0, "output.0");
+  auto b = Submit(1, {"s0"}, {testing::Rows(s0_layer1, 0, 1)});
+  auto c = Submit(0, {"s1"}, {testing::Rows(Io(1, "input"), 0, 2)});
+  ASSERT_TRUE(gate_.WaitEntered(2));  // two passes inside the gate at once: a and c
+  gate_.ReleaseAll();
+  const LayerStepResponse ra = a.get(), rb = b.get(), rc = c.get();
+  for (const LayerStepResponse* r : {&ra, &rb, &rc}) {
+    ASSERT_TRUE(r->status.ok()) << r->status.ToString();
+    EXPECT_EQ(r->pass_messages, 1);
+  }
+  const double tol = testing::kFp32Tolerance;
+  EXPECT_TRUE(
+      testing::TensorsNear(ToTensor(rb.outputs[0]), Io(0, "output.1").narrow(0, 0, 1), tol));
+  EXPECT_TRUE(
+      testing::TensorsNear(ToTensor(rc.outputs[0]), Io(1, "output.0").narrow(0, 0, 2), tol));
+  EXPECT_EQ(gate_.entered(), 3);
 }
 
 }  // namespace

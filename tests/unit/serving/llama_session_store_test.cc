@@ -1,9 +1,9 @@
-// LlamaSessionStore (server/serving/llama/llama_session_store.h) over the fixture stack
+// LlamaSessionStore (server/serving/kinds/llama/llama_session_store.h) over the fixture stack
 // stack4_sessions (L=4, KV=2, D=8: 128 bytes per token per layer in float32): ids server-wide,
 // one block per layer taken at open, refusals naming the entry, the layer-order rule at Prepare,
 // a session closed while a step holds it, the full pool under refuse and evict-lru, idle expiry on
 // a fake clock.
-#include "server/serving/llama/llama_session_store.h"
+#include "server/serving/kinds/llama/llama_session_store.h"
 
 #include <gtest/gtest.h>
 

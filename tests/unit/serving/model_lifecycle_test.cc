@@ -26,19 +26,30 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using testing::Contains;
 
-// A scheduler that refuses every task and counts its Shutdown (the handle's end).
-class FakeRunner final : public ModelRunner {
+// A version's serving side that refuses everything and counts its end (the handle's).
+class FakeServed final : public ServedModel {
  public:
-  explicit FakeRunner(std::atomic<int>* shutdowns) : shutdowns_(shutdowns) {}
-  void Submit(InferenceTask task, DoneCallback done) override {
-    Refuse(task, done, Unavailable("fake scheduler"));
-  }
+  explicit FakeServed(std::atomic<int>* shutdowns) : shutdowns_(shutdowns) {}
+  ~FakeServed() override { Shutdown(); }
   void Shutdown() override {
     if (!down_.exchange(true)) ++*shutdowns_;
   }
-  size_t queue_depth() const override { return 0; }
+  SchedulerView scheduling() const override { return {}; }
+  Status ValidateForward(const InferenceRequest&) const override { return Refused(); }
+  void Submit(InferenceTask task, DoneCallback done) override { Refuse(task, done, Refused()); }
+  StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest&) override {
+    return Refused();
+  }
+  StatusOr<CloseSessionResponse> CloseSession(const std::string&) override { return Refused(); }
+  Status CheckStep(const InferenceRequest&) const override { return Refused(); }
+  void Step(const std::string&, InferenceTask task, DoneCallback done) override {
+    Refuse(task, done, Refused());
+  }
+  Status StepLayer(LayerStepRequest&, LayerStepDone) override { return Refused(); }
+  StatusOr<HeadAnalysis> AnalyzeHeads() const override { return Refused(); }
 
  private:
+  static Status Refused() { return Unavailable("fake scheduler"); }
   std::atomic<int>* const shutdowns_;
   std::atomic<bool> down_{false};
 };
@@ -64,7 +75,7 @@ class Fixture {
         [this](ModelEntry entry) {
           auto handle = std::make_shared<ModelHandle>();
           handle->entry = std::make_shared<const ModelEntry>(std::move(entry));
-          handle->scheduler = std::make_unique<FakeRunner>(&shutdowns_);
+          handle->served = std::make_unique<FakeServed>(&shutdowns_);
           ++made_;
           return handle;
         },

@@ -183,13 +183,13 @@ TEST(ModelRepositoryTest, LoadingAnEntryMakesItReadyOrFailed) {
   ASSERT_EQ(enc.size(), 2u);
   LoadModelEntry(LoadOverrides(), &enc[1]);
   ASSERT_EQ(enc[1].state, ModelState::kReady) << enc[1].error;
-  ASSERT_NE(enc[1].model, nullptr);
-  EXPECT_EQ(enc[1].model->options().embed_dim, 16);
+  ASSERT_NE(enc[1].servable, nullptr);
+  EXPECT_EQ(enc[1].info.options.embed_dim, 16);
   EXPECT_EQ(enc[1].format, "safetensors");
   std::ofstream((folder.root() / "enc" / "2" / "model.safetensors").string()) << "not weights";
   LoadModelEntry(LoadOverrides(), &enc[0]);
   EXPECT_EQ(enc[0].state, ModelState::kFailed);
-  EXPECT_EQ(enc[0].model, nullptr);
+  EXPECT_EQ(enc[0].servable, nullptr);
   EXPECT_FALSE(enc[0].error.empty());
 }
 

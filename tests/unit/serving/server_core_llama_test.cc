@@ -79,16 +79,17 @@ TEST_F(ServerCoreLlamaTest, LlamaFoldersLoadAsStacksBesideOneLayerModels) {
   auto repo = core_->repository();
   auto llama = repo->Resolve("llama");
   ASSERT_TRUE(llama.ok()) << llama.status().ToString();
-  ASSERT_NE((*llama)->llama, nullptr);
-  EXPECT_EQ((*llama)->model, nullptr);
-  EXPECT_EQ((*llama)->llama_info.num_layers, 4);
+  ASSERT_NE((*llama)->servable, nullptr);
+  EXPECT_STREQ(ArchitectureOf(**llama), "llama");
+  EXPECT_EQ((*llama)->stack.num_layers, 4);
   EXPECT_EQ((*llama)->layout, "llama");
   EXPECT_EQ((*llama)->source, "llama");
   EXPECT_EQ((*llama)->info.options.embed_dim, 32);
   auto mha = repo->Resolve("mha");
   ASSERT_TRUE(mha.ok());
-  EXPECT_NE((*mha)->model, nullptr);
-  EXPECT_EQ((*mha)->llama, nullptr);
+  EXPECT_NE((*mha)->servable, nullptr);
+  EXPECT_STREQ(ArchitectureOf(**mha), "multihead_attention");
+  EXPECT_EQ((*mha)->stack.num_layers, 0);
   auto analysis = core_->Analyze("gqa", "");
   EXPECT_EQ(analysis.status().code(), StatusCode::kFailedPrecondition);
 }

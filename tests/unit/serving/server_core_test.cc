@@ -268,8 +268,10 @@ TEST(ServerCoreTest, RoutesEachModelToItsOwnSchedulerAndMatchesAlone) {
     CoreFixture f({"self_basic", "kdim_vdim"}, batching);
     auto repository = f.core().repository();
     ASSERT_EQ(repository->ready_count(), 2u);
-    auto self = repository->Find("self_basic")->model;
-    auto cross = repository->Find("kdim_vdim")->model;
+    // The same fixtures loaded here: what each request alone must equal.
+    auto self = testing::LoadFixtureModel("self_basic");
+    auto cross = testing::LoadFixtureModel("kdim_vdim");
+    ASSERT_TRUE(self && cross);
     auto gen = MakeGenerator(9);
     std::vector<std::promise<InferenceResponse>> answers(8);
     std::vector<ForwardInputs> requests;

@@ -1,4 +1,4 @@
-#include "server/serving/llama/llama_session_store.h"
+#include "server/serving/kinds/llama/llama_session_store.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "server/serving/llama/llama_requests.h"
+#include "server/serving/kinds/llama/llama_requests.h"
 
 #include <algorithm>
 #include <limits>
@@ -13,8 +13,8 @@ namespace {
 
 std::string Num(int64_t v) { return std::to_string(v); }
 
-Status CheckLayer(const ModelEntry& e, int64_t layer) {
-  const int64_t layers = e.llama_info.num_layers;
+Status CheckLayer(const LlamaVersion& e, int64_t layer) {
+  const int64_t layers = e.info.num_layers;
   if (layer >= 0 && layer < layers) return Status::Ok();
   return InvalidArgument("layer: " + Num(layer) + " out of range: model '" + e.name + "' has " +
                          Num(layers) + " layers (0 .. " + Num(layers - 1) + ")");
@@ -84,9 +84,9 @@ Status CheckWork(int64_t work, int64_t response, const RequestLimits& limits,
 
 }  // namespace
 
-Status ValidateLlamaForward(const ModelEntry& e, const InferenceRequest& r,
+Status ValidateLlamaForward(const LlamaVersion& e, const InferenceRequest& r,
                             const RequestLimits& limits) {
-  const LlamaModelInfo& l = e.llama_info;
+  const LlamaModelInfo& l = e.info;
   MHA_RETURN_IF_ERROR(CheckLayer(e, r.layer));
   MHA_RETURN_IF_ERROR(RefuseUnsupported(r.inputs));
   const HostTensor& q = r.inputs.query;
@@ -112,14 +112,8 @@ Status ValidateLlamaForward(const ModelEntry& e, const InferenceRequest& r,
   return CheckWork(work, response, limits, "query [" + Num(b) + ", " + Num(t) + ", E]");
 }
 
-Status CheckSingleLayer(const ModelEntry& e, const InferenceRequest& r) {
-  if (r.layer == 0 || e.llama) return Status::Ok();
-  return InvalidArgument("layer: " + Num(r.layer) + " but model '" + e.name +
-                         "' is one attention layer (only layer 0; layers are for Llama-family "
-                         "stacks)");
-}
-
-Status CheckLayerStep(const ModelEntry& e, const LayerStepRequest& r, const RequestLimits& limits) {
+Status CheckLayerStep(const LlamaVersion& e, const LayerStepRequest& r,
+                      const RequestLimits& limits) {
   if ((!r.model.empty() && r.model != e.name) ||
       (!r.model_version.empty() && r.model_version != e.version)) {
     return InvalidArgument("model: the sessions are on model '" + e.name + "' version " +
@@ -128,7 +122,7 @@ Status CheckLayerStep(const ModelEntry& e, const LayerStepRequest& r, const Requ
   }
   if (r.entries.empty()) return InvalidArgument("entries: a message steps at least one session");
   MHA_RETURN_IF_ERROR(CheckLayer(e, r.layer));
-  const LlamaModelInfo& l = e.llama_info;
+  const LlamaModelInfo& l = e.info;
   std::map<std::string, size_t> seen;
   int64_t rows = 0, t_max = 0, response = 0;
   const int64_t out =
@@ -157,7 +151,7 @@ Status CheckLayerStep(const ModelEntry& e, const LayerStepRequest& r, const Requ
                    "layer step of " + Num(static_cast<int64_t>(r.entries.size())) + " entries");
 }
 
-StatusOr<int64_t> LlamaSessionMaxTokens(const ModelEntry& e, const OpenSessionRequest& r,
+StatusOr<int64_t> LlamaSessionMaxTokens(const LlamaVersion& e, const OpenSessionRequest& r,
                                         const RequestLimits& limits) {
   if (r.batch_size < 0 || r.batch_size > 1) {
     return InvalidArgument(
@@ -179,7 +173,7 @@ StatusOr<int64_t> LlamaSessionMaxTokens(const ModelEntry& e, const OpenSessionRe
                              " exceeds --max-sequence-length " + Num(limits.max_sequence_length));
   }
   const int64_t wanted = r.max_tokens > 0 ? r.max_tokens : limits.max_sequence_length;
-  return std::min(wanted, e.llama_info.max_positions);
+  return std::min(wanted, e.info.max_positions);
 }
 
 }  // namespace mha::serve

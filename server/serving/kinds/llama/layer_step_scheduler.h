@@ -1,0 +1,115 @@
+// LayerStepScheduler: the scheduler of one Llama-family model version's per-layer step messages
+// (mha.v1 LayerSteps, docs/afd.md): the shared queue/worker core (scheduling/work_queue.h: queue
+// limit, instances, deadline and cancel drops, drops on the pass-time estimate, the queue-depth
+// gauge, off-worker completion of big answers) with the layer planner below.
+//
+// Planning: a message holds its sessions (LlamaSessionStore::Acquire) from Submit on. A worker
+// takes the oldest message that may run, then every later message of the same layer whose
+// sessions appear in no earlier message still queued and in no pass running on another instance
+// (so each session's steps apply in arrival order, whatever stream they came on) while the pass's
+// new tokens stay within max_batch_tokens (one message alone may exceed it). With
+// max_queue_delay_us 0 (the default) a pass starts as soon as a worker is free.
+//
+// A pass: each message's entries are prepared (LlamaSessionStore::Prepare: the session still
+// open, the layer-order rule, max_tokens, room in the pool); a message with a refused entry is
+// answered with that refusal ("entry i: ...") and leaves the pass; the others run as one
+// StepLlamaSessions. If the merged pass fails (INTERNAL: every cache is back at its length), each
+// message runs alone, so one message cannot fail others. A message's sessions are released
+// (LlamaSessionStore::Finish) on the worker, then its answer is delivered.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "mha/llama_engine.h"
+#include "server/serving/clock.h"
+#include "server/serving/kinds/llama/llama_session_store.h"
+#include "server/serving/layer_step.h"
+#include "server/serving/scheduling/batcher_options.h"
+#include "server/serving/scheduling/work_queue.h"
+
+namespace mha::serve {
+
+class StatsAggregator;
+
+// One message, validated, its sessions held: what Submit queues.
+struct LayerStepTask {
+  int64_t layer = 0;
+  std::vector<LlamaSessionRef> sessions;  // one per entry, distinct
+  std::vector<HostTensor> hidden;         // [t, E] per entry
+  ElementType output = ElementType::kFloat32;
+  Clock::time_point deadline = Clock::time_point::max();
+  std::function<bool()> is_cancelled;
+  std::string request_id;
+  LayerStepDone done;  // status, outputs, layer_tokens, timings (model/version left to the caller)
+  int64_t tokens = 0;  // new tokens of every entry (set by Submit)
+};
+
+class LayerPlanner {
+ public:
+  using Item = LayerStepTask;
+  using Running = std::vector<const LlamaSession*>;  // the sessions of a running pass
+  static constexpr const char* kPass = "layer step";
+  static constexpr const char* kItems = "layer step messages";
+
+  LayerPlanner(std::shared_ptr<const LlamaAttentionStack> stack, LlamaSessionStore* sessions)
+      : stack_(std::move(stack)), sessions_(sessions) {}
+
+  Clock::time_point Deadline(const Item& item) const { return item.deadline; }
+  bool Cancelled(const Item& item) const { return item.is_cancelled && item.is_cancelled(); }
+  PassSize Alone(const Item& item) const { return PassSize{true, item.tokens}; }
+  PassPlan<Item> PlanLocked(Queue<Item>& queue, Clock::time_point now,
+                            const PassContext& context) const;
+  Running StartLocked(const std::vector<Queued<Item>>& batch);
+  void FinishLocked(const Running& running);
+  void Run(std::vector<Queued<Item>>& batch, PassContext& context) const;
+  void Refuse(Queued<Item>& item, Status status, int64_t queue_us, PassContext& context) const;
+
+ private:
+  // Prepares each message's sessions; answers the refused ones. The rest, in order.
+  std::vector<Queued<Item>*> Prepare(std::vector<Queued<Item>>& batch, Clock::time_point start,
+                                     PassContext& context) const;
+  // One StepLlamaSessions over `batch` (prepared messages), each message's answer filled.
+  Status Step(std::vector<Queued<Item>*>& batch, std::vector<LayerStepResponse>* answers,
+              PassContext& context) const;
+  // Releases the message's sessions, then delivers its answer.
+  void Answer(Queued<Item>& queued, LayerStepResponse response, PassContext& context) const;
+
+  std::shared_ptr<const LlamaAttentionStack> stack_;
+  LlamaSessionStore* sessions_;
+  std::multiset<const LlamaSession*> in_flight_;  // sessions of running passes (queue's lock)
+};
+
+class LayerStepScheduler {
+ public:
+  // `stack`, `sessions` (the version's store, which outlives the scheduler) and `metrics` (may be
+  // null) are the version's; `model_name` labels logs and errors. `options`: the version's
+  // BatcherOptions (max_batch_tokens caps a merged pass's new tokens; batching does not apply).
+  static std::unique_ptr<LayerStepScheduler> Create(
+      const BatcherOptions& options, std::shared_ptr<const LlamaAttentionStack> stack,
+      LlamaSessionStore* sessions, std::string model_name, StatsAggregator* metrics);
+  ~LayerStepScheduler() { Shutdown(); }
+  LayerStepScheduler(const LayerStepScheduler&) = delete;
+  LayerStepScheduler& operator=(const LayerStepScheduler&) = delete;
+
+  // Queues `task`, or answers it at once (RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE
+  // after Shutdown), its sessions released either way once it is answered.
+  void Submit(LayerStepTask task);
+  // Stops accepting, runs every queued message, joins the workers. Idempotent.
+  void Shutdown() { queue_.Shutdown(); }
+  size_t queue_depth() const { return queue_.depth(); }
+
+ private:
+  LayerStepScheduler(const BatcherOptions& options,
+                     std::shared_ptr<const LlamaAttentionStack> stack, LlamaSessionStore* sessions,
+                     std::string model_name, StatsAggregator* metrics)
+      : queue_(LayerPlanner(std::move(stack), sessions), options, std::move(model_name), metrics) {}
+
+  WorkQueue<LayerPlanner> queue_;
+};
+
+}  // namespace mha::serve

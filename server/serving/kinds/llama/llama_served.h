@@ -1,0 +1,18 @@
+// The serving side of one READY Llama-family version (kinds/model_kind.h ServedModel): a
+// DynamicBatcher for stateless forwards (batching off: requests of different layers never merge),
+// its sessions (LlamaSessionStore) and its layer-step scheduler (layer_step_scheduler.h), both
+// schedulers on the one queue/worker core (scheduling/work_queue.h).
+#pragma once
+
+#include <memory>
+
+#include "mha/llama_engine.h"
+#include "server/serving/kinds/model_kind.h"
+
+namespace mha::serve {
+
+std::unique_ptr<ServedModel> MakeLlamaServed(std::shared_ptr<const LlamaAttentionStack> stack,
+                                             const LlamaModelInfo& info, const ModelEntry& entry,
+                                             const ServeContext& context);
+
+}  // namespace mha::serve

@@ -1,0 +1,179 @@
+// WorkQueue (server/serving/scheduling/work_queue.h) with a toy planner, no model: every
+// submitted item is answered exactly once (run, dropped, refused as the queue is full or
+// stopped), also when many threads submit while it shuts down; a pass's items are what the
+// planner planned; an item the planner holds back (it waits for a running pass) runs once that
+// pass finished, on a free instance; the queue-depth gauge follows the queue.
+#include "server/serving/scheduling/work_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "server/serving/observability/stats_aggregator.h"
+
+namespace mha::serve {
+namespace {
+
+// Items are (key, answer); a pass takes the oldest item and every later one with its key, except
+// keys of a running pass (they wait for it).
+struct ToyItem {
+  int key = 0;
+  Clock::time_point deadline = Clock::time_point::max();
+  std::function<void(Status, int passes)> answer;
+};
+
+struct ToyLog {
+  std::mutex mu;
+  std::vector<std::vector<int>> passes;  // the keys of each pass, in order run
+};
+
+class ToyPlanner {
+ public:
+  using Item = ToyItem;
+  using Running = std::vector<int>;
+  static constexpr const char* kPass = "toy pass";
+  static constexpr const char* kItems = "toys";
+
+  explicit ToyPlanner(std::shared_ptr<ToyLog> log) : log_(std::move(log)) {}
+  Clock::time_point Deadline(const Item& item) const { return item.deadline; }
+  bool Cancelled(const Item&) const { return false; }
+  PassSize Alone(const Item&) const { return PassSize{false, 1}; }
+  PassPlan<Item> PlanLocked(Queue<Item>& queue, Clock::time_point, const PassContext&) const {
+    PassPlan<Item> plan;
+    plan.full = true;
+    for (auto it = queue.begin(); it != queue.end(); ++it) {
+      if (running_.count(it->item.key)) continue;
+      if (!plan.items.empty() && it->item.key != plan.items.front()->item.key) continue;
+      plan.items.push_back(it);
+    }
+    return plan;
+  }
+  Running StartLocked(const std::vector<Queued<Item>>& batch) {
+    Running keys;
+    for (const auto& q : batch) keys.push_back(q.item.key);
+    for (int k : keys) ++running_[k];
+    return keys;
+  }
+  void FinishLocked(const Running& keys) {
+    for (int k : keys) {
+      if (--running_[k] == 0) running_.erase(k);
+    }
+  }
+  void Run(std::vector<Queued<Item>>& batch, PassContext& context) const {
+    const Status status = context.RunPass([&] {
+      std::lock_guard<std::mutex> lock(log_->mu);
+      std::vector<int> keys;
+      for (const auto& q : batch) keys.push_back(q.item.key);
+      log_->passes.push_back(keys);
+      return Status::Ok();
+    });
+    for (auto& q : batch) q.item.answer(status, static_cast<int>(batch.size()));
+  }
+  void Refuse(Queued<Item>& item, Status status, int64_t, PassContext&) const {
+    item.item.answer(std::move(status), 0);
+  }
+
+ private:
+  std::shared_ptr<ToyLog> log_;
+  std::map<int, int> running_;  // keys of the running passes (the queue's lock)
+};
+
+struct Answer {
+  Status status;
+  int passes = 0;
+};
+
+std::future<Answer> Submit(WorkQueue<ToyPlanner>& queue, int key,
+                           Clock::time_point deadline = Clock::time_point::max()) {
+  auto promise = std::make_shared<std::promise<Answer>>();
+  queue.Submit(ToyItem{key, deadline, [promise](Status s, int n) {
+                         promise->set_value(Answer{std::move(s), n});
+                       }});
+  return promise->get_future();
+}
+
+Answer Get(std::future<Answer>& f) {
+  EXPECT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  return f.get();
+}
+
+TEST(WorkQueueTest, HeldBackItemsRunAfterThePassTheyWaitForAndTheGaugeFollows) {
+  auto log = std::make_shared<ToyLog>();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> entered{0};
+  BatcherOptions o;
+  o.instances = 2;
+  o.pass_hook = [&](const std::function<Status()>& pass) {
+    ++entered;
+    released.wait();
+    return pass();
+  };
+  StatsAggregator stats("toy", "1");
+  WorkQueue<ToyPlanner> queue(ToyPlanner(log), o, "toy", &stats);
+  auto first = Submit(queue, 7);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (entered.load() < 1 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(entered.load(), 1) << "the first pass never started";
+  // Key 7 is running: both 7s wait although an instance is free; then they run in one pass.
+  auto second = Submit(queue, 7), third = Submit(queue, 7);
+  EXPECT_EQ(stats.Read().queue_depth, 2);
+  release.set_value();
+  EXPECT_EQ(Get(first).passes, 1);
+  EXPECT_EQ(Get(second).passes, 2);
+  EXPECT_EQ(Get(third).passes, 2);
+  queue.Shutdown();
+  EXPECT_EQ(stats.Read().queue_depth, 0);
+  EXPECT_EQ(log->passes, (std::vector<std::vector<int>>{{7}, {7, 7}}));
+}
+
+TEST(WorkQueueTest, EveryItemIsAnsweredOnceWhileManyThreadsSubmitAndItShutsDown) {
+  auto log = std::make_shared<ToyLog>();
+  BatcherOptions o;
+  o.instances = 2;
+  o.max_queue_size = 8;
+  auto queue = std::make_unique<WorkQueue<ToyPlanner>>(ToyPlanner(log), o, "toy", nullptr);
+  std::atomic<int> answered{0}, ok{0}, refused{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 200; ++i) {
+        queue->Submit(ToyItem{(c + i) % 3, Clock::time_point::max(), [&](Status s, int) {
+                                ++answered;
+                                ++(s.ok() ? ok : refused);
+                              }});
+      }
+    });
+  }
+  std::thread stopper([&] { queue->Shutdown(); });
+  for (auto& t : clients) t.join();
+  stopper.join();
+  queue.reset();
+  EXPECT_EQ(answered.load(), 800);
+  EXPECT_EQ(ok.load() + refused.load(), 800);
+  size_t ran = 0;
+  for (const auto& pass : log->passes) ran += pass.size();
+  EXPECT_EQ(ran, static_cast<size_t>(ok.load()));
+}
+
+TEST(WorkQueueTest, AnExpiredItemIsRefusedWithoutAPass) {
+  auto log = std::make_shared<ToyLog>();
+  WorkQueue<ToyPlanner> queue(ToyPlanner(log), BatcherOptions(), "toy", nullptr);
+  auto expired = Submit(queue, 1, Clock::now() - std::chrono::seconds(1));
+  const Answer a = Get(expired);
+  EXPECT_EQ(a.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(a.status.message().find("before the toy pass"), std::string::npos);
+  queue.Shutdown();
+  EXPECT_TRUE(log->passes.empty());
+}
+
+}  // namespace
+}  // namespace mha::serve
