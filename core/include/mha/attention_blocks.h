@@ -1,0 +1,47 @@
+// Attention over blocks of query rows (docs/core.md, "Blocked attention"): softmax(QK^T/sqrt(D) +
+// mask) V with the scores of at most `block_rows` query rows alive at a time. Each row's softmax is
+// independent of the others, so a block is the same computation on fewer rows, not an
+// approximation. The masks are kept in parts and built block by block, so that no [T, S] tensor
+// is made whole either.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+namespace mha {
+
+// The additive mask of one pass in parts: the terms (bool = true masked, or float additive) made
+// additive and summed in their order, then the causal part, then zeros for the appended keys —
+// the order, and so the values, of the masks the core built whole before.
+struct MaskParts {
+  std::vector<at::Tensor> terms;  // 4-d, broadcastable to [B, H, T, S]; dim 2 is T or 1, dim 3 S
+  std::optional<int64_t> causal_diagonal;  // -inf at key j of query row i when j >= i + diagonal
+  int64_t extra_keys = 0;                  // zero columns appended (add_bias_kv / add_zero_attn)
+  at::TensorOptions options;               // the compute dtype and device
+
+  bool empty() const { return terms.empty() && !causal_diagonal; }
+  // The additive mask of query rows [begin, begin + rows) over keys [0, key_end) plus the extra
+  // keys, broadcastable to [B, H, rows, key_end + extra_keys]; undefined when there is no mask.
+  at::Tensor Rows(int64_t begin, int64_t rows, int64_t key_end) const;
+};
+
+// What a block's probabilities [B, H, rows, S'] (rows from query row `begin`) go through before
+// they meet V: head statistics and weights copied out, head_mask applied. Returns the
+// probabilities to multiply by V.
+using BlockProbs = std::function<at::Tensor(int64_t begin, at::Tensor probs)>;
+
+// q [B, H, T, D] (already times 1/sqrt(D) when q_scaled), k and v [B, H, S', D]. Returns the
+// per-head output [B, H, T, D]. block_rows >= T: one block, exactly attention_probs then
+// matmul(probs, v) (the unblocked pass). Several blocks: the output is written block by block into
+// one [B, T, H, D] buffer (so combine_heads' copy becomes a view), and when `each` is empty, the
+// mask only causal and no key appended, a block's keys stop after its last row's last visible key
+// (the keys past it would get probability exactly 0).
+at::Tensor blocked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const MaskParts& mask, bool q_scaled, int64_t block_rows,
+                             const BlockProbs& each = {});
+
+}  // namespace mha
