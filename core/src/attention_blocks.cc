@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "mha/attention_ops.h"
+#include "mha/options.h"
 #include "mha/tensor_util.h"
 
 namespace mha {
@@ -29,13 +30,47 @@ at::Tensor MaskParts::Rows(int64_t begin, int64_t rows, int64_t key_end) const {
   return mask;
 }
 
+MaskParts MaskParts::Slice(int64_t b, int64_t h) const {
+  MaskParts one = *this;
+  for (at::Tensor& term : one.terms) {
+    if (term.size(0) > 1) term = term.narrow(0, b, 1);
+    if (term.size(1) > 1) term = term.narrow(1, h, 1);
+  }
+  return one;
+}
+
+namespace {
+
+// Blocks of `block_rows` rows of contiguous q [B', H', T, D] over k, v [B', H', S', D], each
+// block's output written into `out` [B', T, H', D].
+void AttendRowBlocks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const MaskParts& mask, bool q_scaled, int64_t block_rows,
+                     const BlockProbs& each, at::Tensor out) {
+  const int64_t t = q.size(2), keys = k.size(2) - mask.extra_keys;
+  const bool trim = !each && mask.terms.empty() && mask.causal_diagonal && mask.extra_keys == 0;
+  for (int64_t begin = 0; begin < t; begin += block_rows) {
+    const int64_t rows = std::min(block_rows, t - begin);
+    int64_t key_end = keys;
+    if (trim) key_end = std::clamp<int64_t>(begin + rows - 1 + *mask.causal_diagonal, 1, keys);
+    const at::Tensor kb = key_end < keys ? k.narrow(2, 0, key_end) : k;
+    const at::Tensor vb = key_end < keys ? v.narrow(2, 0, key_end) : v;
+    at::Tensor probs =
+        attention_probs(q.narrow(2, begin, rows), kb, mask.Rows(begin, rows, key_end), q_scaled);
+    if (each) probs = each(begin, std::move(probs));
+    out.narrow(1, begin, rows).transpose(1, 2).copy_(at::matmul(probs, vb));
+  }
+}
+
+}  // namespace
+
 at::Tensor blocked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             const MaskParts& mask, bool q_scaled, int64_t block_rows,
+                             const MaskParts& mask, bool q_scaled, int64_t block_bytes,
                              const BlockProbs& each) {
   const int64_t batch = q.size(0), heads = q.size(1), t = q.size(2), d = q.size(3);
-  const int64_t keys = k.size(2) - mask.extra_keys;  // S: the masked keys
-  if (block_rows >= t) {                             // one block: the unblocked pass, unchanged
-    at::Tensor probs = attention_probs(q, k, mask.Rows(0, t, keys), q_scaled);
+  const int64_t keys = k.size(2), element = static_cast<int64_t>(q.element_size());
+  const int64_t block_rows = AttentionBlockRows(batch, heads, t, keys, element, block_bytes);
+  if (block_rows >= t) {  // one block: the unblocked pass, unchanged
+    at::Tensor probs = attention_probs(q, k, mask.Rows(0, t, keys - mask.extra_keys), q_scaled);
     if (each) probs = each(0, std::move(probs));
     return at::matmul(probs, v);
   }
@@ -43,17 +78,19 @@ at::Tensor blocked_attention(const at::Tensor& q, const at::Tensor& k, const at:
   // block); the output in combine_heads' layout.
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   at::Tensor out = at::empty({batch, t, heads, d}, q.options());
-  const bool trim = !each && mask.terms.empty() && mask.causal_diagonal && mask.extra_keys == 0;
-  for (int64_t begin = 0; begin < t; begin += block_rows) {
-    const int64_t rows = std::min(block_rows, t - begin);
-    int64_t key_end = keys;
-    if (trim) key_end = std::clamp<int64_t>(begin + rows - 1 + *mask.causal_diagonal, 1, keys);
-    const at::Tensor kb = key_end < keys ? kc.narrow(2, 0, key_end) : kc;
-    const at::Tensor vb = key_end < keys ? vc.narrow(2, 0, key_end) : vc;
-    at::Tensor probs =
-        attention_probs(qc.narrow(2, begin, rows), kb, mask.Rows(begin, rows, key_end), q_scaled);
-    if (each) probs = each(begin, std::move(probs));
-    out.narrow(1, begin, rows).transpose(1, 2).copy_(at::matmul(probs, vb));
+  if (each) {  // the probabilities of every batch row and head, block by block
+    AttendRowBlocks(qc, kc, vc, mask, q_scaled, block_rows, each, out);
+    return out.transpose(1, 2);
+  }
+  // Output only: one batch row and head at a time, so that a block of the same bytes has H * B
+  // times the rows (each block reads all of K and V: more rows per block, fewer passes over them).
+  const int64_t head_rows = AttentionBlockRows(1, 1, t, keys, element, block_bytes);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      auto one = [&](const at::Tensor& x) { return x.narrow(0, b, 1).narrow(1, h, 1); };
+      AttendRowBlocks(one(qc), one(kc), one(vc), mask.Slice(b, h), q_scaled, head_rows, {},
+                      out.narrow(0, b, 1).narrow(2, h, 1));
+    }
   }
   return out.transpose(1, 2);
 }

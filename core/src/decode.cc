@@ -86,27 +86,27 @@ at::Tensor AttendBlocks(const MhaOptions& o, const StepInputs& in, const at::Ten
                         const at::Tensor& kh, const at::Tensor& vh, const MaskParts& mask,
                         at::Tensor* weights) {
   const int64_t b = qh.size(0), h = qh.size(1), t = qh.size(2), keys = kh.size(2);
-  const int64_t rows =
-      qh.is_cuda() ? t
-                   : AttentionBlockRows(b, h, t, keys, qh.element_size(), o.attention_block_bytes);
+  const int64_t block_bytes = qh.is_cuda() ? 0 : o.attention_block_bytes;  // CUDA: one block
+  const int64_t rows = AttentionBlockRows(b, h, t, keys, qh.element_size(), block_bytes);
   if (!in.need_weights && fused_kernel_preferred(qh) && rows >= t) {
     return fused_attention(qh, kh, vh, mask.Rows(0, t, keys - mask.extra_keys), false);
   }
-  if (!in.need_weights) return blocked_attention(qh, kh, vh, mask, false, rows);
+  if (!in.need_weights) return blocked_attention(qh, kh, vh, mask, false, block_bytes);
   const bool average = in.average_attn_weights;
-  return blocked_attention(qh, kh, vh, mask, false, rows, [&](int64_t begin, at::Tensor probs) {
-    const at::Tensor part = average ? probs.sum(1) / static_cast<double>(h) : probs;
-    if (rows >= t) {
-      *weights = part;
-      return probs;
-    }
-    if (!weights->defined()) {
-      *weights = average ? at::empty({b, t, keys}, probs.options())
-                         : at::empty({b, h, t, keys}, probs.options());
-    }
-    weights->narrow(average ? 1 : 2, begin, probs.size(2)).copy_(part);
-    return probs;
-  });
+  return blocked_attention(
+      qh, kh, vh, mask, false, block_bytes, [&](int64_t begin, at::Tensor probs) {
+        const at::Tensor part = average ? probs.sum(1) / static_cast<double>(h) : probs;
+        if (rows >= t) {
+          *weights = part;
+          return probs;
+        }
+        if (!weights->defined()) {
+          *weights = average ? at::empty({b, t, keys}, probs.options())
+                             : at::empty({b, h, t, keys}, probs.options());
+        }
+        weights->narrow(average ? 1 : 2, begin, probs.size(2)).copy_(part);
+        return probs;
+      });
 }
 
 // One item's attention over its cache; q (and k, v for self-attention) are the new tokens'

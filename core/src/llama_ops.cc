@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <limits>
 
 #include "mha/attention_blocks.h"
@@ -74,8 +73,8 @@ at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::
     const at::Tensor kc = k.contiguous(), vc = v.contiguous();  // once, not once per group
     at::Tensor out = at::empty({b, kv, group, t, d}, q.options());
     for (int64_t g = 0; g < group; ++g) {
-      out.select(2, g).copy_(
-          blocked_attention(qg.narrow(2, g * t, t), kc, vc, mask, false, std::min(rows, t)));
+      out.select(2, g).copy_(blocked_attention(qg.narrow(2, g * t, t), kc, vc, mask, false,
+                                               kDefaultAttentionBlockBytes));
     }
     return combine_heads(out.view({b, h, t, d}));
   }

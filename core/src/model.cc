@@ -320,7 +320,10 @@ at::Tensor MhaModel::AttendExplicit(const ForwardInputs& in, const at::Tensor& q
     }
     return probs;
   };
-  return blocked_attention(qh, kh, vh, mask, q_scaled, block_rows, each);
+  const bool probabilities = in.head_stats || in.head_mask.defined() || in.need_weights;
+  return blocked_attention(qh, kh, vh, mask, q_scaled,
+                           device_.is_cuda() ? 0 : options_.attention_block_bytes,
+                           probabilities ? BlockProbs(each) : BlockProbs());
 }
 
 int64_t MhaModel::parameter_count() const {

@@ -27,6 +27,8 @@ struct MaskParts {
   // The additive mask of query rows [begin, begin + rows) over keys [0, key_end) plus the extra
   // keys, broadcastable to [B, H, rows, key_end + extra_keys]; undefined when there is no mask.
   at::Tensor Rows(int64_t begin, int64_t rows, int64_t key_end) const;
+  // The parts of batch row b and head h alone (terms narrowed where they are not broadcast).
+  MaskParts Slice(int64_t b, int64_t h) const;
 };
 
 // What a block's probabilities [B, H, rows, S'] (rows from query row `begin`) go through before
@@ -35,13 +37,18 @@ struct MaskParts {
 using BlockProbs = std::function<at::Tensor(int64_t begin, at::Tensor probs)>;
 
 // q [B, H, T, D] (already times 1/sqrt(D) when q_scaled), k and v [B, H, S', D]. Returns the
-// per-head output [B, H, T, D]. block_rows >= T: one block, exactly attention_probs then
-// matmul(probs, v) (the unblocked pass). Several blocks: the output is written block by block into
-// one [B, T, H, D] buffer (so combine_heads' copy becomes a view), and when `each` is empty, the
-// mask only causal and no key appended, a block's keys stop after its last row's last visible key
-// (the keys past it would get probability exactly 0).
+// per-head output [B, H, T, D]. The blocks (mha/options.h AttentionBlockRows, `block_bytes` of
+// scores each; <= 0: one block):
+// - [B, H, T, S'] within block_bytes: one block, exactly attention_probs then matmul(probs, v)
+//   (the unblocked pass);
+// - with `each` (the probabilities are wanted): blocks of [B, H, rows, S'];
+// - without: one batch row and head at a time, blocks of [rows, S'] (H * B times the rows of the
+//   same bytes: each block reads all of that head's K and V), and when the mask is only causal and
+//   no key is appended, a block's keys stop after its last row's last visible key (the keys past
+//   it would get probability exactly 0).
+// Several blocks write the output into one [B, T, H, D] buffer (so combine_heads' copy is a view).
 at::Tensor blocked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             const MaskParts& mask, bool q_scaled, int64_t block_rows,
+                             const MaskParts& mask, bool q_scaled, int64_t block_bytes,
                              const BlockProbs& each = {});
 
 }  // namespace mha

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -24,8 +25,9 @@
 namespace mha::testing {
 namespace {
 
-// The case's model on the CPU with `block_rows` query rows per block for the case's own shape
-// (0: unblocked).
+// The case's model on the CPU with blocks of `block_rows` query rows of every batch row and head
+// (the probabilities' blocks) for the case's own shape; negative: -block_rows rows of one batch
+// row and head (the output-only blocks); 0: unblocked.
 std::shared_ptr<MhaModel> BlockedModel(const FixtureCase& c, int64_t block_rows) {
   LoadOptions load;
   load.path = c.weights_path;
@@ -37,7 +39,8 @@ std::shared_ptr<MhaModel> BlockedModel(const FixtureCase& c, int64_t block_rows)
   const at::Tensor& q = c.inputs.query;
   const int64_t keys = (c.inputs.key.defined() ? c.inputs.key.size(1) : q.size(1)) +
                        (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
-  loaded->options.attention_block_bytes = block_rows * q.size(0) * o.num_heads * keys * 4;
+  loaded->options.attention_block_bytes =
+      block_rows >= 0 ? block_rows * q.size(0) * o.num_heads * keys * 4 : -block_rows * keys * 4;
   auto model = MhaModel::Create(loaded->options, std::move(loaded->weights));
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   return model.ok() ? std::shared_ptr<MhaModel>(std::move(model).value()) : nullptr;
@@ -71,7 +74,7 @@ TEST_P(BlockedFixtureTest, MatchesPyTorchAndTheUnblockedPass) {
 
 std::vector<std::tuple<std::string, int>> AllCases() {
   std::vector<std::tuple<std::string, int>> cases;
-  for (int rows : {1, 3}) {
+  for (int rows : {1, 3, -1, -3}) {
     for (const auto& name : FixtureCaseNames()) cases.emplace_back(name, rows);
   }
   return cases;
@@ -79,8 +82,9 @@ std::vector<std::tuple<std::string, int>> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BlockedFixtureTest, ::testing::ValuesIn(AllCases()),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_rows" +
-                                  std::to_string(std::get<1>(info.param));
+                           const int rows = std::get<1>(info.param);
+                           return std::get<0>(info.param) + (rows > 0 ? "_rows" : "_head_rows") +
+                                  std::to_string(std::abs(rows));
                          });
 
 // The head options on a longer query than the fixtures' (11 rows, blocks of 3 and 4): each
@@ -142,9 +146,9 @@ TEST(BlockedHeadOptions, SameAsUnblocked) {
   }
 }
 
-// Session prefills and steps (mha/decode.h) in blocks of 2 rows: a 9-token prefill then a
-// 5-token step (bottom-right causal, a padding mask cutting the blocks), weights per head and
-// averaged, against the same session on the unblocked model.
+// Session prefills and steps (mha/decode.h) in blocks of one row: a 9-token prefill then a
+// 5-token step (bottom-right causal, a padding mask cutting the blocks), output only, weights per
+// head and averaged, against the same session on the unblocked model.
 TEST(BlockedSessions, PrefillsAndStepsSameAsUnblocked) {
   for (const char* name : {"decode_causal", "decode_causal_bias_kv_zero_attn"}) {
     auto c = LoadFixtureCase(name);
@@ -161,7 +165,8 @@ TEST(BlockedSessions, PrefillsAndStepsSameAsUnblocked) {
     const int64_t e = whole->options().embed_dim;
     at::manual_seed(3);
     const at::Tensor tokens = at::randn({2, 14, e});
-    for (bool average : {false, true}) {
+    for (int mode : {0, 1, 2}) {  // output only, weights per head, averaged weights
+      const bool average = mode == 2;
       std::vector<ForwardOutputs> outs;
       for (const MhaModel* model : {one_row->get(), whole.get()}) {
         auto pool = KvBlockPool::Create(KvPoolOptions{int64_t{1} << 20, 4}, *model);
@@ -170,7 +175,7 @@ TEST(BlockedSessions, PrefillsAndStepsSameAsUnblocked) {
         for (auto [begin, n] : {std::pair<int64_t, int64_t>{0, 9}, {9, 5}}) {
           StepInputs in;
           in.query = tokens.narrow(1, begin, n);
-          in.need_weights = true;
+          in.need_weights = mode > 0;
           in.average_attn_weights = average;
           in.key_padding_mask = at::zeros({2, begin + n}, at::kBool);
           in.key_padding_mask[1][2] = true;
@@ -182,6 +187,7 @@ TEST(BlockedSessions, PrefillsAndStepsSameAsUnblocked) {
       for (size_t i = 0; i < 2; ++i) {
         const std::string what = std::string(name) + " step " + std::to_string(i);
         EXPECT_TRUE(TensorsNear(outs[i].output, outs[i + 2].output, kFp32Tolerance)) << what;
+        if (mode == 0) continue;
         EXPECT_TRUE(TensorsNear(outs[i].attn_weights, outs[i + 2].attn_weights, kFp32Tolerance))
             << what;
       }
@@ -217,9 +223,15 @@ TEST(BlockedAttention, CausalBlocksSkipTheKeysNoRowSees) {
   MaskParts causal;
   causal.options = q.options();
   causal.causal_diagonal = 1;
-  const at::Tensor whole = blocked_attention(q, k, v, causal, false, 10);
+  const at::Tensor whole = blocked_attention(q, k, v, causal, false, 0);
+  // [2, 3, rows, 10] float32 blocks of the probabilities, [rows, 10] of one head without them.
   for (int64_t rows : {1, 3, 4, 9}) {
-    EXPECT_TRUE(TensorsNear(blocked_attention(q, k, v, causal, false, rows), whole, 1e-6)) << rows;
+    EXPECT_TRUE(TensorsNear(blocked_attention(q, k, v, causal, false, rows * 40), whole, 1e-6))
+        << rows;
+    const BlockProbs same = [](int64_t, at::Tensor probs) { return probs; };
+    EXPECT_TRUE(
+        TensorsNear(blocked_attention(q, k, v, causal, false, rows * 240, same), whole, 1e-6))
+        << rows;
   }
 }
 
