@@ -213,8 +213,7 @@ Status ServerCore::Validate(const ModelHandle& handle, const InferenceRequest& r
   MHA_RETURN_IF_ERROR(CheckLimits(request.inputs, options_.limits));
   const ModelInfo& model = entry.info;
   const PassCost cost =
-      EstimatePassCost(model.options, model.compute_dtype,
-                       request.output_dtype.value_or(model.options.dtype), request.inputs);
+      EstimatePassCost(model, request.output_dtype.value_or(model.options.dtype), request.inputs);
   return CheckPassCost(cost, request.inputs, options_.limits.max_response_bytes,
                        options_.limits.max_work_bytes);
 }
