@@ -41,23 +41,53 @@ MaskParts MaskParts::Slice(int64_t b, int64_t h) const {
 
 namespace {
 
-// Blocks of `block_rows` rows of contiguous q [B', H', T, D] over k, v [B', H', S', D], each
-// block's output written into `out` [B', T, H', D].
+// Blocks of `block_rows` rows of contiguous q [B, H, T, D] over k, v [B, H, S', D], every batch
+// row and head together (their probabilities go through `each`), each block's output written into
+// `out` [B, T, H, D].
 void AttendRowBlocks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const MaskParts& mask, bool q_scaled, int64_t block_rows,
-                     const BlockProbs& each, at::Tensor out) {
+                     const BlockProbs& each, const at::Tensor& out) {
   const int64_t t = q.size(2), keys = k.size(2) - mask.extra_keys;
-  const bool trim = !each && mask.terms.empty() && mask.causal_diagonal && mask.extra_keys == 0;
+  for (int64_t begin = 0; begin < t; begin += block_rows) {
+    const int64_t rows = std::min(block_rows, t - begin);
+    const at::Tensor probs = each(begin, attention_probs(q.narrow(2, begin, rows), k,
+                                                         mask.Rows(begin, rows, keys), q_scaled));
+    out.narrow(1, begin, rows).transpose(1, 2).copy_(at::matmul(probs, v));
+  }
+}
+
+// Blocks of `block_rows` rows of one batch row and head at a time ([T, D] matrices); the blocks
+// outside, so that a mask the same for every batch row and head (causality, a [T, S] attn_mask)
+// is built once per block, not once per head.
+void AttendHeadBlocks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const MaskParts& mask, bool q_scaled, int64_t block_rows,
+                      const at::Tensor& out) {
+  const int64_t batch = q.size(0), heads = q.size(1), t = q.size(2);
+  const int64_t keys = k.size(2) - mask.extra_keys;
+  const bool trim = mask.terms.empty() && mask.causal_diagonal && mask.extra_keys == 0;
+  const bool shared = std::all_of(mask.terms.begin(), mask.terms.end(), [](const at::Tensor& m) {
+    return m.size(0) == 1 && m.size(1) == 1;
+  });
   for (int64_t begin = 0; begin < t; begin += block_rows) {
     const int64_t rows = std::min(block_rows, t - begin);
     int64_t key_end = keys;
     if (trim) key_end = std::clamp<int64_t>(begin + rows - 1 + *mask.causal_diagonal, 1, keys);
-    const at::Tensor kb = key_end < keys ? k.narrow(2, 0, key_end) : k;
-    const at::Tensor vb = key_end < keys ? v.narrow(2, 0, key_end) : v;
-    at::Tensor probs =
-        attention_probs(q.narrow(2, begin, rows), kb, mask.Rows(begin, rows, key_end), q_scaled);
-    if (each) probs = each(begin, std::move(probs));
-    out.narrow(1, begin, rows).transpose(1, 2).copy_(at::matmul(probs, vb));
+    const int64_t width = key_end + mask.extra_keys;
+    auto flat = [&](const at::Tensor& m) {  // [1, 1, rows or 1, width] -> 2-d
+      return m.defined() ? m.reshape({m.size(2), width}) : m;
+    };
+    const at::Tensor block_mask = shared ? flat(mask.Rows(begin, rows, key_end)) : at::Tensor();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const at::Tensor m =
+            shared ? block_mask : flat(mask.Slice(b, h).Rows(begin, rows, key_end));
+        const at::Tensor kh = k[b][h], vh = v[b][h];  // [S', D]
+        const at::Tensor kb = key_end < keys ? kh.narrow(0, 0, key_end) : kh;
+        const at::Tensor vb = key_end < keys ? vh.narrow(0, 0, key_end) : vh;
+        const at::Tensor probs = attention_probs(q[b][h].narrow(0, begin, rows), kb, m, q_scaled);
+        out[b].narrow(0, begin, rows).select(1, h).copy_(at::matmul(probs, vb));
+      }
+    }
   }
 }
 
@@ -84,14 +114,8 @@ at::Tensor blocked_attention(const at::Tensor& q, const at::Tensor& k, const at:
   }
   // Output only: one batch row and head at a time, so that a block of the same bytes has H * B
   // times the rows (each block reads all of K and V: more rows per block, fewer passes over them).
-  const int64_t head_rows = AttentionBlockRows(1, 1, t, keys, element, block_bytes);
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t h = 0; h < heads; ++h) {
-      auto one = [&](const at::Tensor& x) { return x.narrow(0, b, 1).narrow(1, h, 1); };
-      AttendRowBlocks(one(qc), one(kc), one(vc), mask.Slice(b, h), q_scaled, head_rows, {},
-                      out.narrow(0, b, 1).narrow(2, h, 1));
-    }
-  }
+  AttendHeadBlocks(qc, kc, vc, mask, q_scaled,
+                   AttentionBlockRows(1, 1, t, keys, element, block_bytes), out);
   return out.transpose(1, 2);
 }
 

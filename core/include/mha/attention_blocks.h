@@ -43,9 +43,10 @@ using BlockProbs = std::function<at::Tensor(int64_t begin, at::Tensor probs)>;
 //   (the unblocked pass);
 // - with `each` (the probabilities are wanted): blocks of [B, H, rows, S'];
 // - without: one batch row and head at a time, blocks of [rows, S'] (H * B times the rows of the
-//   same bytes: each block reads all of that head's K and V), and when the mask is only causal and
-//   no key is appended, a block's keys stop after its last row's last visible key (the keys past
-//   it would get probability exactly 0).
+//   same bytes: each block reads all of that head's K and V), the blocks outside the heads so that
+//   a mask shared by every batch row and head is built once per block; when the mask is only
+//   causal and no key is appended, a block's keys stop after its last row's last visible key (the
+//   keys past it would get probability exactly 0).
 // Several blocks write the output into one [B, T, H, D] buffer (so combine_heads' copy is a view).
 at::Tensor blocked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              const MaskParts& mask, bool q_scaled, int64_t block_bytes,
