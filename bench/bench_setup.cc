@@ -59,7 +59,7 @@ double ForwardFlops(int64_t b, int64_t t, int64_t s, int64_t e) {
   return 8.0 * b * t * e * e + 4.0 * b * t * s * e;
 }
 
-std::unique_ptr<mha::MhaModel> MakeModel(bool cuda_graphs) {
+std::unique_ptr<mha::MhaModel> MakeModel(bool cuda_graphs, int64_t block_bytes) {
   const int64_t kEmbed = Shape().embed;
   mha::MhaOptions o;
   o.embed_dim = kEmbed;
@@ -67,6 +67,7 @@ std::unique_ptr<mha::MhaModel> MakeModel(bool cuda_graphs) {
   o.device = BenchDevice();
   o.dtype = BenchDType();
   o.cuda_graphs = cuda_graphs;
+  o.attention_block_bytes = block_bytes;
   at::manual_seed(0);
   mha::MhaWeights w;
   w.q_weight = at::randn({kEmbed, kEmbed}) * 0.05;

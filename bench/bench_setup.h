@@ -30,8 +30,9 @@ at::TensorOptions BenchTensorOptions();
 // FLOPs per pass: 8*B*T*E^2 (q/k/v/out projections) + 4*B*T*S*E (QK^T and PV).
 double ForwardFlops(int64_t b, int64_t t, int64_t s, int64_t e);
 
-// A model of Shape() on BenchDevice() in BenchDType() with random weights (seed 0); aborts with
-// the status on failure.
-std::unique_ptr<mha::MhaModel> MakeModel(bool cuda_graphs);
+// A model of Shape() on BenchDevice() in BenchDType() with random weights (seed 0) and
+// `block_bytes` of scores per block on the CPU (0: unblocked); aborts with the status on failure.
+std::unique_ptr<mha::MhaModel> MakeModel(bool cuda_graphs,
+                                         int64_t block_bytes = mha::kDefaultAttentionBlockBytes);
 
 }  // namespace mha_bench

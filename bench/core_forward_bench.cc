@@ -9,6 +9,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 
 #include "bench_setup.h"
 #include "mha/attention_ops.h"
@@ -108,6 +110,32 @@ void BM_ForwardHost(benchmark::State& state) {
   }
   state.counters["passes/s"] = benchmark::Counter(state.iterations(), benchmark::Counter::kIsRate);
 }
+
+// Blocked attention (mha/attention_blocks.h): the output-only pass with `block_kib` KiB of scores
+// per block on the CPU (0 = unblocked, the pass before blocking), causal or not, in one binary so
+// that the block budget is measured against the unblocked pass on the same machine and run:
+// MHA_BENCH_SHAPE=1,4096,512,8 mha_core_bench --benchmark_filter=ForwardBlocks.
+void BM_ForwardBlocks(benchmark::State& state) {
+  const bool causal = state.range(0) != 0;
+  const int64_t block_bytes = state.range(1) * 1024;
+  static std::map<int64_t, std::unique_ptr<mha::MhaModel>> models;
+  auto& model = models[block_bytes];
+  if (!model) model = MakeModel(false, block_bytes);
+  const auto& sh = Shape();
+  mha::ForwardInputs in;
+  in.query = at::randn({sh.batch, sh.seq, sh.embed});
+  in.is_causal = causal;
+  mha::ForwardOutputs out;
+  for (auto _ : state) {
+    if (!model->Forward(in, &out).ok()) state.SkipWithError("forward failed");
+    Synchronize(out.output);
+  }
+}
+BENCHMARK(BM_ForwardBlocks)
+    ->ArgNames({"causal", "block_kib"})
+    ->ArgsProduct({{0, 1}, {0, 512, 1024, 2048, 4096, 8192, 16384}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The attention step alone, [B, H, T, D] (= [8, 8, 128, 64] by default), on the bench device and
 // dtype: the fused kernel against the explicit

@@ -4,11 +4,11 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
-#include <limits>
 #include <string>
 #include <utility>
 
 #include "decode_padded.h"
+#include "mha/attention_blocks.h"
 #include "mha/attention_ops.h"
 #include "mha/paged_attention.h"
 #include "mha/shape_string.h"
@@ -61,27 +61,52 @@ Status CheckStepMasks(const MhaOptions& options, const KvCache& cache, bool cros
   return Status::Ok();
 }
 
-// Each present mask made additive and summed, broadcastable to [B, H, T, S + extra]; the causal
-// part is bottom-right aligned (new token i sees the keys up to S - T + i).
-at::Tensor StepMask(const StepInputs& in, bool causal, int64_t h, int64_t s, int64_t extra,
-                    const at::TensorOptions& opts) {
+// Each present mask in parts (mha/attention_blocks.h), broadcastable to [B, H, T, S + extra]; the
+// causal part is bottom-right aligned (new token i sees the keys up to S - T + i).
+MaskParts StepMask(const StepInputs& in, bool causal, int64_t h, int64_t s, int64_t extra,
+                   const at::TensorOptions& opts) {
   const int64_t b = in.query.size(0), t = in.query.size(1);
-  const at::ScalarType dtype = c10::typeMetaToScalarType(opts.dtype());
-  at::Tensor mask;
-  auto add = [&mask](at::Tensor term) { mask = mask.defined() ? mask + term : std::move(term); };
+  MaskParts parts;
+  parts.options = opts;
   if (in.attn_mask.defined()) {
-    at::Tensor a = ToAdditiveMask(in.attn_mask, dtype, opts.device());
-    add(in.attn_mask.dim() == 2 ? a.reshape({1, 1, t, s}) : a.reshape({b, h, t, s}));
+    const at::Tensor& a = in.attn_mask;
+    parts.terms.push_back(a.dim() == 2 ? a.reshape({1, 1, t, s}) : a.reshape({b, h, t, s}));
   }
-  if (in.key_padding_mask.defined()) {
-    add(ToAdditiveMask(in.key_padding_mask, dtype, opts.device()).reshape({b, 1, 1, s}));
+  if (in.key_padding_mask.defined())
+    parts.terms.push_back(in.key_padding_mask.reshape({b, 1, 1, s}));
+  if (causal && t > 1) parts.causal_diagonal = s - t + 1;  // one new token sees every cached key
+  if (!parts.empty()) parts.extra_keys = extra;
+  return parts;
+}
+
+// The attention of new tokens qh [B, H, T, D] over kh, vh [B, H, S', D]: the fused kernel where it
+// is preferred and one block holds the scores, else blocks of query rows; the weights asked for
+// (averaged over the heads when asked) land in one buffer, block by block.
+at::Tensor AttendBlocks(const MhaOptions& o, const StepInputs& in, const at::Tensor& qh,
+                        const at::Tensor& kh, const at::Tensor& vh, const MaskParts& mask,
+                        at::Tensor* weights) {
+  const int64_t b = qh.size(0), h = qh.size(1), t = qh.size(2), keys = kh.size(2);
+  const int64_t block_bytes = qh.is_cuda() ? 0 : o.attention_block_bytes;  // CUDA: one block
+  const int64_t rows = AttentionBlockRows(b, h, t, keys, qh.element_size(), block_bytes);
+  if (!in.need_weights && fused_kernel_preferred(qh) && rows >= t) {
+    return fused_attention(qh, kh, vh, mask.Rows(0, t, keys - mask.extra_keys), false);
   }
-  if (causal && t > 1) {  // one new token sees every cached key: no mask
-    const double neg_inf = -std::numeric_limits<double>::infinity();
-    add(at::full({t, s}, neg_inf, opts).triu(s - t + 1).view({1, 1, t, s}));
-  }
-  if (mask.defined() && extra > 0) mask = at::constant_pad_nd(mask, {0, extra}, 0);
-  return mask;
+  if (!in.need_weights) return blocked_attention(qh, kh, vh, mask, false, block_bytes);
+  const bool average = in.average_attn_weights;
+  return blocked_attention(
+      qh, kh, vh, mask, false, block_bytes, [&](int64_t begin, at::Tensor probs) {
+        const at::Tensor part = average ? probs.sum(1) / static_cast<double>(h) : probs;
+        if (rows >= t) {
+          *weights = part;
+          return probs;
+        }
+        if (!weights->defined()) {
+          *weights = average ? at::empty({b, t, keys}, probs.options())
+                             : at::empty({b, h, t, keys}, probs.options());
+        }
+        weights->narrow(average ? 1 : 2, begin, probs.size(2)).copy_(part);
+        return probs;
+      });
 }
 
 // One item's attention over its cache; q (and k, v for self-attention) are the new tokens'
@@ -105,14 +130,8 @@ at::Tensor AttendItem(const MhaModel& model, const StepItem& item, const at::Ten
   }
   const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
   const StepInputs& in = *item.inputs;
-  at::Tensor mask = StepMask(in, !item.cross, h, s, extra, qh.options());
-  at::Tensor per_head;
-  if (!in.need_weights && fused_kernel_preferred(qh)) {
-    per_head = fused_attention(qh, kh, vh, mask, /*is_causal=*/false);
-  } else {
-    per_head = attention_with_weights(qh, kh, vh, mask, weights);
-  }
-  return combine_heads(per_head);
+  const MaskParts mask = StepMask(in, !item.cross, h, s, extra, qh.options());
+  return combine_heads(AttendBlocks(o, in, qh, kh, vh, mask, weights));
 }
 
 // Each item's attention, per session: combine_heads rows [B * T, E] per item, weights set.
@@ -131,8 +150,7 @@ std::vector<at::Tensor> AttendEach(const MhaModel& model, const std::vector<Step
     combined.push_back(AttendItem(model, item, rows(q_all), item.cross ? at::Tensor() : rows(k_all),
                                   item.cross ? at::Tensor() : rows(v_all), &weights)
                            .view({n, e}));
-    if (item.inputs->need_weights) {
-      if (item.inputs->average_attn_weights) weights = weights.sum(1) / o.num_heads;
+    if (item.inputs->need_weights) {  // averaged by AttendBlocks when asked
       item.outputs->attn_weights = weights.to(out_type);
     } else {
       item.outputs->attn_weights = at::Tensor();

@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "mha/shape_string.h"
 
@@ -98,6 +100,31 @@ void SelectWeights(const at::Tensor& probs, const WeightsSelection& s, bool aver
     return;
   }
   out->attn_weights = w.to(dtype);
+}
+
+void SelectWeightsRows(const at::Tensor& probs, int64_t begin, int64_t t, const WeightsSelection& s,
+                       bool average, at::ScalarType dtype, ForwardOutputs* out) {
+  const int64_t first = s.query_begin.value_or(0), end = s.query_end.value_or(t);
+  const int64_t lo = std::max(first, begin), hi = std::min(end, begin + probs.size(2));
+  if (lo >= hi) return;
+  WeightsSelection rows = s;  // the block's own rows, all of them selected
+  rows.query_begin.reset();
+  rows.query_end.reset();
+  ForwardOutputs block;
+  SelectWeights(probs.narrow(2, lo - begin, hi - lo), rows, average, dtype, &block);
+  const int64_t row_dim = average ? 1 : 2;  // [B, H', rows, X] or averaged [B, rows, X]
+  auto place = [&](const at::Tensor& part, at::Tensor* whole) {
+    if (!part.defined()) return;
+    if (!whole->defined()) {
+      std::vector<int64_t> sizes = part.sizes().vec();
+      sizes[static_cast<size_t>(row_dim)] = end - first;
+      *whole = at::empty(sizes, part.options());
+    }
+    whole->narrow(row_dim, lo - first, hi - lo).copy_(part);
+  };
+  place(block.attn_weights, &out->attn_weights);
+  place(block.topk_values, &out->topk_values);
+  place(block.topk_indices, &out->topk_indices);
 }
 
 }  // namespace mha

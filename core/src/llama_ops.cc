@@ -4,7 +4,9 @@
 
 #include <limits>
 
+#include "mha/attention_blocks.h"
 #include "mha/attention_ops.h"
+#include "mha/options.h"
 
 namespace mha::internal {
 namespace {
@@ -58,6 +60,24 @@ at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::
   // Query head h = j * group + g (repeat_kv's order) becomes rows [g * T, (g + 1) * T) of K/V
   // head j's query matrix.
   const at::Tensor qg = q.reshape({b, kv, group * t, d});
+  // On the CPU, a prefill too long for one block of scores: blocks of one group's query rows at a
+  // time (mha/attention_blocks.h), each group's rows with the same causal diagonal.
+  const int64_t rows = q.is_cuda() ? group * t
+                                   : AttentionBlockRows(b, kv, group * t, s, q.element_size(),
+                                                        kDefaultAttentionBlockBytes);
+  if (rows < group * t) {
+    MaskParts mask;
+    mask.options = q.options();
+    if (key_mask.defined()) mask.terms.push_back(key_mask);  // [B, 1, 1, S]
+    if (causal && t > 1) mask.causal_diagonal = s - t + 1;
+    const at::Tensor kc = k.contiguous(), vc = v.contiguous();  // once, not once per group
+    at::Tensor out = at::empty({b, kv, group, t, d}, q.options());
+    for (int64_t g = 0; g < group; ++g) {
+      out.select(2, g).copy_(blocked_attention(qg.narrow(2, g * t, t), kc, vc, mask, false,
+                                               kDefaultAttentionBlockBytes));
+    }
+    return combine_heads(out.view({b, h, t, d}));
+  }
   at::Tensor mask;
   if (causal && t > 1) {  // one new token sees every key: no mask
     mask = at::full({t, s}, -std::numeric_limits<double>::infinity(), q.options()).triu(s - t + 1);

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <iterator>
-#include <limits>
 
+#include "mha/attention_blocks.h"
 #include "mha/attention_ops.h"
 #include "mha/device_stream.h"
 #include "mha/head_selection.h"
@@ -17,26 +17,26 @@
 namespace mha {
 namespace {
 
-// Each present mask made additive ([.., .., T, S]), then summed; the columns that add_bias_kv /
-// add_zero_attn append are padded with zeros, as PyTorch pads attn_mask and key_padding_mask.
-at::Tensor BuildAdditiveMask(const ForwardInputs& in, bool include_causal, int64_t batch,
-                             int64_t heads, int64_t extra_keys, const at::TensorOptions& opts) {
+// Each present mask in parts ([.., .., T, S] views of the inputs), made additive and summed block
+// by block (mha/attention_blocks.h); the columns that add_bias_kv / add_zero_attn append are padded
+// with zeros, as PyTorch pads attn_mask and key_padding_mask.
+MaskParts BuildMaskParts(const ForwardInputs& in, bool include_causal, int64_t batch, int64_t heads,
+                         int64_t extra_keys, const at::TensorOptions& opts) {
   const int64_t tgt = in.query.size(1);
   const int64_t src = in.key.defined() ? in.key.size(1) : tgt;
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-  auto additive = [&](const at::Tensor& m) {
-    return ToAdditiveMask(m, c10::typeMetaToScalarType(opts.dtype()), opts.device());
-  };
-  at::Tensor mask;
-  auto add = [&mask](at::Tensor term) { mask = mask.defined() ? mask + term : std::move(term); };
+  MaskParts parts;
+  parts.options = opts;
   if (in.attn_mask.defined()) {
-    at::Tensor a = additive(in.attn_mask);
-    add(in.attn_mask.dim() == 2 ? a.view({1, 1, tgt, src}) : a.view({batch, heads, tgt, src}));
+    const at::Tensor& a = in.attn_mask;
+    parts.terms.push_back(a.dim() == 2 ? a.reshape({1, 1, tgt, src})
+                                       : a.reshape({batch, heads, tgt, src}));
   }
-  if (in.key_padding_mask.defined()) add(additive(in.key_padding_mask).view({batch, 1, 1, src}));
-  if (include_causal) add(at::full({tgt, src}, neg_inf, opts).triu(1).view({1, 1, tgt, src}));
-  if (mask.defined() && extra_keys > 0) mask = at::constant_pad_nd(mask, {0, extra_keys}, 0);
-  return mask;
+  if (in.key_padding_mask.defined()) {
+    parts.terms.push_back(in.key_padding_mask.reshape({batch, 1, 1, src}));
+  }
+  if (include_causal) parts.causal_diagonal = 1;  // top-left aligned: triu(ones(T, S), 1)
+  if (!parts.empty()) parts.extra_keys = extra_keys;
+  return parts;
 }
 
 }  // namespace
@@ -248,20 +248,23 @@ void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
   const int64_t batch = in.query.size(0), heads = options_.num_heads;
   const MhaWeights& w = weights_;
   // The fused kernel gives no probabilities: head statistics and head_mask need the explicit path.
+  // On the CPU, a pass too long for one block of scores runs blocked (mha/attention_blocks.h).
   const bool use_kernel = !in.need_weights && !in.head_stats && !in.head_mask.defined() &&
-                          fused_kernel_preferred(device_);
+                          fused_kernel_preferred(device_) &&
+                          (device_.is_cuda() || BlockRows(in) >= in.query.size(1));
   at::Tensor qh, kh, vh;
   const bool q_scaled = ProjectHeads(in, !use_kernel, &qh, &kh, &vh);
   const int64_t extra_keys = (options_.add_bias_kv ? 1 : 0) + (options_.add_zero_attn ? 1 : 0);
   const bool has_other_mask = in.attn_mask.defined() || in.key_padding_mask.defined();
   // The fused kernel applies causality itself when it is the only mask and no key was appended.
   const bool kernel_causal = use_kernel && in.is_causal && !has_other_mask && extra_keys == 0;
-  at::Tensor mask =
-      BuildAdditiveMask(in, in.is_causal && !kernel_causal, batch, heads, extra_keys, opts);
+  const MaskParts mask =
+      BuildMaskParts(in, in.is_causal && !kernel_causal, batch, heads, extra_keys, opts);
 
   at::Tensor per_head;
   if (use_kernel) {
-    per_head = fused_attention(qh, kh, vh, mask, kernel_causal);
+    per_head = fused_attention(qh, kh, vh, mask.Rows(0, qh.size(2), kh.size(2) - extra_keys),
+                               kernel_causal);
     *out = ForwardOutputs();
   } else {
     per_head = AttendExplicit(in, qh, kh, vh, mask, q_scaled, out);
@@ -270,24 +273,57 @@ void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
   out->output = output.to(ToScalarType(options_.dtype));
 }
 
+int64_t MhaModel::BlockRows(const ForwardInputs& in) const {
+  const int64_t t = in.query.size(1);
+  if (device_.is_cuda()) return t;
+  const int64_t keys = (in.key.defined() ? in.key.size(1) : t) + (options_.add_bias_kv ? 1 : 0) +
+                       (options_.add_zero_attn ? 1 : 0);
+  return AttentionBlockRows(in.query.size(0), options_.num_heads, t, keys,
+                            static_cast<int64_t>(c10::elementSize(compute_scalar_type_)),
+                            options_.attention_block_bytes);
+}
+
 at::Tensor MhaModel::AttendExplicit(const ForwardInputs& in, const at::Tensor& qh,
                                     const at::Tensor& kh, const at::Tensor& vh,
-                                    const at::Tensor& mask, bool q_scaled,
+                                    const MaskParts& mask, bool q_scaled,
                                     ForwardOutputs* out) const {
-  at::Tensor probs = attention_probs(qh, kh, mask, q_scaled);  // [B, H, T, S']
   *out = ForwardOutputs();
-  if (in.head_stats) {  // of each head's softmax distribution, before head_mask
-    head_statistics(probs, &out->head_entropy, &out->head_max_weight);
-    out->head_entropy = out->head_entropy.to(at::kFloat);
-    out->head_max_weight = out->head_max_weight.to(at::kFloat);
+  const int64_t batch = qh.size(0), heads = qh.size(1), t = qh.size(2);
+  const int64_t block_rows = BlockRows(in);
+  const at::ScalarType dtype = in.weights_dtype.value_or(ToScalarType(options_.dtype));
+  if (in.head_stats && block_rows < t) {  // filled block by block
+    const auto f32 = qh.options().dtype(at::kFloat);
+    out->head_entropy = at::empty({batch, heads, t}, f32);
+    out->head_max_weight = at::empty({batch, heads, t}, f32);
   }
-  if (in.head_mask.defined()) probs = apply_head_mask(probs, in.head_mask);
-  at::Tensor per_head = at::matmul(probs, vh);
-  if (in.need_weights) {
-    const at::ScalarType dtype = in.weights_dtype.value_or(ToScalarType(options_.dtype));
-    SelectWeights(probs, in.weights_selection, in.average_attn_weights, dtype, out);
-  }
-  return per_head;
+  // Each block's probabilities [B, H, rows, S']: statistics of each head's softmax distribution
+  // (before head_mask), head_mask, then the selected weights; one block keeps the whole pass's
+  // tensors as they are (no copy), several write theirs into one buffer each.
+  auto each = [&](int64_t begin, at::Tensor probs) {
+    const int64_t rows = probs.size(2);
+    if (in.head_stats) {
+      at::Tensor entropy, max_weight;
+      head_statistics(probs, &entropy, &max_weight);
+      if (rows == t) {
+        out->head_entropy = entropy.to(at::kFloat);
+        out->head_max_weight = max_weight.to(at::kFloat);
+      } else {
+        out->head_entropy.narrow(2, begin, rows).copy_(entropy);
+        out->head_max_weight.narrow(2, begin, rows).copy_(max_weight);
+      }
+    }
+    if (in.head_mask.defined()) probs = apply_head_mask(probs, in.head_mask);
+    if (in.need_weights && rows == t) {
+      SelectWeights(probs, in.weights_selection, in.average_attn_weights, dtype, out);
+    } else if (in.need_weights) {
+      SelectWeightsRows(probs, begin, t, in.weights_selection, in.average_attn_weights, dtype, out);
+    }
+    return probs;
+  };
+  const bool probabilities = in.head_stats || in.head_mask.defined() || in.need_weights;
+  return blocked_attention(qh, kh, vh, mask, q_scaled,
+                           device_.is_cuda() ? 0 : options_.attention_block_bytes,
+                           probabilities ? BlockProbs(each) : BlockProbs());
 }
 
 int64_t MhaModel::parameter_count() const {

@@ -14,6 +14,16 @@ StatusOr<DType> ParseDType(const std::string& name) {
   return InvalidArgument("dtype: unknown '" + name + "', expected float32, float16 or bfloat16");
 }
 
+int64_t AttentionBlockRows(int64_t batch, int64_t heads, int64_t t, int64_t keys,
+                           int64_t element_bytes, int64_t block_bytes) {
+  if (block_bytes <= 0 || t <= 1) return t;
+  int64_t row_bytes = 1;  // one query row's scores over every batch row and head
+  for (int64_t f : {batch, heads, keys, element_bytes}) {
+    if (__builtin_mul_overflow(row_bytes, std::max<int64_t>(f, 1), &row_bytes)) return 1;
+  }
+  return std::clamp<int64_t>(block_bytes / row_bytes, 1, t);
+}
+
 const char* DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:

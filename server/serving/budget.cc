@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "mha/options.h"
+
 namespace mha::serve {
 namespace {
 
@@ -29,13 +31,39 @@ int64_t ExtraKeys(const MhaOptions& o) {
 
 }  // namespace
 
-int64_t PassWorkBytes(int64_t embed_dim, int64_t num_heads, int64_t extra_keys, int64_t c,
-                      int64_t rows, int64_t t, int64_t s, bool need_weights) {
+PassShape ModelPassShape(const ModelInfo& model, int64_t rows, int64_t t, int64_t s) {
+  PassShape pass;
+  pass.embed_dim = model.options.embed_dim;
+  pass.num_heads = model.options.num_heads;
+  pass.extra_keys = ExtraKeys(model.options);
+  pass.compute_bytes = Bytes(model.compute_dtype);
+  pass.rows = rows, pass.t = t, pass.s = s;
+  pass.on_device = model.device.rfind("cuda", 0) == 0;
+  pass.block_bytes = model.options.attention_block_bytes;
+  return pass;
+}
+
+int64_t PassWorkBytes(const PassShape& p) {
+  const int64_t c = p.compute_bytes, keys = Add(p.s, p.extra_keys);
   // Projections q, k, v and their head-split copies, the attention output and W^O's output.
-  const int64_t projections = Mul({rows, Add(Mul({3, t}), Mul({4, s})), embed_dim, c});
-  // Scores, the additive mask and the softmax probabilities: B*H*T*S' each; weights add a copy.
-  const int64_t scores = Mul({rows, num_heads, t, Add(s, extra_keys), c, need_weights ? 4 : 3});
-  return Add(projections, scores);
+  const int64_t projections = Mul({p.rows, Add(Mul({3, p.t}), Mul({4, p.s})), p.embed_dim, c});
+  const int64_t whole = Mul({p.rows, p.num_heads, p.t, keys, c});  // one [rows, H, t, s'] tensor
+  const int64_t weights = p.need_weights ? whole : 0;
+  if (p.on_device) {
+    if (p.head_options) return Add(projections, Add(Mul({3, whole}), weights));
+    // The fused kernel: the additive mask whole (when there is one) and its per-row statistics.
+    const int64_t mask = Mul({p.rows, p.mask_heads, p.t, keys, c});
+    return Add(projections, Add(mask, Mul({p.rows, p.num_heads, p.t, 4})));
+  }
+  // Scores, the additive mask and the softmax probabilities of one block; several blocks add the
+  // contiguous q, k, v heads and the output buffer.
+  const int64_t block_rows = AttentionBlockRows(p.rows, p.num_heads, p.t, keys, c, p.block_bytes);
+  if (block_rows >= p.t) return Add(projections, Add(Mul({3, whole}), weights));
+  const int64_t block = p.head_options
+                            ? Mul({p.rows, p.num_heads, block_rows, keys, c})
+                            : Mul({AttentionBlockRows(1, 1, p.t, keys, c, p.block_bytes), keys, c});
+  const int64_t heads = Mul({p.rows, Add(p.t, Mul({2, p.s})), p.embed_dim, c});
+  return Add(Add(projections, heads), Add(Mul({3, block}), weights));
 }
 
 namespace {
@@ -46,15 +74,16 @@ struct WeightsCost {
   int64_t work = 0;      // the selected copy in the compute dtype, head_mask's scaled copy
 };
 
+// `block_rows`: the query rows whose probabilities are alive at a time (T on a device).
 WeightsCost EstimateWeightsCost(const MhaOptions& o, int64_t compute, int64_t out,
-                                const HostInputs& in) {
+                                const HostInputs& in, int64_t block_rows) {
   const int64_t b = in.query.size(0), t = in.query.size(1);
   const int64_t s = in.key.defined() ? in.key.size(1) : t, keys = Add(s, ExtraKeys(o));
   WeightsCost cost;
-  if (in.head_mask.defined()) cost.work = Mul({b, o.num_heads, t, keys, compute});
+  if (in.head_mask.defined()) cost.work = Mul({b, o.num_heads, block_rows, keys, compute});
   if (in.head_stats) {  // [B, H, T] twice as float32, and one head's [B, T, S'] temporary
     cost.response = Mul({2, b, o.num_heads, t, 4});
-    cost.work = Add(cost.work, Add(cost.response, Mul({b, t, keys, compute})));
+    cost.work = Add(cost.work, Add(cost.response, Mul({b, block_rows, keys, compute})));
   }
   if (!in.need_weights) return cost;
   const SelectedShape shape =
@@ -74,18 +103,30 @@ WeightsCost EstimateWeightsCost(const MhaOptions& o, int64_t compute, int64_t ou
 
 }  // namespace
 
-PassCost EstimatePassCost(const MhaOptions& o, DType compute, DType output, const HostInputs& in) {
+PassCost EstimatePassCost(const ModelInfo& model, DType output, const HostInputs& in) {
+  const MhaOptions& o = model.options;
   const int64_t b = in.query.size(0), t = in.query.size(1);
   const int64_t s = in.key.defined() ? in.key.size(1) : t;
+  PassShape pass = ModelPassShape(model, b, t, s);
+  pass.head_options = in.need_weights || in.head_stats || in.head_mask.defined();
+  const bool masks = in.attn_mask.defined() || in.key_padding_mask.defined();
+  const bool causal_alone = in.is_causal && !masks && pass.extra_keys == 0;  // the kernel's own
+  if (in.attn_mask.defined() && in.attn_mask.dim() == 3) {
+    pass.mask_heads = o.num_heads;
+  } else if (masks || (in.is_causal && !causal_alone)) {
+    pass.mask_heads = 1;
+  }
+  const int64_t block_rows = pass.on_device
+                                 ? t
+                                 : AttentionBlockRows(b, o.num_heads, t, Add(s, pass.extra_keys),
+                                                      pass.compute_bytes, pass.block_bytes);
+  const WeightsCost weights =
+      EstimateWeightsCost(o, pass.compute_bytes, Bytes(output), in, block_rows);
   PassCost cost;
-  cost.response_bytes = Mul({b, t, o.embed_dim, Bytes(output)});
-  const WeightsCost weights = EstimateWeightsCost(o, Bytes(compute), Bytes(output), in);
-  cost.response_bytes = Add(cost.response_bytes, weights.response);
-  // Scores, mask and probabilities (PassWorkBytes without weights), what the selection copies,
+  cost.response_bytes = Add(Mul({b, t, o.embed_dim, Bytes(output)}), weights.response);
+  // The pass (its weights counted below, as what the selection keeps), what the selection copies,
   // and the encoded response built beside the tensors it copies.
-  cost.work_bytes = Add(PassWorkBytes(o.embed_dim, o.num_heads, ExtraKeys(o), Bytes(compute), b, t,
-                                      s, /*need_weights=*/false),
-                        Add(weights.work, Mul({2, cost.response_bytes})));
+  cost.work_bytes = Add(PassWorkBytes(pass), Add(weights.work, Mul({2, cost.response_bytes})));
   return cost;
 }
 

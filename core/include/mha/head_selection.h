@@ -27,4 +27,12 @@ Status CheckHeadOptions(const MhaOptions& options, const ForwardInputs& in, int6
 void SelectWeights(const at::Tensor& probs, const WeightsSelection& selection, bool average,
                    at::ScalarType dtype, ForwardOutputs* out);
 
+// SelectWeights for a block of a pass over `t` query rows: `probs` [B, H, rows, S'] are the rows
+// [begin, begin + rows). What the selection keeps of them is written at its rows into `out`'s
+// tensors, allocated whole (in `dtype`) by the first block that selects any: a blocked pass's
+// weights are one buffer, filled once. Blocks outside the selected rows do nothing.
+void SelectWeightsRows(const at::Tensor& probs, int64_t begin, int64_t t,
+                       const WeightsSelection& selection, bool average, at::ScalarType dtype,
+                       ForwardOutputs* out);
+
 }  // namespace mha

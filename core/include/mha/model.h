@@ -15,6 +15,8 @@
 
 namespace mha {
 
+struct MaskParts;  // mha/attention_blocks.h
+
 class MhaModel {
  public:
   // Checks options against the weights' shapes, resolves the device, casts the weights to the
@@ -62,9 +64,12 @@ class MhaModel {
   // Probabilities, head statistics, head_mask, the per-head output [B, H, T, D] and the selected
   // weights (mha/head_selection.h) into `outputs`; may throw.
   // `q_scaled`: qh already carries 1/sqrt(D) (mha::project_qkv_heads).
+  // Blocks of BlockRows query rows (mha/attention_blocks.h); the weights land in one buffer.
   at::Tensor AttendExplicit(const ForwardInputs& inputs, const at::Tensor& qh, const at::Tensor& kh,
-                            const at::Tensor& vh, const at::Tensor& mask, bool q_scaled,
+                            const at::Tensor& vh, const MaskParts& mask, bool q_scaled,
                             ForwardOutputs* outputs) const;
+  // Query rows per block of scores: AttentionBlockRows on the CPU, T (one block) on CUDA.
+  int64_t BlockRows(const ForwardInputs& inputs) const;
   // q, k, v in heads layout [B, H, T or S, D] for RunForward; true when qh is already scaled.
   bool ProjectHeads(const ForwardInputs& inputs, bool explicit_path, at::Tensor* qh, at::Tensor* kh,
                     at::Tensor* vh) const;

@@ -10,6 +10,8 @@ BatchModelInfo MakeBatchModelInfo(const ModelInfo& model) {
   info.extra_keys = (model.options.add_bias_kv ? 1 : 0) + (model.options.add_zero_attn ? 1 : 0);
   info.mask_dtype = model.compute_dtype;
   info.embed_dim = model.options.embed_dim;
+  info.on_device = model.device.rfind("cuda", 0) == 0;
+  info.block_bytes = model.options.attention_block_bytes;
   return info;
 }
 

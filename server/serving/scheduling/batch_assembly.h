@@ -17,6 +17,8 @@ struct BatchModelInfo {
   int64_t extra_keys = 0;              // add_bias_kv + add_zero_attn (keys appended after S)
   DType mask_dtype = DType::kFloat32;  // the model's compute dtype (masks are made additive)
   int64_t embed_dim = 0;               // with num_heads: the working memory of a pass
+  bool on_device = false;              // a CUDA device (budget.h's PassShape)
+  int64_t block_bytes = kDefaultAttentionBlockBytes;  // MhaOptions::attention_block_bytes
 };
 BatchModelInfo MakeBatchModelInfo(const ModelInfo& model);
 

@@ -25,6 +25,21 @@ int64_t PaddedTokens(const std::vector<RequestShape>& shapes, bool cross) {
   return rows * (t_max + (cross ? s_max : 0));
 }
 
+// A merged pass's working memory (budget.h); its padding makes a mask (whole on a device).
+int64_t MergedWorkBytes(const BatchModelInfo& info, int64_t rows, int64_t t, int64_t s,
+                        bool need_weights) {
+  PassShape pass;
+  pass.embed_dim = info.embed_dim, pass.num_heads = info.num_heads;
+  pass.extra_keys = info.extra_keys;
+  pass.compute_bytes = static_cast<int64_t>(ElementSize(ToElementType(info.mask_dtype)));
+  pass.rows = rows, pass.t = t, pass.s = s;
+  pass.on_device = info.on_device, pass.block_bytes = info.block_bytes;
+  pass.head_options = need_weights;
+  pass.need_weights = need_weights;
+  pass.mask_heads = 1;
+  return PassWorkBytes(pass);
+}
+
 std::vector<RequestShape> ShapesOf(const std::vector<Queued<ForwardItem>>& batch) {
   std::vector<RequestShape> shapes;
   shapes.reserve(batch.size());
@@ -69,12 +84,10 @@ PassPlan<ForwardItem> ForwardPlanner::PlanLocked(Queue<Item>& queue, Clock::time
     const int64_t next_rows = rows + s.rows;
     const int64_t next_t = std::max(t_max, s.t), next_s = std::max(s_max, s.s);
     const int64_t padded = next_rows * (next_t + (key.cross ? next_s : 0));
-    const int64_t work =
-        key.session != 0
-            ? 0
-            : PassWorkBytes(info_.embed_dim, info_.num_heads, info_.extra_keys,
-                            static_cast<int64_t>(ElementSize(ToElementType(info_.mask_dtype))),
-                            next_rows, next_t, key.cross ? next_s : next_t, key.need_weights);
+    const int64_t work = key.session != 0
+                             ? 0
+                             : MergedWorkBytes(info_, next_rows, next_t,
+                                               key.cross ? next_s : next_t, key.need_weights);
     if (!plan.items.empty() && (next_rows > o.max_batch_rows || padded > o.max_batch_tokens ||
                                 work > o.max_batch_work_bytes)) {
       plan.full = true;  // keep looking: a smaller task may still fit

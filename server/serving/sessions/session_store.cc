@@ -112,9 +112,14 @@ static Status CheckStepCost(const SessionOptions& limits, const ModelInfo& model
   const MhaOptions& o = model.options;
   const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
   const int64_t b = in.query.size(0), t = in.query.size(1);
-  const int64_t element = static_cast<int64_t>(ElementSize(ToElementType(model.compute_dtype)));
-  const int64_t work =
-      PassWorkBytes(o.embed_dim, o.num_heads, extra, element, b, t, keys, in.need_weights);
+  PassShape pass = ModelPassShape(model, b, t, keys);
+  pass.head_options = in.need_weights;
+  pass.need_weights = in.need_weights;
+  // On a device: StepMask's whole additive mask (causal over several new tokens, or a mask given).
+  const bool masked = t > 1 || in.attn_mask.defined() || in.key_padding_mask.defined();
+  const bool per_head = in.attn_mask.defined() && in.attn_mask.dim() == 3;
+  pass.mask_heads = per_head ? o.num_heads : (masked ? 1 : 0);
+  const int64_t work = PassWorkBytes(pass);
   const int64_t heads = in.need_weights ? (in.average_attn_weights ? 1 : o.num_heads) : 0;
   const double response =
       4.0 * (static_cast<double>(b) * t * o.embed_dim +

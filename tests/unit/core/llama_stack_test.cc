@@ -126,6 +126,25 @@ std::string HalfName(const ::testing::TestParamInfo<HalfCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaStackHalfTest, ::testing::ValuesIn(HalfCases()), HalfName);
 
+// A batch whose scores [B, KV, group * T, S] pass the core's block budget (16 rows of T=128, 8
+// query heads: 8 MiB > kDefaultAttentionBlockBytes) runs blocked, one query group at a time
+// (mha/attention_blocks.h); each row equals its own unblocked forward.
+TEST(LlamaStack, ABlockedPrefillEqualsEachRowAlone) {
+  const testing::LlamaCase c = LoadLlamaCase("gqa_ratio4");
+  auto stack = LoadLlamaStack(c, "cpu");
+  ASSERT_NE(stack, nullptr);
+  const int64_t rows = 16, t = 128, e = c.Io("input").size(2);
+  at::manual_seed(11);
+  const at::Tensor input = at::randn({rows, t, e});
+  at::Tensor all;
+  ASSERT_TRUE(stack->Forward(0, input, &all).ok());
+  for (int64_t r : {int64_t{0}, int64_t{7}, rows - 1}) {
+    at::Tensor one;
+    ASSERT_TRUE(stack->Forward(0, input.narrow(0, r, 1), &one).ok());
+    EXPECT_TRUE(TensorsNear(all.narrow(0, r, 1), one, kFp32Tolerance)) << "row " << r;
+  }
+}
+
 TEST(LlamaStack, ForwardRefusesBadLayersAndShapes) {
   auto stack = LoadLlamaStack(LoadLlamaCase("gqa_ratio4"));
   ASSERT_NE(stack, nullptr);

@@ -52,6 +52,18 @@ int64_t ComputeBytes(const LlamaModelInfo& l) {
   return static_cast<int64_t>(ElementSize(ToElementType(l.compute_dtype)));
 }
 
+// A causal pass of the stack's attention (no weights): blocks on the CPU (the core's default
+// budget), the fused kernel with its own causality on a device.
+PassShape LlamaPassShape(const LlamaModelInfo& l, int64_t rows, int64_t t, int64_t s) {
+  PassShape pass;
+  pass.embed_dim = l.hidden_size;
+  pass.num_heads = l.num_heads;
+  pass.compute_bytes = ComputeBytes(l);
+  pass.rows = rows, pass.t = t, pass.s = s;
+  pass.on_device = l.device.rfind("cuda", 0) == 0;
+  return pass;
+}
+
 // The working memory of one layer step over `rows` new rows, its longest entry `t_max` rows over
 // at most `keys` cached keys: the projections and outputs of every row, and one entry's attention
 // at a time (its gathered K/V heads, its scores and probabilities), as LlamaLayerStep runs them.
@@ -105,8 +117,7 @@ Status ValidateLlamaForward(const LlamaVersion& e, const InferenceRequest& r,
                            Num(l.max_positions) + " positions (max_position_embeddings)");
   }
   const DType out = r.output_dtype.value_or(l.dtype);
-  const int64_t work = PassWorkBytes(l.hidden_size, l.num_heads, 0, ComputeBytes(l), b, t, t,
-                                     /*need_weights=*/false);
+  const int64_t work = PassWorkBytes(LlamaPassShape(l, b, t, t));
   const int64_t response =
       b * t * l.hidden_size * static_cast<int64_t>(ElementSize(ToElementType(out)));
   return CheckWork(work, response, limits, "query [" + Num(b) + ", " + Num(t) + ", E]");

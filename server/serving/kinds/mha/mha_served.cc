@@ -147,8 +147,7 @@ class MhaServed final : public ServedModel {
     MHA_RETURN_IF_ERROR(ValidateInputs(*model_, request.inputs));
     MHA_RETURN_IF_ERROR(CheckLimits(request.inputs, limits_));
     const PassCost cost =
-        EstimatePassCost(info_.options, info_.compute_dtype,
-                         request.output_dtype.value_or(info_.options.dtype), request.inputs);
+        EstimatePassCost(info_, request.output_dtype.value_or(info_.options.dtype), request.inputs);
     return CheckPassCost(cost, request.inputs, limits_.max_response_bytes, limits_.max_work_bytes);
   }
 
