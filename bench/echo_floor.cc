@@ -11,11 +11,13 @@
 //                                      measured in turn, --rounds times), one table of medians and
 //                                      the ratio mha / the better bare server
 //                                      (bench/echo_anchors.sh)
-//   mha_echo_floor --serve [--server mha|callback|async] [--address 127.0.0.1:0] [--port-file F]
+//   mha_echo_floor --serve [--server mha|callback|async|handoff] [--address 127.0.0.1:0]
+//   [--port-file F]
 //                                      serve only (for mha-client bench --server-pid)
 // Options: --server KIND (default mha), -n REQUESTS (per run, default 4000; --anchors: c=1 runs
 // get a quarter), -c C (one run at C instead of 1 and 32), --rounds R (default 3), --json.
 // Torch-free.
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -88,8 +91,32 @@ mha::v1::ForwardRequest MakeRequest() {
   return request;
 }
 
+// Context switches (voluntary + involuntary) of all of `pid`'s threads so far, from
+// /proc/PID/task/*/status: how often the server's threads hand a call to each other.
+int64_t ContextSwitches(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* tasks = opendir(dir.c_str());
+  if (tasks == nullptr) return 0;
+  int64_t total = 0;
+  while (const dirent* e = readdir(tasks)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream status(dir + "/" + e->d_name + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0 ||
+          line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) {
+        total += std::atoll(line.substr(line.find(':') + 1).c_str());
+      }
+    }
+  }
+  closedir(tasks);
+  return total;
+}
+
 // One closed-loop run of `requests` calls at concurrency `c` against `child`; false on errors.
-bool Measure(const Child& child, int c, int64_t requests, mha::client::BenchReport* report) {
+// `switches`: the server's context switches per call (the warmup's calls counted in).
+bool Measure(const Child& child, int c, int64_t requests, mha::client::BenchReport* report,
+             double* switches = nullptr) {
   mha::client::ClientOptions options;
   options.target = "127.0.0.1:" + std::to_string(child.port);
   mha::client::AttentionClient client(options);
@@ -98,7 +125,12 @@ bool Measure(const Child& child, int c, int64_t requests, mha::client::BenchRepo
   bench.requests = requests;
   bench.warmup = 200;
   bench.server_cpu.pid = child.pid;
+  const int64_t switches_before = ContextSwitches(child.pid);
   *report = mha::client::RunBench(client, MakeRequest(), bench);
+  if (switches != nullptr) {
+    *switches = static_cast<double>(ContextSwitches(child.pid) - switches_before) /
+                static_cast<double>(requests + bench.warmup);
+  }
   if (report->errors == 0) return true;
   std::fprintf(stderr, "echo server '%s' c=%d: %lld errors, first: %s\n",
                mha::bench::EchoServerName(child.kind), c, static_cast<long long>(report->errors),
@@ -143,12 +175,12 @@ double Median(std::vector<double> v) {
 
 // Per server and concurrency: every round's CPU per call, p50 and throughput.
 struct Samples {
-  std::vector<double> cpu_us, p50_us, rps;
+  std::vector<double> cpu_us, p50_us, rps, switches;
 };
 using Table = std::vector<std::vector<Samples>>;  // [server][level]
 
 const std::vector<EchoServerKind> kKinds = {EchoServerKind::kMhaFloor, EchoServerKind::kCallback,
-                                            EchoServerKind::kAsync};
+                                            EchoServerKind::kAsync, EchoServerKind::kHandoff};
 
 // All three servers forked first (before this process touches gRPC), then measured in turn, round
 // after round, so that the machine's load falls on each alike. False when one failed.
@@ -168,7 +200,9 @@ bool MeasureRounds(const Options& o, const std::vector<int>& levels, Table* tabl
       for (size_t l = 0; l < levels.size(); ++l) {
         mha::client::BenchReport r;
         const int64_t n = levels[l] == 1 ? std::max<int64_t>(500, o.requests / 4) : o.requests;
-        if (!Measure(children[s], levels[l], n, &r)) ok = false;
+        double switches = 0;
+        if (!Measure(children[s], levels[l], n, &r, &switches)) ok = false;
+        (*table)[s][l].switches.push_back(switches);
         (*table)[s][l].cpu_us.push_back(r.server_cpu.cpu_us_per_request);
         (*table)[s][l].p50_us.push_back(r.latency_p50_us);
         (*table)[s][l].rps.push_back(r.throughput);
@@ -186,7 +220,7 @@ void PrintTable(const Options& o, const std::vector<int>& levels, const Table& t
   std::printf("echo servers, B=1 T=16 E=512 fp32 (32 KiB each way), medians of %d rounds\n",
               o.rounds);
   std::printf("%-10s", "server");
-  for (int c : levels) std::printf(" | c=%-2d cpu us/call  p50 us   req/s", c);
+  for (int c : levels) std::printf(" | c=%-2d cpu us/call  p50 us   req/s  cs/call", c);
   std::printf("\n");
   for (size_t s = 0; s < kKinds.size(); ++s) {
     const char* name = mha::bench::EchoServerName(kKinds[s]);
@@ -194,11 +228,14 @@ void PrintTable(const Options& o, const std::vector<int>& levels, const Table& t
     json += std::string(s ? ", " : "") + "\"" + name + "\": {";
     for (size_t l = 0; l < levels.size(); ++l) {
       const Samples& x = table[s][l];
-      std::printf(" | %19.1f %7.1f %7.0f", Median(x.cpu_us), Median(x.p50_us), Median(x.rps));
-      char buf[160];
+      std::printf(" | %19.1f %7.1f %7.0f %8.2f", Median(x.cpu_us), Median(x.p50_us), Median(x.rps),
+                  Median(x.switches));
+      char buf[200];
       std::snprintf(buf, sizeof(buf),
-                    "%s\"c%d\": {\"cpu_us\": %.2f, \"p50_us\": %.1f, \"rps\": %.1f}", l ? ", " : "",
-                    levels[l], Median(x.cpu_us), Median(x.p50_us), Median(x.rps));
+                    "%s\"c%d\": {\"cpu_us\": %.2f, \"p50_us\": %.1f, \"rps\": %.1f, "
+                    "\"switches_per_call\": %.2f}",
+                    l ? ", " : "", levels[l], Median(x.cpu_us), Median(x.p50_us), Median(x.rps),
+                    Median(x.switches));
       json += buf;
     }
     std::printf("\n");
@@ -220,7 +257,7 @@ void PrintTable(const Options& o, const std::vector<int>& levels, const Table& t
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--anchors [--rounds R]] [--serve [--address HOST:PORT] [--port-file F]] "
-               "[--server mha|callback|async] [-n REQUESTS] [-c C] [--json]\n",
+               "[--server mha|callback|async|handoff] [-n REQUESTS] [-c C] [--json]\n",
                argv0);
   return 2;
 }

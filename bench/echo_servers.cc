@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "mha/v1/attention.grpc.pb.h"
 
@@ -77,6 +80,76 @@ class MhaFloorService final
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
+};
+
+// mha-server's stack answered the way its scheduler answers: the handler parses the request and
+// queues the call; one worker thread takes everything queued at once (a "pass") and serializes
+// and Finishes each call from there. No compute: what answering off gRPC's threads costs.
+class HandoffService final
+    : public AttentionService::WithRawCallbackMethod_Forward<AttentionService::CallbackService> {
+ public:
+  HandoffService() : worker_([this] { Work(); }) {}
+  ~HandoffService() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    Call call{reactor, response, std::make_unique<mha::v1::ForwardRequest>()};
+    grpc::ByteBuffer copy = *request;  // shares the slices; Deserialize consumes its argument
+    if (!grpc::SerializationTraits<mha::v1::ForwardRequest>::Deserialize(&copy, call.request.get())
+             .ok()) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a ForwardRequest"));
+      return reactor;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(call));
+    }
+    cv_.notify_one();
+    return reactor;
+  }
+
+ private:
+  struct Call {
+    grpc::ServerUnaryReactor* reactor;
+    grpc::ByteBuffer* response;
+    std::unique_ptr<mha::v1::ForwardRequest> request;
+  };
+
+  void Work() {
+    for (;;) {
+      std::vector<Call> pass;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        pass.swap(queue_);
+      }
+      for (Call& call : pass) {
+        mha::v1::ForwardResponse answer;
+        FillEcho(*call.request, &answer);
+        bool own = false;
+        const grpc::Status s = grpc::SerializationTraits<mha::v1::ForwardResponse>::Serialize(
+            answer, call.response, &own);
+        call.reactor->Finish(s.ok() ? grpc::Status::OK
+                                    : grpc::Status(grpc::StatusCode::INTERNAL, "cannot serialize"));
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Call> queue_;
+  bool stop_ = false;
+  std::thread worker_;
 };
 
 // gRPC's callback example: the typed service, gRPC parses the request and serializes the answer.
@@ -212,13 +285,15 @@ const char* EchoServerName(EchoServerKind kind) {
       return "callback";
     case EchoServerKind::kAsync:
       return "async";
+    case EchoServerKind::kHandoff:
+      return "handoff";
   }
   return "?";
 }
 
 bool ParseEchoServerKind(const std::string& name, EchoServerKind* kind) {
-  for (EchoServerKind k :
-       {EchoServerKind::kMhaFloor, EchoServerKind::kCallback, EchoServerKind::kAsync}) {
+  for (EchoServerKind k : {EchoServerKind::kMhaFloor, EchoServerKind::kCallback,
+                           EchoServerKind::kAsync, EchoServerKind::kHandoff}) {
     if (name == EchoServerName(k)) {
       *kind = k;
       return true;
@@ -242,6 +317,10 @@ int ServeEcho(EchoServerKind kind, const std::string& address, const std::string
     }
     case EchoServerKind::kAsync:
       return ServeAsync(address, port_file, port_fd);
+    case EchoServerKind::kHandoff: {
+      HandoffService service;
+      return ServeCallback(&service, address, port_file, port_fd, "handoff");
+    }
   }
   return 2;
 }

@@ -8,6 +8,9 @@
 //              serializes.
 //   kAsync     gRPC's own completion-queue pattern (greeter_async_server.cc): the generated
 //              AsyncService, one completion queue drained by one thread, a CallData per call.
+//   kHandoff   kMhaFloor answered as mha-server's scheduler answers: the handler queues the call,
+//              one worker thread takes all that is queued and Finishes each (no compute): what
+//              answering from a thread of one's own costs gRPC.
 // Torch-free.
 #pragma once
 
@@ -15,9 +18,9 @@
 
 namespace mha::bench {
 
-enum class EchoServerKind { kMhaFloor, kCallback, kAsync };
+enum class EchoServerKind { kMhaFloor, kCallback, kAsync, kHandoff };
 
-// "mha", "callback", "async" (the names --server takes and the table prints).
+// "mha", "callback", "async", "handoff" (the names --server takes and the table prints).
 const char* EchoServerName(EchoServerKind kind);
 bool ParseEchoServerKind(const std::string& name, EchoServerKind* kind);
 
