@@ -1,5 +1,6 @@
 #include "bench/echo_servers.h"
 
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
@@ -117,6 +118,15 @@ class HandoffService final
     return reactor;
   }
 
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
+                                     const mha::v1::GetModelRequest* /*request*/,
+                                     mha::v1::ModelInfo* info) override {
+    FillModel(info);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
  private:
   struct Call {
     grpc::ServerUnaryReactor* reactor;
@@ -174,35 +184,64 @@ class BareCallbackService final : public AttentionService::CallbackService {
   }
 };
 
-// gRPC's async example: one call's state machine (CREATE -> PROCESS -> FINISH), Forward only.
-class CallData {
+// gRPC's async example: one call's state machine (PROCESS -> FINISH) per unary method.
+class AsyncCall {
  public:
-  CallData(AttentionService::AsyncService* service, grpc::ServerCompletionQueue* cq)
+  virtual ~AsyncCall() = default;
+  // `ok` false: the server is shutting down (the request never came, or Finish did not happen).
+  virtual void Proceed(bool ok) = 0;
+};
+
+template <typename Method>
+class AsyncUnary final : public AsyncCall {
+ public:
+  AsyncUnary(AttentionService::AsyncService* service, grpc::ServerCompletionQueue* cq)
       : service_(service), cq_(cq), responder_(&context_) {
-    service_->RequestForward(&context_, &request_, &responder_, cq_, cq_, this);
+    Method::Request(service_, &context_, &request_, &responder_, cq_, this);
   }
 
-  // `ok` false: the server is shutting down (the request never came, or Finish did not happen).
-  void Proceed(bool ok) {
-    if (!ok || state_ == kFinish) {
+  void Proceed(bool ok) override {
+    if (!ok || finished_) {
       delete this;
       return;
     }
-    new CallData(service_, cq_);  // the next call, before answering this one
-    FillEcho(request_, &answer_);
+    new AsyncUnary(service_, cq_);  // the next call, before answering this one
+    Method::Answer(request_, &answer_);
     responder_.Finish(answer_, grpc::Status::OK, this);
-    state_ = kFinish;
+    finished_ = true;
   }
 
  private:
-  enum State { kProcess, kFinish };
   AttentionService::AsyncService* service_;
   grpc::ServerCompletionQueue* cq_;
   grpc::ServerContext context_;
-  mha::v1::ForwardRequest request_;
-  mha::v1::ForwardResponse answer_;
-  grpc::ServerAsyncResponseWriter<mha::v1::ForwardResponse> responder_;
-  State state_ = kProcess;
+  typename Method::Request_ request_;
+  typename Method::Response_ answer_;
+  grpc::ServerAsyncResponseWriter<typename Method::Response_> responder_;
+  bool finished_ = false;
+};
+
+struct AsyncForward {
+  using Request_ = mha::v1::ForwardRequest;
+  using Response_ = mha::v1::ForwardResponse;
+  static void Request(AttentionService::AsyncService* service, grpc::ServerContext* context,
+                      Request_* request, grpc::ServerAsyncResponseWriter<Response_>* responder,
+                      grpc::ServerCompletionQueue* cq, void* tag) {
+    service->RequestForward(context, request, responder, cq, cq, tag);
+  }
+  static void Answer(const Request_& request, Response_* answer) { FillEcho(request, answer); }
+};
+
+// GetModel too, so that mha-client (bench, health aside) works against it.
+struct AsyncGetModel {
+  using Request_ = mha::v1::GetModelRequest;
+  using Response_ = mha::v1::ModelInfo;
+  static void Request(AttentionService::AsyncService* service, grpc::ServerContext* context,
+                      Request_* request, grpc::ServerAsyncResponseWriter<Response_>* responder,
+                      grpc::ServerCompletionQueue* cq, void* tag) {
+    service->RequestGetModel(context, request, responder, cq, cq, tag);
+  }
+  static void Answer(const Request_& /*request*/, Response_* answer) { FillModel(answer); }
 };
 
 volatile sig_atomic_t g_stop = 0;
@@ -263,10 +302,11 @@ int ServeAsync(const std::string& address, const std::string& port_file, int por
     return 1;
   }
   std::thread handler([&] {  // the example's HandleRpcs, ending when the queue is shut down
-    new CallData(&service, cq.get());
+    new AsyncUnary<AsyncForward>(&service, cq.get());
+    new AsyncUnary<AsyncGetModel>(&service, cq.get());
     void* tag = nullptr;
     bool ok = false;
-    while (cq->Next(&tag, &ok)) static_cast<CallData*>(tag)->Proceed(ok);
+    while (cq->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
   });
   WaitForSignal();
   server->Shutdown(Soon());
@@ -308,6 +348,8 @@ int ServeEcho(EchoServerKind kind, const std::string& address, const std::string
   signal(SIGINT, OnSignal);
   switch (kind) {
     case EchoServerKind::kMhaFloor: {
+      // As mha-server (server/app/server_main.cc): no deadlock check on gRPC's absl locks.
+      absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
       MhaFloorService service;
       return ServeCallback(&service, address, port_file, port_fd, "mha");
     }
@@ -318,6 +360,7 @@ int ServeEcho(EchoServerKind kind, const std::string& address, const std::string
     case EchoServerKind::kAsync:
       return ServeAsync(address, port_file, port_fd);
     case EchoServerKind::kHandoff: {
+      absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as kMhaFloor
       HandoffService service;
       return ServeCallback(&service, address, port_file, port_fd, "handoff");
     }
