@@ -239,7 +239,11 @@ void DynamicBatcher::WorkerLoop() {
             batch.push_back(std::move(*it));
             queue_.erase(it);
           }
-          lone = batch.size() == 1 && queue_.empty();
+          // Alone now and in the pass before: a single request amid load (a merged pass just
+          // ran) stays at one thread, so OpenBLAS's helpers do not wake to spin for ~0.1 s.
+          const bool alone = batch.size() == 1 && queue_.empty();
+          lone = alone && last_pass_alone_;
+          last_pass_alone_ = alone;
           PublishDepthLocked();
           break;
         }

@@ -155,6 +155,9 @@ class DynamicBatcher final : public ModelRunner {
   std::condition_variable cv_;
   Queue queue_;
   bool stopping_ = false;
+  // The last pass planned held one request and left the queue empty (blas_policy.h's "lone" needs
+  // two such passes in a row).
+  bool last_pass_alone_ = true;
   mutable PassTimeEstimator pass_times_;  // internally synchronized; RunAlone is const
   CompletionExecutor completions_;        // before the workers: they use it until joined
   std::vector<std::thread> workers_;
