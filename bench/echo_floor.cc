@@ -7,7 +7,7 @@
 //
 //   mha_echo_floor                     mha-server's stack at c=1 and c=32: p50, p99, req/s and the
 //                                      server's CPU per request
-//   mha_echo_floor --anchors           the three servers side by side (all started at once,
+//   mha_echo_floor --anchors           the four servers side by side (all started at once,
 //                                      measured in turn, --rounds times), one table of medians and
 //                                      the ratio mha / the better bare server
 //                                      (bench/echo_anchors.sh)
@@ -182,7 +182,7 @@ using Table = std::vector<std::vector<Samples>>;  // [server][level]
 const std::vector<EchoServerKind> kKinds = {EchoServerKind::kMhaFloor, EchoServerKind::kCallback,
                                             EchoServerKind::kAsync, EchoServerKind::kHandoff};
 
-// All three servers forked first (before this process touches gRPC), then measured in turn, round
+// All the servers forked first (before this process touches gRPC), then measured in turn, round
 // after round, so that the machine's load falls on each alike. False when one failed.
 bool MeasureRounds(const Options& o, const std::vector<int>& levels, Table* table) {
   std::vector<Child> children;
