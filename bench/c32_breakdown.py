@@ -12,7 +12,7 @@ stages (bench/cpu_breakdown.py), in µs per request at that server's median CPU 
     bench/c32_breakdown.py --rounds 5 --dur 4 -- --blas-threads 1
 Speed is measured here, never asserted.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, json, os, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -83,7 +83,19 @@ def profile(proc, target, cpu_us, label):
 
 
 res = {"load_before": loadavg(), "servers": servers, "flags": flags, "rounds": a.rounds}
-running = [start(s) for s in servers]
+running = []
+
+
+def stop_all():
+    for proc, _ in running:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait()
+
+
+atexit.register(stop_all)  # also when a server or a bench run fails (sys.exit)
+for s in servers:
+    running.append(start(s))
 for proc, target in running:  # warm: the first passes of each batch size, the estimator
     bench(proc, target, 1)
 samples = [[] for _ in servers]
@@ -100,9 +112,7 @@ for i, s in enumerate(servers):
 if a.perf:
     for i, (proc, target) in enumerate(running):
         med[i]["breakdown"] = profile(proc, target, med[i]["cpu_us"], servers[i])
-for proc, _ in running:
-    proc.terminate()
-    proc.wait()
+stop_all()
 res["load_after"] = loadavg()
 res["results"] = med
 print(f"# c32 small (B=1 T=16 E=512, 32 clients), medians of {a.rounds} rounds of {a.dur:g} s; "
