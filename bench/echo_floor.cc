@@ -1,117 +1,83 @@
-// The echo floor (issue 26): what the transport alone costs on this machine. A gRPC server with
-// mha-server's stack (callback API, Forward registered raw and parsed as ForwardRequest, the
-// default health service, the same message limits) that answers every Forward with a
-// ForwardResponse whose output is the query's bytes (B=1, T=16, E=512 fp32: 32 KiB each way) and
-// computes nothing, driven by mha-client bench's own load generator (client/bench_runner.h).
+// The echo floor (issue 26) and its anchors (issue 46): what the transport alone costs on this
+// machine. Echo servers (bench/echo_servers.h: mha-server's gRPC stack, gRPC's own callback-API
+// example, gRPC's own completion-queue example) answer every ForwardRequest of B=1, T=16, E=512
+// fp32 (32 KiB) with a ForwardResponse holding the same bytes and compute nothing; each runs in a
+// child forked before anything touches gRPC, driven by mha-client bench's own load generator
+// (client/bench_runner.h), its CPU read from /proc/PID/stat.
 //
-//   mha_echo_floor                     fork a server, run c=1 and c=32 against it, print p50 and
-//   the
-//                                      server's CPU per request (/proc/PID/stat), then stop it
-//   mha_echo_floor --serve [--address 127.0.0.1:0] [--port-file F]
+//   mha_echo_floor                     mha-server's stack at c=1 and c=32: p50, p99, req/s and the
+//                                      server's CPU per request
+//   mha_echo_floor --anchors           the four servers side by side (all started at once,
+//                                      measured in turn, --rounds times), one table of medians and
+//                                      the ratio mha / the better bare server
+//                                      (bench/echo_anchors.sh)
+//   mha_echo_floor --serve [--server mha|callback|async|handoff] [--address 127.0.0.1:0]
+//   [--port-file F]
 //                                      serve only (for mha-client bench --server-pid)
-// Options: -n REQUESTS (per run, default 4000), -c C (one run at C instead of 1 and 32), --json.
-// GetModel answers like the built-in default model (E=512, H=8), so mha-client works against it.
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
+// Options: --server KIND (default mha), -n REQUESTS (per run, default 4000; --anchors: c=1 runs
+// get a quarter), -c C (one run at C instead of 1 and 32), --rounds R (default 3), --json.
+// Torch-free.
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "bench/echo_servers.h"
 #include "client/bench_runner.h"
 #include "client/mha_client.h"
-#include "mha/v1/attention.grpc.pb.h"
 
 namespace {
 
-using mha::v1::AttentionService;
+using mha::bench::EchoServerKind;
 
-constexpr int64_t kBatch = 1, kSeq = 16, kEmbed = 512, kHeads = 8;
+constexpr int64_t kBatch = 1, kSeq = 16, kEmbed = 512;
 
-class EchoService final
-    : public AttentionService::WithRawCallbackMethod_Forward<AttentionService::CallbackService> {
- public:
-  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
-                                    const grpc::ByteBuffer* request,
-                                    grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    mha::v1::ForwardRequest parsed;
-    grpc::ByteBuffer copy = *request;  // shares the slices; Deserialize consumes its argument
-    if (!grpc::SerializationTraits<mha::v1::ForwardRequest>::Deserialize(&copy, &parsed).ok()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a ForwardRequest"));
-      return reactor;
-    }
-    mha::v1::ForwardResponse answer;
-    *answer.mutable_output() = parsed.query();  // the output a real pass would write: same bytes
-    answer.set_model("echo");
-    answer.set_model_version("1");
-    bool own = false;
-    if (!grpc::SerializationTraits<mha::v1::ForwardResponse>::Serialize(answer, response, &own)
-             .ok()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot serialize"));
-      return reactor;
-    }
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-
-  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
-                                     const mha::v1::GetModelRequest* /*request*/,
-                                     mha::v1::ModelInfo* info) override {
-    info->set_name("default");
-    info->set_version("1");
-    info->set_state(mha::v1::READY);
-    info->set_embed_dim(kEmbed);
-    info->set_num_heads(kHeads);
-    info->set_head_dim(kEmbed / kHeads);
-    info->set_kdim(kEmbed);
-    info->set_vdim(kEmbed);
-    info->set_dtype(mha::v1::FLOAT32);
-    info->set_compute_dtype(mha::v1::FLOAT32);
-    info->set_device("cpu");
-    info->set_is_default(true);
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
+struct Options {
+  bool serve = false, json = false, anchors = false;
+  EchoServerKind kind = EchoServerKind::kMhaFloor;
+  std::string address = "127.0.0.1:0", port_file;
+  int64_t requests = 4000;
+  int concurrency = 0;
+  int rounds = 3;
 };
 
-volatile sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
-
-// Serves until SIGTERM/SIGINT; writes the port to `port_fd` (a pipe) or `port_file` when given.
-int Serve(const std::string& address, const std::string& port_file, int port_fd) {
-  signal(SIGTERM, OnSignal);
-  signal(SIGINT, OnSignal);
-  EchoService service;
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
+// A forked echo server: its pid and port (0 when it did not start).
+struct Child {
+  EchoServerKind kind;
+  pid_t pid = -1;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(64 << 20);  // as mha-server: --max-message-bytes + 1 MiB
-  builder.SetMaxSendMessageSize(-1);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    std::fprintf(stderr, "echo floor: cannot listen on %s\n", address.c_str());
-    return 1;
+};
+
+Child Fork(EchoServerKind kind, const std::string& address) {
+  Child child{kind};
+  int fds[2];
+  if (pipe(fds) != 0) return child;
+  child.pid = fork();
+  if (child.pid < 0) return child;
+  if (child.pid == 0) {
+    close(fds[0]);
+    _exit(mha::bench::ServeEcho(kind, address, "", fds[1]));
   }
-  if (!port_file.empty()) std::ofstream(port_file) << port << "\n";
-  if (port_fd >= 0) {
-    const std::string text = std::to_string(port) + "\n";
-    if (write(port_fd, text.data(), text.size()) < 0) return 1;
-    close(port_fd);
-  }
-  std::fprintf(stderr, "echo floor server on port %d (pid %d)\n", port, getpid());
-  while (!g_stop) usleep(100 * 1000);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  return 0;
+  close(fds[1]);
+  char buf[32] = {};
+  const ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  child.port = n > 0 ? std::atoi(buf) : 0;
+  return child;
+}
+
+void Stop(const Child& child) {
+  if (child.pid <= 0) return;
+  kill(child.pid, SIGTERM);
+  int status = 0;
+  waitpid(child.pid, &status, 0);
 }
 
 mha::v1::ForwardRequest MakeRequest() {
@@ -125,88 +91,215 @@ mha::v1::ForwardRequest MakeRequest() {
   return request;
 }
 
+// Context switches (voluntary + involuntary) of all of `pid`'s threads so far, from
+// /proc/PID/task/*/status: how often the server's threads hand a call to each other.
+int64_t ContextSwitches(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* tasks = opendir(dir.c_str());
+  if (tasks == nullptr) return 0;
+  int64_t total = 0;
+  while (const dirent* e = readdir(tasks)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream status(dir + "/" + e->d_name + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0 ||
+          line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) {
+        total += std::atoll(line.substr(line.find(':') + 1).c_str());
+      }
+    }
+  }
+  closedir(tasks);
+  return total;
+}
+
+// One closed-loop run of `requests` calls at concurrency `c` against `child`; false on errors.
+// `switches`: the server's context switches per call (the warmup's calls counted in).
+bool Measure(const Child& child, int c, int64_t requests, mha::client::BenchReport* report,
+             double* switches = nullptr) {
+  mha::client::ClientOptions options;
+  options.target = "127.0.0.1:" + std::to_string(child.port);
+  mha::client::AttentionClient client(options);
+  mha::client::BenchOptions bench;
+  bench.concurrency = c;
+  bench.requests = requests;
+  bench.warmup = 200;
+  bench.server_cpu.pid = child.pid;
+  const int64_t switches_before = ContextSwitches(child.pid);
+  *report = mha::client::RunBench(client, MakeRequest(), bench);
+  if (switches != nullptr) {
+    *switches = static_cast<double>(ContextSwitches(child.pid) - switches_before) /
+                static_cast<double>(requests + bench.warmup);
+  }
+  if (report->errors == 0) return true;
+  std::fprintf(stderr, "echo server '%s' c=%d: %lld errors, first: %s\n",
+               mha::bench::EchoServerName(child.kind), c, static_cast<long long>(report->errors),
+               report->first_error.c_str());
+  return false;
+}
+
+// mha-server's stack alone (the issue 26 row): c=1 and c=32, or -c C.
+int RunFloor(const Options& o) {
+  const Child child = Fork(o.kind, o.address);
+  int rc = 0;
+  if (child.port <= 0) {
+    std::fprintf(stderr, "echo floor: the server did not start\n");
+    rc = 1;
+  }
+  const std::vector<int> levels =
+      o.concurrency > 0 ? std::vector<int>{o.concurrency} : std::vector<int>{1, 32};
+  for (int c : rc == 0 ? levels : std::vector<int>{}) {
+    mha::client::BenchReport r;
+    if (!Measure(child, c, o.requests, &r)) rc = 1;
+    if (o.json) {
+      std::printf("{\"concurrency\": %d, \"server\": \"%s\", \"report\": %s}\n", c,
+                  mha::bench::EchoServerName(o.kind), mha::client::BenchReportJson(r).c_str());
+    } else {
+      std::printf(
+          "echo floor (%s) c=%d (B=1 T=16 E=512 fp32, 32 KiB each way): p50 %.1f us  p99 %.1f us  "
+          "%.0f req/s  server cpu %.1f us per request\n",
+          mha::bench::EchoServerName(o.kind), c, r.latency_p50_us, r.latency_p99_us, r.throughput,
+          r.server_cpu.cpu_us_per_request);
+    }
+  }
+  Stop(child);
+  return rc;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Per server and concurrency: every round's CPU per call, p50 and throughput.
+struct Samples {
+  std::vector<double> cpu_us, p50_us, rps, switches;
+};
+using Table = std::vector<std::vector<Samples>>;  // [server][level]
+
+const std::vector<EchoServerKind> kKinds = {EchoServerKind::kMhaFloor, EchoServerKind::kCallback,
+                                            EchoServerKind::kAsync, EchoServerKind::kHandoff};
+
+// All the servers forked first (before this process touches gRPC), then measured in turn, round
+// after round, so that the machine's load falls on each alike. False when one failed.
+bool MeasureRounds(const Options& o, const std::vector<int>& levels, Table* table) {
+  std::vector<Child> children;
+  for (EchoServerKind k : kKinds) children.push_back(Fork(k, o.address));
+  bool ok = true;
+  for (const Child& c : children) {
+    if (c.port <= 0) {
+      std::fprintf(stderr, "echo server '%s' did not start\n", mha::bench::EchoServerName(c.kind));
+      ok = false;
+    }
+  }
+  table->assign(kKinds.size(), std::vector<Samples>(levels.size()));
+  for (int round = 0; ok && round < o.rounds; ++round) {
+    for (size_t s = 0; s < children.size(); ++s) {
+      for (size_t l = 0; l < levels.size(); ++l) {
+        mha::client::BenchReport r;
+        const int64_t n = levels[l] == 1 ? std::max<int64_t>(500, o.requests / 4) : o.requests;
+        double switches = 0;
+        if (!Measure(children[s], levels[l], n, &r, &switches)) ok = false;
+        (*table)[s][l].switches.push_back(switches);
+        (*table)[s][l].cpu_us.push_back(r.server_cpu.cpu_us_per_request);
+        (*table)[s][l].p50_us.push_back(r.latency_p50_us);
+        (*table)[s][l].rps.push_back(r.throughput);
+      }
+    }
+  }
+  for (const Child& c : children) Stop(c);
+  return ok;
+}
+
+// The table of medians, then the ratio of mha's CPU per call to the better bare server's; the
+// same as one JSON object with --json.
+void PrintTable(const Options& o, const std::vector<int>& levels, const Table& table) {
+  std::string json = "{\"rounds\": " + std::to_string(o.rounds) + ", \"servers\": {";
+  std::printf("echo servers, B=1 T=16 E=512 fp32 (32 KiB each way), medians of %d rounds\n",
+              o.rounds);
+  std::printf("%-10s", "server");
+  for (int c : levels) std::printf(" | c=%-2d cpu us/call  p50 us   req/s  cs/call", c);
+  std::printf("\n");
+  for (size_t s = 0; s < kKinds.size(); ++s) {
+    const char* name = mha::bench::EchoServerName(kKinds[s]);
+    std::printf("%-10s", name);
+    json += std::string(s ? ", " : "") + "\"" + name + "\": {";
+    for (size_t l = 0; l < levels.size(); ++l) {
+      const Samples& x = table[s][l];
+      std::printf(" | %19.1f %7.1f %7.0f %8.2f", Median(x.cpu_us), Median(x.p50_us), Median(x.rps),
+                  Median(x.switches));
+      char buf[200];
+      std::snprintf(buf, sizeof(buf),
+                    "%s\"c%d\": {\"cpu_us\": %.2f, \"p50_us\": %.1f, \"rps\": %.1f, "
+                    "\"switches_per_call\": %.2f}",
+                    l ? ", " : "", levels[l], Median(x.cpu_us), Median(x.p50_us), Median(x.rps),
+                    Median(x.switches));
+      json += buf;
+    }
+    std::printf("\n");
+    json += "}";
+  }
+  json += "}, \"ratio\": {";
+  std::printf("mha / better bare server, server cpu per call:");
+  for (size_t l = 0; l < levels.size(); ++l) {
+    const double bare = std::min(Median(table[1][l].cpu_us), Median(table[2][l].cpu_us));
+    const double ratio = bare > 0 ? Median(table[0][l].cpu_us) / bare : 0;
+    std::printf("  c=%d %.2fx", levels[l], ratio);
+    json += std::string(l ? ", " : "") + "\"c" + std::to_string(levels[l]) +
+            "\": " + std::to_string(ratio);
+  }
+  std::printf("\n");
+  if (o.json) std::printf("%s}}\n", json.c_str());
+}
+
+int Usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--anchors [--rounds R]] [--serve [--address HOST:PORT] [--port-file F]] "
+               "[--server mha|callback|async|handoff] [-n REQUESTS] [-c C] [--json]\n",
+               argv0);
+  return 2;
+}
+
+int RunAnchors(const Options& o) {
+  const std::vector<int> levels =
+      o.concurrency > 0 ? std::vector<int>{o.concurrency} : std::vector<int>{1, 32};
+  Table table;
+  if (!MeasureRounds(o, levels, &table)) return 1;
+  PrintTable(o, levels, table);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool serve = false, json = false;
-  std::string address = "127.0.0.1:0", port_file;
-  int64_t requests = 4000;
-  int concurrency = 0;
+  Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (a == "--serve") {
-      serve = true;
+      o.serve = true;
+    } else if (a == "--anchors") {
+      o.anchors = true;
+    } else if (a == "--server") {
+      if (!mha::bench::ParseEchoServerKind(next(), &o.kind)) return Usage(argv[0]);
     } else if (a == "--address") {
-      address = next();
+      o.address = next();
     } else if (a == "--port-file") {
-      port_file = next();
+      o.port_file = next();
     } else if (a == "-n" || a == "--requests") {
-      requests = std::atoll(next().c_str());
+      o.requests = std::atoll(next().c_str());
     } else if (a == "-c" || a == "--concurrency") {
-      concurrency = std::atoi(next().c_str());
+      o.concurrency = std::atoi(next().c_str());
+    } else if (a == "--rounds") {
+      o.rounds = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--json") {
-      json = true;
+      o.json = true;
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--serve [--address HOST:PORT] [--port-file F]] [-n REQUESTS] "
-                   "[-c C] [--json]\n",
-                   argv[0]);
-      return 2;
+      return Usage(argv[0]);
     }
   }
-  if (serve) return Serve(address, port_file, -1);
-
-  // Fork before anything touches gRPC: the child serves, the parent measures it from outside.
-  int fds[2];
-  if (pipe(fds) != 0) return 1;
-  const pid_t child = fork();
-  if (child < 0) return 1;
-  if (child == 0) {
-    close(fds[0]);
-    _exit(Serve(address, "", fds[1]));
-  }
-  close(fds[1]);
-  char buf[32] = {};
-  const ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
-  close(fds[0]);
-  const int port = n > 0 ? std::atoi(buf) : 0;
-  int rc = 0;
-  if (port <= 0) {
-    std::fprintf(stderr, "echo floor: the server did not start\n");
-    rc = 1;
-  } else {
-    mha::client::ClientOptions options;
-    options.target = "127.0.0.1:" + std::to_string(port);
-    mha::client::AttentionClient client(options);
-    const mha::v1::ForwardRequest request = MakeRequest();
-    std::vector<int> levels =
-        concurrency > 0 ? std::vector<int>{concurrency} : std::vector<int>{1, 32};
-    for (int c : levels) {
-      mha::client::BenchOptions bench;
-      bench.concurrency = c;
-      bench.requests = requests;
-      bench.warmup = 200;
-      bench.server_cpu.pid = child;
-      const mha::client::BenchReport r = mha::client::RunBench(client, request, bench);
-      if (json) {
-        std::printf("{\"concurrency\": %d, \"report\": %s}\n", c,
-                    mha::client::BenchReportJson(r).c_str());
-      } else {
-        std::printf(
-            "echo floor c=%d (B=1 T=16 E=512 fp32, 32 KiB each way): p50 %.1f us  p99 %.1f us  "
-            "%.0f req/s  server cpu %.1f us per request\n",
-            c, r.latency_p50_us, r.latency_p99_us, r.throughput, r.server_cpu.cpu_us_per_request);
-      }
-      if (r.errors > 0) {
-        std::fprintf(stderr, "echo floor: %lld errors, first: %s\n",
-                     static_cast<long long>(r.errors), r.first_error.c_str());
-        rc = 1;
-      }
-    }
-  }
-  kill(child, SIGTERM);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return rc;
+  if (o.serve) return mha::bench::ServeEcho(o.kind, o.address, o.port_file, -1);
+  return o.anchors ? RunAnchors(o) : RunFloor(o);
 }

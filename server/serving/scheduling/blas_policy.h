@@ -7,8 +7,9 @@
 // the lowest latency); any other pass runs at 1 thread (under load: no spinning, and the other
 // instances and the front end keep the cores busy). "The only work" = one request in the pass,
 // nothing left in its queue, no other pass running: a pass that merged several requests is a sign
-// of load even when it emptied the queue. OpenBLAS's setting is process-wide, so the count of
-// running passes is too.
+// of load even when it emptied the queue, and so the batcher calls a pass lone only when the pass
+// before it was alone too (one request amid 32 clients' merged passes wakes no helper). OpenBLAS's
+// setting is process-wide, so the count of running passes is too.
 #pragma once
 
 #include <atomic>

@@ -214,7 +214,8 @@ class WorkQueue {
   }
 
   // With the lock held: waits until a pass may run (moved into `batch`), items were dropped, or
-  // the queue stopped empty (`*exit`). `*lone`: one item in the pass and nothing else queued.
+  // the queue stopped empty (`*exit`). `*lone`: one item in the pass and nothing else queued, as
+  // in the pass planned before it (blas_policy.h).
   void NextLocked(std::unique_lock<std::mutex>& lock, std::vector<Dropped>* dropped,
                   std::vector<Entry>* batch, bool* lone, bool* exit) {
     for (;;) {
@@ -242,7 +243,11 @@ class WorkQueue {
           batch->push_back(std::move(*it));
           queue_.erase(it);
         }
-        *lone = batch->size() == 1 && queue_.empty();
+        // Alone now and in the pass before: a single request amid load (a merged pass just ran)
+        // stays at one thread, so OpenBLAS's helpers do not wake to spin for ~0.1 s.
+        const bool alone = batch->size() == 1 && queue_.empty();
+        *lone = alone && last_pass_alone_;
+        last_pass_alone_ = alone;
         PublishQueueDepth(context_.metrics(), queue_.size());
         return;
       }
@@ -292,6 +297,9 @@ class WorkQueue {
   std::condition_variable cv_;
   Queue<Item> queue_;
   bool stopping_ = false;
+  // The last pass planned held one item and left the queue empty (blas_policy.h's "lone" needs
+  // two such passes in a row).
+  bool last_pass_alone_ = true;
   std::vector<std::thread> workers_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <future>
 #include <mutex>
 #include <vector>
@@ -43,10 +44,13 @@ TEST(BlasPassPolicyTest, PassCountsRunningPasses) {
 }
 
 // The batcher's passes, as OpenBLAS sees them: a lone request gets every core, a merged pass one
-// thread. Skipped where the BLAS is not OpenBLAS.
+// thread, and so does a request alone right after a merged pass (lone needs two such passes in a
+// row); the next one alone gets every core again. Skipped where the BLAS is not OpenBLAS.
 TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
   if (BlasThreads() < 0) GTEST_SKIP() << "not OpenBLAS";
   std::mutex mu;
+  std::condition_variable answered_cv;
+  int answered = 0;
   std::vector<std::pair<int64_t, int>> seen;  // (rows, OpenBLAS threads) per pass
   std::promise<void> entered, release;
   std::shared_future<void> gate = release.get_future().share();
@@ -69,11 +73,15 @@ TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
   o.instances = 1;
   o.blas = {.threads = 0, .cores = 3};
   DynamicBatcher batcher("fake", BatchModelInfo{1, 0, DType::kFloat32}, forward, o);
-  std::promise<void> all_done;
-  std::atomic<int> answered{0};
   auto done = [&](InferenceResult r) {
     EXPECT_TRUE(r.status.ok()) << r.status.ToString();
-    if (++answered == 4) all_done.set_value();
+    std::lock_guard<std::mutex> lock(mu);
+    ++answered;
+    answered_cv.notify_all();
+  };
+  auto wait_answered = [&](int n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return answered_cv.wait_for(lock, 10s, [&] { return answered >= n; });
   };
   auto task = [] {
     InferenceTask t;
@@ -85,11 +93,17 @@ TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
   entered.get_future().wait();
   for (int i = 0; i < 3; ++i) batcher.Submit(task(), done);  // queued behind it: one pass of 3
   release.set_value();
-  ASSERT_EQ(all_done.get_future().wait_for(10s), std::future_status::ready);
+  ASSERT_TRUE(wait_answered(4));
+  batcher.Submit(task(), done);  // alone, but right after the merged pass: one thread
+  ASSERT_TRUE(wait_answered(5));
+  batcher.Submit(task(), done);  // alone after alone: every core again
+  ASSERT_TRUE(wait_answered(6));
   std::lock_guard<std::mutex> lock(mu);
-  ASSERT_EQ(seen.size(), 2u);
+  ASSERT_EQ(seen.size(), 4u);
   EXPECT_EQ(seen[0], std::make_pair(int64_t{1}, 3));
   EXPECT_EQ(seen[1], std::make_pair(int64_t{3}, 1));
+  EXPECT_EQ(seen[2], std::make_pair(int64_t{1}, 1));
+  EXPECT_EQ(seen[3], std::make_pair(int64_t{1}, 3));
 }
 
 }  // namespace

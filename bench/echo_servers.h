@@ -1,0 +1,32 @@
+// The echo servers of bench/echo_floor.cc (issue 26's echo floor, issue 46's anchors): four gRPC
+// servers that answer every mha.v1 Forward with a ForwardResponse whose output is the query's
+// bytes and compute nothing, with the same message limits (receive 64 MiB, send unlimited):
+//   kMhaFloor  mha-server's stack: callback API, Forward registered raw (ByteBuffer) and parsed by
+//              the handler as ForwardRequest, the default health service.
+//   kCallback  gRPC's own callback-API pattern (examples/cpp/helloworld/
+//              greeter_callback_server.cc): the generated typed CallbackService, gRPC parses and
+//              serializes.
+//   kAsync     gRPC's own completion-queue pattern (greeter_async_server.cc): the generated
+//              AsyncService, one completion queue drained by one thread, a CallData per call.
+//   kHandoff   kMhaFloor answered as mha-server's scheduler answers: the handler queues the call,
+//              one worker thread takes all that is queued and Finishes each (no compute): what
+//              answering from a thread of one's own costs gRPC.
+// Torch-free.
+#pragma once
+
+#include <string>
+
+namespace mha::bench {
+
+enum class EchoServerKind { kMhaFloor, kCallback, kAsync, kHandoff };
+
+// "mha", "callback", "async", "handoff" (the names --server takes and the table prints).
+const char* EchoServerName(EchoServerKind kind);
+bool ParseEchoServerKind(const std::string& name, EchoServerKind* kind);
+
+// Serves until SIGTERM/SIGINT; writes the bound port to `port_fd` (a pipe) and/or `port_file`
+// when given. Returns the process's exit code.
+int ServeEcho(EchoServerKind kind, const std::string& address, const std::string& port_file,
+              int port_fd);
+
+}  // namespace mha::bench
