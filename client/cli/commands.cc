@@ -176,8 +176,8 @@ int BenchCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout
   options.timeout = timeout;
   options.poisson = arrival == "poisson";
   options.seed = shape.seed;
-  std::unique_ptr<ShmRegions> regions;
-  std::unique_ptr<inference::GRPCInferenceService::Stub> oip;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> oip;  // outlives `regions`
+  std::unique_ptr<ShmRegions> regions;  // unregisters through `oip` when destroyed
   if (shm) {
     if (client.options().protocol != WireProtocol::kOip) {
       return Fail(InvalidArgument("--shm needs --protocol oip"));

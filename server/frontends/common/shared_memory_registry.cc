@@ -101,6 +101,32 @@ std::string Sum(uint64_t offset, uint64_t size) {
   return parts + " = " + std::to_string(offset + size);
 }
 
+// Opens the object of `spec` (read-write) and checks the region lies within it; the fd.
+StatusOr<int> OpenObject(const ShmRegionSpec& spec, const std::string& what) {
+  const int fd = shm_open(spec.key.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    const int error = errno;
+    const std::string message = what + ": cannot open shared memory object " + Q(spec.key) +
+                                " (shm_open: " + ErrnoText(error) + ")";
+    if (error == ENOENT) return NotFound(message);
+    if (error == EACCES) return PermissionDenied(message);
+    return InvalidArgument(message);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return InvalidArgument(what + ": " + Q(spec.key) + " is not a shared memory object");
+  }
+  const auto object_size = static_cast<uint64_t>(st.st_size);
+  if (!Within(spec.offset, spec.byte_size, object_size)) {
+    close(fd);
+    return InvalidArgument(what + ": offset " + Sum(spec.offset, spec.byte_size) +
+                           " is past the end of " + Q(spec.key) + " (" +
+                           std::to_string(object_size) + " bytes)");
+  }
+  return fd;
+}
+
 }  // namespace
 
 Status ShmMapping::Check() const {
@@ -143,27 +169,9 @@ Status SharedMemoryRegistry::Register(const ShmRegionSpec& spec) {
   if (regions_.count(spec.name) != 0) {
     return AlreadyExists(what + " is registered already (unregister it first)");
   }
-  const int fd = shm_open(spec.key.c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    const int error = errno;
-    const std::string message = what + ": cannot open shared memory object " + Q(spec.key) +
-                                " (shm_open: " + ErrnoText(error) + ")";
-    if (error == ENOENT) return NotFound(message);
-    if (error == EACCES) return PermissionDenied(message);
-    return InvalidArgument(message);
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return InvalidArgument(what + ": " + Q(spec.key) + " is not a shared memory object");
-  }
-  const auto object_size = static_cast<uint64_t>(st.st_size);
-  if (!Within(spec.offset, spec.byte_size, object_size)) {
-    close(fd);
-    return InvalidArgument(what + ": offset " + Sum(spec.offset, spec.byte_size) +
-                           " is past the end of " + Q(spec.key) + " (" +
-                           std::to_string(object_size) + " bytes)");
-  }
+  auto opened = OpenObject(spec, what);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   const auto budget = static_cast<uint64_t>(options_.max_shm_bytes);
   const auto in_use = static_cast<uint64_t>(accounting_->mapped.load());
   if (!Within(in_use, spec.byte_size, budget)) {
