@@ -56,8 +56,9 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
   const int slot = SlotOf(address);
   if (slot >= 0) {
     // mmap is a plain system call on Linux; the page becomes private zeros, the access resumes.
-    void* page = mmap(reinterpret_cast<void*>(address & g_page_mask), ~g_page_mask + 1,
-                      PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    char* start = static_cast<char*>(info->si_addr) - (address & ~g_page_mask);  // its page
+    void* page = mmap(start, ~g_page_mask + 1, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     if (page != MAP_FAILED) {
       g_slots[slot].faulted.store(true, std::memory_order_release);
       return;
