@@ -184,6 +184,13 @@ def test_inference(c, inp, out):
     check(err <= 1e-5, f"mixed: in-band attn_weights == PyTorch (err {err:.2e})")
     err = max_err(bytes(out.buf[:c.out_bytes]), c.io["output"][1])
     check(err <= 1e-5, f"mixed: output in the region == PyTorch (err {err:.2e})")
+    # ModelStreamInfer: the same request, answered on the stream.
+    out.buf[:] = b"\xff" * out.size
+    stream = [c.request("in", [("output", "out", c.out_bytes)])]
+    answers = list(c.stub.ModelStreamInfer(iter(stream)))
+    check(len(answers) == 1 and not answers[0].error_message, "stream: answered without error")
+    err = max_err(bytes(out.buf[:c.out_bytes]), c.io["output"][1])
+    check(err <= 1e-5, f"stream: output in the region == PyTorch (err {err:.2e})")
     # Mixed inputs: query in-band, the rest as before.
     out.buf[:] = b"\xff" * out.size
     r = c.request(None, [("output", "out", c.out_bytes)])
