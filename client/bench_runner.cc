@@ -33,13 +33,18 @@ std::chrono::microseconds CallTimeout(const BenchOptions& o, std::mt19937_64& rn
 // Serialized once: every call sends the same bytes (the server still parses each one). With
 // --protocol oip each request is sent as the ModelInferRequest that oip_translate makes of it (an
 // untranslatable one is sent empty, and its error counted).
+// With --shm (options.shm) the OIP requests name the shared-memory regions instead.
 std::vector<grpc::ByteBuffer> Serialize(const std::vector<v1::ForwardRequest>& requests,
-                                        WireProtocol protocol) {
+                                        WireProtocol protocol, const ShmRegions* shm) {
   std::vector<grpc::ByteBuffer> buffers;
-  for (const auto& request : requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const v1::ForwardRequest& request = requests[i];
     std::string bytes = request.SerializeAsString();
     if (protocol == WireProtocol::kOip) {
       auto infer = ToModelInferRequest(request);
+      if (infer.ok() && shm != nullptr && !shm->Rewrite(i, &infer.value()).ok()) {
+        infer = InvalidArgument("--shm");
+      }
       bytes = infer.ok() ? infer->SerializeAsString() : std::string();
     }
     grpc::Slice slice(bytes);
@@ -61,7 +66,7 @@ class ClosedLoop {
         generic_(client.channel()),
         options_(options),
         lanes_(options.concurrency),
-        requests_(Serialize(requests, client.options().protocol)),
+        requests_(Serialize(requests, client.options().protocol, options.shm)),
         method_(ForwardMethod(client.options().protocol)),
         rng_(options.seed),
         tally_(client.options().protocol == WireProtocol::kOip) {
@@ -155,7 +160,7 @@ class OpenLoop {
            const BenchOptions& options)
       : generic_(client.channel()),
         options_(options),
-        requests_(Serialize(requests, client.options().protocol)),
+        requests_(Serialize(requests, client.options().protocol, options.shm)),
         method_(ForwardMethod(client.options().protocol)),
         tally_(client.options().protocol == WireProtocol::kOip) {}
 

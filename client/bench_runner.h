@@ -12,6 +12,7 @@
 
 #include "client/mha_client.h"
 #include "client/server_cpu.h"
+#include "client/shm_regions.h"
 
 namespace mha::client {
 
@@ -31,6 +32,8 @@ struct BenchOptions {
   // When enabled: the server's CPU seconds read just before and after the timed run (after the
   // warmup), reported per successful request (server_cpu.h).
   ServerCpuSource server_cpu;
+  // --shm with --protocol oip: the requests' tensors in these shared-memory regions (not owned).
+  const ShmRegions* shm = nullptr;
 };
 
 // What the server's CPU did per request, against the math it served (issue 26). The CPU fields

@@ -5,10 +5,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "client/cli/efficiency.h"
 #include "client/cli/head_commands.h"
+#include "client/oip_translate.h"
+#include "client/shm_regions.h"
 #include "client/tensor_client.h"
 #include "mha/loader.h"
 
@@ -137,6 +140,9 @@ void BenchCommand::Add(CLI::App& app) {
   cmd->add_option("--seq-min", seq_min, "Random query length per request: smallest T");
   cmd->add_option("--seq-max", seq_max,
                   "Random query length per request: largest T (uniform in [min, max])");
+  cmd->add_flag("--shm", shm,
+                "With --protocol oip: inputs and the output through shared-memory regions "
+                "(the server needs --allow-client-shm=true; docs/shared-memory.md)");
   AddServerCpuFlags(cmd, &options.server_cpu);
 }
 
@@ -170,6 +176,24 @@ int BenchCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout
   options.timeout = timeout;
   options.poisson = arrival == "poisson";
   options.seed = shape.seed;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> oip;  // outlives `regions`
+  std::unique_ptr<ShmRegions> regions;  // unregisters through `oip` when destroyed
+  if (shm) {
+    if (client.options().protocol != WireProtocol::kOip) {
+      return Fail(InvalidArgument("--shm needs --protocol oip"));
+    }
+    std::vector<inference::ModelInferRequest> infer;
+    for (const auto& r : *requests) {
+      auto translated = ToModelInferRequest(r);
+      if (!translated.ok()) return Fail(translated.status());
+      infer.push_back(std::move(translated.value()));
+    }
+    oip = inference::GRPCInferenceService::NewStub(client.channel());
+    auto created = ShmRegions::Create(oip.get(), infer);
+    if (!created.ok()) return Fail(created.status());
+    regions = std::move(created.value());
+    options.shm = regions.get();
+  }
   auto report = RunBench(client, *requests, options);
   if (report.server_cpu.measured && !options.ping) {
     FillEfficiency(&report.server_cpu, MeanRequestFlops(*requests),

@@ -43,6 +43,7 @@ struct BenchCommand {
   bool json = false;
   std::string arrival = "poisson";
   int64_t seq_min = 0, seq_max = 0;
+  bool shm = false;  // --shm: tensors through shared memory (client/shm_regions.h)
 };
 
 // decode --tokens N --sessions M: the decoding-session load generator (client/decode_bench.h).

@@ -175,6 +175,13 @@ void AddLimitFlags(CLI::App& app, ServerConfig* c) {
   Add(app, "--stream-window", &c->stream_window,
       "Requests of one ForwardStream in flight at once (answers still come in order)")
       ->check(CLI::Range(1, 1024));
+  Add(app, "--allow-client-shm", &c->allow_client_shm,
+      "Let clients register system shared-memory regions (Triton's shared-memory extension, "
+      "docs/shared-memory.md); with --admin-token-file registration needs the token")
+      ->default_str("false");
+  Add(app, "--max-shm-bytes", &c->max_shm_bytes,
+      "Bytes of client shared memory mapped at once (registration above it: RESOURCE_EXHAUSTED)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
 }
 
 void AddBatchingFlags(CLI::App& app, ServerConfig* c) {

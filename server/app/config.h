@@ -28,6 +28,9 @@ struct ServerConfig {
   int inter_op_threads = 1;
   int64_t max_message_bytes = serve::kDefaultMaxMessageBytes;
   int stream_window = 4;
+  // Triton's shared-memory extension (server/frontends/common/shared_memory_registry.h).
+  bool allow_client_shm = false;
+  int64_t max_shm_bytes = int64_t{1} << 30;
   // gRPC transport security (server/app/tls.h): plaintext unless cert + key are set; a client CA
   // makes client certificates mandatory (mTLS). The metrics/health HTTP endpoint stays plaintext.
   std::string tls_cert_file;

@@ -17,6 +17,7 @@
 #include "mha/runtime.h"
 #include "server/app/tls.h"
 #include "server/frontends/common/admin_auth.h"
+#include "server/frontends/common/shared_memory_registry.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "server/frontends/grpc_v1/model_control_service.h"
 #include "server/frontends/oip/inference_service.h"
@@ -66,6 +67,7 @@ class ServerApp {
   std::shared_ptr<grpc::ServerCredentials> credentials_;  // tls.h: plaintext, TLS or mTLS
   const std::string admin_token_;                         // "" = model control needs none
   std::unique_ptr<ServerCore> core_;
+  std::unique_ptr<SharedMemoryRegistry> shm_;  // client shared memory, both KServe front ends
   std::unique_ptr<MetricsHttpServer> http_;
   std::unique_ptr<AttentionServiceImpl> service_;
   std::unique_ptr<ModelControlServiceImpl> control_;
@@ -81,6 +83,12 @@ Status ServerApp::Start(const ServerCoreOptions& options) {
   auto core = ServerCore::Create(options);
   if (!core.ok()) return core.status();
   core_ = std::move(core.value());
+  shm_ = std::make_unique<SharedMemoryRegistry>(
+      ShmRegistryOptions{c_.allow_client_shm, c_.max_shm_bytes});
+  if (c_.allow_client_shm) {
+    spdlog::info("client shared memory on: at most {} bytes mapped (--max-shm-bytes)",
+                 c_.max_shm_bytes);
+  }
   if (options.batching) {
     const BatcherOptions& b = options.batcher;
     spdlog::info(
@@ -102,6 +110,7 @@ void ServerApp::FillKServeOptions(KServeOptions* o) const {
   o->server_ready = [this] { return ready_.load(); };
   o->controller = core_.get();
   o->admin_token = admin_token_;
+  o->shm = shm_.get();
 }
 
 // KServe v2 HTTP/REST: the same core, limits, health, metrics and TLS files as gRPC.
@@ -229,6 +238,7 @@ void ServerApp::Stop(int sig) {
   }
   if (core_) core_->Stop();  // completes accepted requests, joins the schedulers
   if (server_) server_->Wait();
+  if (shm_) shm_->Clear();  // every client region unmapped (no request holds one now)
   if (http_) http_->Stop();
   spdlog::info("mha-server stopped");
 }

@@ -181,7 +181,19 @@ TEST_F(RestErrors, UnknownParametersAreRefusedTimeoutIsTheDeadline) {
   body["inputs"][0]["parameters"] = {{"shared_memory_region", "r"}};
   a = Post("self_basic", body.dump());
   EXPECT_EQ(a.status, 400);
-  EXPECT_TRUE(Contains(RestError(a), "inputs[0].parameters: 'shared_memory_region'"));
+  EXPECT_TRUE(Contains(RestError(a),
+                       "inputs[0]: data (or binary_data_size) and "
+                       "parameters.shared_memory_region on the same tensor"));
+  body["inputs"][0].erase("data");  // a region without its byte size
+  a = Post("self_basic", body.dump());
+  EXPECT_EQ(a.status, 400);
+  EXPECT_TRUE(Contains(RestError(a),
+                       "query: parameters.shared_memory_region 'r' without "
+                       "shared_memory_byte_size"));
+  body = QueryBody(16);
+  body["inputs"][0]["parameters"] = {{"color", "red"}};
+  a = Post("self_basic", body.dump());
+  EXPECT_TRUE(Contains(RestError(a), "inputs[0].parameters: 'color' is not supported"));
 
   auto stub = inference::GRPCInferenceService::NewStub(
       grpc::CreateChannel(shared_->server->target(), grpc::InsecureChannelCredentials()));

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "server/frontends/common/shared_memory_registry.h"
 #include "server/serving/model_controller.h"
 #include "server/serving/serving_defaults.h"
 
@@ -22,6 +23,10 @@ struct KServeOptions {
   // (REST: 400). With an admin token they need it (admin_auth.h).
   ModelController* controller = nullptr;
   std::string admin_token;  // "" = the repository calls need no token
+  // Triton's shared-memory extension (not owned; shared by both front ends); null = tensors that
+  // name a region and the registration calls are refused. With an admin token, registration
+  // needs it.
+  SharedMemoryRegistry* shm = nullptr;
 };
 
 }  // namespace mha::serve

@@ -1,7 +1,8 @@
 // The ModelInfer parameters that are not tensor options: Triton's reserved `timeout` and
 // `priority`, the sequence extension (sequence_id, sequence_start, sequence_end), and the rule
 // that no parameter is silently ignored: a request parameter the server does not know, and any
-// input or output parameter (Triton's shared-memory ones, ...) is INVALID_ARGUMENT naming it.
+// input or output parameter other than Triton's shared-memory ones (infer_shm.h) is
+// INVALID_ARGUMENT naming it.
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -77,12 +78,15 @@ Status CheckKnown(const inference::ModelInferRequest& r) {
   }
   for (int i = 0; i < r.inputs_size(); ++i) {
     for (const auto& [name, value] : r.inputs(i).parameters()) {
+      if (IsShmParameter(name)) continue;  // infer_shm.h
       return InvalidArgument("inputs[" + std::to_string(i) + "].parameters: '" + Abbreviate(name) +
-                             "' is not supported (inputs take no parameters)");
+                             "' is not supported (inputs take only shared_memory_region, "
+                             "shared_memory_byte_size, shared_memory_offset)");
     }
   }
   for (int i = 0; i < r.outputs_size(); ++i) {
     for (const auto& [name, value] : r.outputs(i).parameters()) {
+      if (IsShmParameter(name)) continue;
       return InvalidArgument("outputs[" + std::to_string(i) + "]: parameter " + Abbreviate(name) +
                              " is not supported");
     }

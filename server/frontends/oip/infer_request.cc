@@ -90,14 +90,22 @@ StatusOr<std::string_view> TypedBytes(const InputTensor& t, v1::DataType dtype,
   return std::string_view(data, static_cast<size_t>(count) * element_size);
 }
 
-// One input: datatype, where its bytes are (`raw`, or its typed contents when null), tensor.
-Status DecodeInput(const InputTensor& t, const std::string* raw, bool borrow, HostTensor* out) {
+// An input's datatype: one the protocol carries, BOOL only for masks (as mha.v1).
+StatusOr<v1::DataType> InputDatatype(const InputTensor& t) {
   const std::string& field = t.name();
   auto dtype = ParseDatatype(t.datatype(), field);
   if (!dtype.ok()) return dtype.status();
-  if (*dtype == v1::BOOL && !IsMask(field)) {  // as mha.v1: only masks may be BOOL
+  if (*dtype == v1::BOOL && !IsMask(field)) {
     return InvalidArgument(field + ": datatype BOOL is not allowed (use FP32, FP16 or BF16)");
   }
+  return dtype;
+}
+
+// One input: datatype, where its bytes are (`raw`, or its typed contents when null), tensor.
+Status DecodeInput(const InputTensor& t, const std::string* raw, bool borrow, HostTensor* out) {
+  const std::string& field = t.name();
+  auto dtype = InputDatatype(t);
+  if (!dtype.ok()) return dtype.status();
   const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
   std::string_view bytes;
   if (raw != nullptr) {
@@ -119,13 +127,36 @@ Status DecodeInput(const InputTensor& t, const std::string* raw, bool borrow, Ho
   return Status::Ok();
 }
 
-Status DecodeInputs(const inference::ModelInferRequest& r, bool borrow, HostInputs* in) {
-  const bool raw = r.raw_input_contents_size() > 0;
-  if (raw && r.raw_input_contents_size() != r.inputs_size()) {
-    return InvalidArgument("raw_input_contents has " + std::to_string(r.raw_input_contents_size()) +
-                           " entries for " + std::to_string(r.inputs_size()) +
-                           " inputs (one per input, in the order of inputs)");
+// Each input's shared-memory parameters (infer_shm.h), in the order of inputs.
+StatusOr<std::vector<std::optional<ShmRef>>> InputShmRefs(const inference::ModelInferRequest& r) {
+  std::vector<std::optional<ShmRef>> refs;
+  for (const InputTensor& t : r.inputs()) {
+    auto ref = ShmParameters(t.parameters(), t.name());
+    if (!ref.ok()) return ref.status();
+    refs.push_back(std::move(ref.value()));
   }
+  return refs;
+}
+
+// Inputs come from raw_input_contents (one entry per input not in shared memory, in order), from
+// typed contents, or from a shared-memory region.
+Status DecodeInputs(const inference::ModelInferRequest& r, const DecodeOptions& options,
+                    InferCall* call) {
+  HostInputs* in = &call->request.inputs;
+  auto refs = InputShmRefs(r);
+  if (!refs.ok()) return refs.status();
+  int in_band = 0;
+  for (const auto& ref : *refs) in_band += ref ? 0 : 1;
+  const bool raw = r.raw_input_contents_size() > 0;
+  if (raw && r.raw_input_contents_size() != in_band) {
+    return InvalidArgument("raw_input_contents has " + std::to_string(r.raw_input_contents_size()) +
+                           " entries for " + std::to_string(in_band) +
+                           (in_band == r.inputs_size()
+                                ? " inputs (one per input, in the order of inputs)"
+                                : " inputs not in shared memory (one per input not in "
+                                  "shared memory, in the order of inputs)"));
+  }
+  int raw_index = 0;
   for (int i = 0; i < r.inputs_size(); ++i) {
     const InputTensor& t = r.inputs(i);
     const std::string where = "inputs[" + std::to_string(i) + "]: ";
@@ -136,7 +167,13 @@ Status DecodeInputs(const inference::ModelInferRequest& r, bool borrow, HostInpu
                              "head_mask)");
     }
     if (slot->defined()) return InvalidArgument(where + "input '" + t.name() + "' given twice");
-    MHA_RETURN_IF_ERROR(DecodeInput(t, raw ? &r.raw_input_contents(i) : nullptr, borrow, slot));
+    if (const auto& ref = (*refs)[static_cast<size_t>(i)]) {
+      MHA_RETURN_IF_ERROR(InputDatatype(t).status());
+      MHA_RETURN_IF_ERROR(DecodeShmInput(t, *ref, options.shm, &call->shm, slot));
+      continue;
+    }
+    const std::string* bytes = raw ? &r.raw_input_contents(raw_index++) : nullptr;
+    MHA_RETURN_IF_ERROR(DecodeInput(t, bytes, options.borrow, slot));
   }
   if (!in->query.defined()) return InvalidArgument("query: required");
   return Status::Ok();
@@ -192,7 +229,7 @@ StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& 
   call.request.protocol = Protocol::kOip;
   MHA_RETURN_IF_ERROR(DecodeControlParameters(r, &call));
   HostInputs& in = call.request.inputs;
-  MHA_RETURN_IF_ERROR(DecodeInputs(r, options.borrow, &in));
+  MHA_RETURN_IF_ERROR(DecodeInputs(r, options, &call));
   auto is_causal = BoolParameter(r, kIsCausal);
   if (!is_causal.ok()) return is_causal.status();
   auto need_weights = BoolParameter(r, kNeedWeights);
@@ -205,31 +242,44 @@ StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& 
   auto outputs = SelectOutputs(r, *need_weights, &in);
   if (!outputs.ok()) return outputs.status();
   call.outputs = std::move(outputs.value());
+  std::vector<std::string> names;
+  for (OutputTensor which : call.outputs) names.emplace_back(OutputName(which));
+  MHA_RETURN_IF_ERROR(PlaceShmOutputs(r, names, options.shm, &call.shm));
   return StatusOr<InferCall>(std::move(call));
 }
 
 Status EncodeModelInferResponse(const InferenceResponse& r,
                                 const std::vector<OutputTensor>& outputs, const std::string& id,
-                                inference::ModelInferResponse* out) {
+                                inference::ModelInferResponse* out, const ShmPlan* shm) {
   if (!r.status.ok()) return r.status;
+  if (shm != nullptr) MHA_RETURN_IF_ERROR(CheckShmInputs(*shm));  // read intact by the core
   out->set_model_name(r.model);
   out->set_model_version(r.model_version);
   out->set_id(id);
   (*out->mutable_parameters())["queue_us"].set_int64_param(r.queue_us);
   (*out->mutable_parameters())["compute_us"].set_int64_param(r.compute_us);
-  for (OutputTensor which : outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const OutputTensor which = outputs[i];
     const HostTensor& tensor = OutputOf(r.outputs, which);
     if (!tensor.defined()) {
       return Internal(std::string(OutputName(which)) +
                       " was requested but the model returned none");
     }
     v1::Tensor wire;  // encoded once by the shared codec (in the core's types), then its bytes move
-    MHA_RETURN_IF_ERROR(codec::EncodeTensor(tensor, &wire));
+    const ShmSlice* slot =
+        shm != nullptr && i < shm->outputs.size() && shm->outputs[i] ? &*shm->outputs[i] : nullptr;
+    MHA_RETURN_IF_ERROR(slot ? codec::EncodeTensorHeader(tensor, &wire)
+                             : codec::EncodeTensor(tensor, &wire));
     auto* tensor_out = out->add_outputs();
     tensor_out->set_name(OutputName(which));
     tensor_out->set_datatype(codec::OipDatatypeName(wire.dtype()));
     tensor_out->mutable_shape()->CopyFrom(wire.shape());
-    out->add_raw_output_contents()->swap(*wire.mutable_data());
+    std::string* raw = out->add_raw_output_contents();  // empty for an output in shared memory
+    if (slot != nullptr) {
+      MHA_RETURN_IF_ERROR(WriteShmOutput(tensor, *slot, OutputName(which), tensor_out));
+    } else {
+      raw->swap(*wire.mutable_data());
+    }
   }
   return Status::Ok();
 }

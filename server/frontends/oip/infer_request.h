@@ -35,6 +35,8 @@
 #include "inference/grpc_service.pb.h"
 #include "mha/status.h"
 #include "mha/v1/attention.pb.h"
+#include "server/frontends/common/shared_memory_registry.h"
+#include "server/frontends/oip/infer_shm.h"
 #include "server/serving/inference.h"
 #include "server/serving/serving_defaults.h"
 
@@ -85,6 +87,7 @@ struct InferCall {
   std::string id;                     // echoed in the response
   std::optional<int64_t> timeout_us;  // parameters.timeout
   SequenceControl sequence;
+  ShmPlan shm;  // the shared-memory regions its tensors use (infer_shm.h)
 };
 
 struct DecodeOptions {
@@ -92,6 +95,8 @@ struct DecodeOptions {
   // The input tensors point into the request's bytes (no copy) where alignment allows; the
   // request must then outlive the Infer call.
   bool borrow = false;
+  // Registered shared-memory regions (infer_shm.h); null = a tensor naming a region is refused.
+  const SharedMemoryRegistry* shm = nullptr;
 };
 
 StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& request,
@@ -120,9 +125,11 @@ StatusOr<std::vector<OutputTensor>> SelectOutputs(const inference::ModelInferReq
                                                   std::optional<bool> need_weights, HostInputs* in);
 
 // An OK response: model name and version, `id`, the selected outputs (datatype and shape in
-// `outputs`, bytes in raw_output_contents), parameters queue_us and compute_us.
+// `outputs`, bytes in raw_output_contents), parameters queue_us and compute_us. With `shm` (the
+// call's plan): the input regions are checked intact, and each output placed in a region is
+// written there (infer_shm.h: WriteShmOutput) with an empty raw_output_contents entry.
 Status EncodeModelInferResponse(const InferenceResponse& response,
                                 const std::vector<OutputTensor>& outputs, const std::string& id,
-                                inference::ModelInferResponse* out);
+                                inference::ModelInferResponse* out, const ShmPlan* shm = nullptr);
 
 }  // namespace mha::serve::oip

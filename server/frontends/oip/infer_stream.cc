@@ -25,6 +25,7 @@ StatusOr<InferenceRequest> InferStreamPolicy::Decode(const Request& request,
   pending->outputs = std::move(decoded->outputs);
   pending->sequence = std::move(decoded->sequence);
   pending->session_id = decoded->request.session_id;
+  pending->shm = std::move(decoded->shm);
   return std::move(decoded->request);
 }
 
@@ -32,7 +33,7 @@ Status InferStreamPolicy::Encode(const Request& request, const Pending& pending,
                                  const InferenceResponse& result, Response* out) const {
   EndSequence(server, pending.sequence, pending.session_id, result.status);
   return EncodeModelInferResponse(result, pending.outputs, request.id(),
-                                  out->mutable_infer_response());
+                                  out->mutable_infer_response(), &pending.shm);
 }
 
 std::unique_ptr<InferStreamPolicy::Response> InferStreamPolicy::ErrorAnswer(const Request& request,

@@ -26,6 +26,7 @@ struct InferStreamPolicy {
     std::vector<OutputTensor> outputs;
     SequenceControl sequence;
     std::string session_id;  // "" = not a session step
+    ShmPlan shm;             // shared-memory regions held until answered (infer_shm.h)
   };
   static constexpr char kMethod[] = "ModelStreamInfer";
   static constexpr Protocol kProtocol = Protocol::kOip;

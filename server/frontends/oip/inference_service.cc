@@ -35,6 +35,7 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
   DecodeOptions decode;
   decode.max_message_bytes = options.max_message_bytes;
   decode.borrow = true;
+  decode.shm = options.shm;
   auto decoded = DecodeModelInferRequest(request, decode);
   if (!decoded.ok()) return decoded.status();
   StampRequest(context, log, &decoded->request);
@@ -86,6 +87,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerMetadata(
     response->add_extensions("model_configuration");
     response->add_extensions("statistics");
     response->add_extensions("sequence");
+    response->add_extensions("system_shared_memory");  // shm_rpcs.cc
     return Status::Ok();
   });
 }
@@ -120,15 +122,16 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
     InferCall& infer = decoded.value();
     std::string session = infer.request.session_id;
     // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
-    core_->Infer(std::move(infer.request),
-                 [finish, response_bytes, call, outputs = std::move(infer.outputs),
-                  id = std::move(infer.id), core = core_, sequence = std::move(infer.sequence),
-                  session = std::move(session)](InferenceResponse result) {
-                   EndSequence(core, sequence, session, result.status);
-                   Status status = EncodeModelInferResponse(result, outputs, id, &call->response);
-                   if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
-                   finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
-                 });
+    core_->Infer(
+        std::move(infer.request),
+        [finish, response_bytes, call, outputs = std::move(infer.outputs), id = std::move(infer.id),
+         core = core_, sequence = std::move(infer.sequence), session = std::move(session),
+         shm = std::move(infer.shm)](InferenceResponse result) {
+          EndSequence(core, sequence, session, result.status);
+          Status status = EncodeModelInferResponse(result, outputs, id, &call->response, &shm);
+          if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
+          finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
+        });
   });
 }
 

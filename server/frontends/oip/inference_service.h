@@ -7,9 +7,9 @@
 // Served: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer,
 // ModelStreamInfer (infer_stream.h), ModelConfig, ModelStatistics, and the model repository
 // extension RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload (repository_rpcs.cc: the
-// model lifecycle's LoadModel / UnloadModel, guarded by the same admin token). gRPC
-// itself answers UNIMPLEMENTED for the RPCs of the specification that the proto leaves out
-// (shared memory, TraceSetting, LogSettings).
+// model lifecycle's LoadModel / UnloadModel, guarded by the same admin token), and the
+// shared-memory extension (shm_rpcs.cc). gRPC itself answers UNIMPLEMENTED for the RPCs of the
+// specification that the proto leaves out (Trace, LogSettings).
 #pragma once
 
 #include <cstdint>
@@ -78,6 +78,30 @@ class GrpcInferenceServiceImpl final : public InferenceServiceBase {
   grpc::ServerUnaryReactor* RepositoryModelUnload(
       grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
       inference::RepositoryModelUnloadResponse* response) override;
+  // shm_rpcs.cc: Triton's shared-memory extension (common/shared_memory_registry.h).
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
+      grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
+      inference::CudaSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryRegisterRequest* request,
+      inference::CudaSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryUnregisterRequest* request,
+      inference::CudaSharedMemoryUnregisterResponse* response) override;
 
  private:
   // A repository load (`load`) / unload: the admin token, then ControlRepositoryModel
@@ -94,6 +118,9 @@ class GrpcInferenceServiceImpl final : public InferenceServiceBase {
 StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
                                const OipFrontendOptions& options, const InferenceServer& core,
                                grpc::CallbackServerContext* context, const RequestLog& log);
+
+// The refusal of CUDA shared-memory registration (shm_rpcs.cc; also REST's): this build has none.
+Status CudaShmRefusal();
 
 // The READY entry of `name` ("" = the default model) at `version` ("" = the newest READY one):
 // ModelRepository::Resolve's NOT_FOUND / UNAVAILABLE / FAILED_PRECONDITION.

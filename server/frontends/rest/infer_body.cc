@@ -172,6 +172,15 @@ Status ParseInput(const json& input, size_t i, TensorData* data, BinaryCursor* b
   MHA_RETURN_IF_ERROR(
       ParseParameters(input, where, "binary_data_size", &size, t->mutable_parameters()));
   const bool has_data = input.contains("data");
+  if (t->parameters().count("shared_memory_region") !=
+      0) {  // read from the region (oip/infer_shm.h)
+    if (has_data || size != nullptr) {
+      return InvalidArgument(where +
+                             ": data (or binary_data_size) and "
+                             "parameters.shared_memory_region on the same tensor");
+    }
+    return Status::Ok();
+  }
   if (size != nullptr) {
     if (has_data) return InvalidArgument(where + ": both data and parameters.binary_data_size");
     if (!size->is_number_unsigned() ||

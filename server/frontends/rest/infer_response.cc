@@ -97,7 +97,14 @@ RestResponse EncodeInferResponse(inference::ModelInferResponse* response,
     json meta = {{"name", o.name()}, {"datatype", o.datatype()}, {"shape", json::array()}};
     for (int64_t d : o.shape()) meta["shape"].push_back(d);
     if (i > 0) out.body.push_back(',');
-    if (request.Binary(o.name())) {
+    if (o.parameters().count("shared_memory_region") != 0) {  // written into the region
+      meta["parameters"] = json::object();
+      for (const auto& [key, value] : o.parameters()) {
+        const json p = ProtoToJson(value);
+        if (!p.empty()) meta["parameters"][key] = p.begin().value();
+      }
+      out.body += Dump(meta);
+    } else if (request.Binary(o.name())) {
       any_binary = true;
       meta["parameters"] = {{"binary_data_size", raw->size()}};
       out.body += Dump(meta);

@@ -67,6 +67,7 @@ void HandleServerMetadata(const RestContext& c, const httplib::Request& req,
   metadata.add_extensions("model_configuration");
   metadata.add_extensions("statistics");
   metadata.add_extensions("sequence");
+  metadata.add_extensions("system_shared_memory");  // rest_shm.cc
   metadata.add_extensions("binary_tensor_data");
   Reply(res, log, Status::Ok(), ProtoToJson(metadata));
 }

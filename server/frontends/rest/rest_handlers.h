@@ -39,10 +39,21 @@ void HandleModelConfig(const RestContext& c, const httplib::Request& req, httpli
 void HandleModelStats(const RestContext& c, const httplib::Request& req, httplib::Response& res,
                       bool all);
 void HandleInfer(const RestContext& c, const httplib::Request& req, httplib::Response& res);
+// The admin token (`Authorization: Bearer <token>` header) of the control endpoints.
+Status Authorize(const RestContext& c, const httplib::Request& req);
+// A control request's body: empty ({}), or a JSON object of at most 64 KiB.
+StatusOr<nlohmann::json> SmallBody(const httplib::Request& req);
 // rest_repository.cc: Triton's repository extension (admin token as gRPC's).
 void HandleRepositoryIndex(const RestContext& c, const httplib::Request& req,
                            httplib::Response& res);
 void HandleRepositoryControl(const RestContext& c, const httplib::Request& req,
                              httplib::Response& res, bool load);
+// rest_shm.cc: Triton's shared-memory extension; `cuda`: the /v2/cudasharedmemory endpoints.
+void HandleShmStatus(const RestContext& c, const httplib::Request& req, httplib::Response& res,
+                     bool cuda);
+void HandleShmRegister(const RestContext& c, const httplib::Request& req, httplib::Response& res,
+                       bool cuda);
+void HandleShmUnregister(const RestContext& c, const httplib::Request& req, httplib::Response& res,
+                         bool cuda);
 
 }  // namespace mha::serve::rest

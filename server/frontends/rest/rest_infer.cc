@@ -39,6 +39,7 @@ StatusOr<std::unique_ptr<PreparedCall>> Prepare(const RestContext& c, const http
   oip::DecodeOptions decode;
   decode.max_message_bytes = c.options->max_message_bytes;
   decode.borrow = true;
+  decode.shm = c.options->shm;
   auto decoded = oip::DecodeModelInferRequest(request, decode);
   if (!decoded.ok()) return decoded.status();
   prepared->call = std::move(decoded.value());
@@ -78,7 +79,8 @@ void HandleInfer(const RestContext& c, const httplib::Request& req, httplib::Res
   const InferenceResponse result = RunOnCore(c.core, std::move(p.call.request));
   oip::EndSequence(c.core, p.call.sequence, session, result.status);
   inference::ModelInferResponse response;
-  const Status status = oip::EncodeModelInferResponse(result, p.call.outputs, p.call.id, &response);
+  const Status status =
+      oip::EncodeModelInferResponse(result, p.call.outputs, p.call.id, &response, &p.call.shm);
   if (!status.ok()) return Reply(res, log, status);
   RestResponse out = EncodeInferResponse(&response, p.body);
   LogOutcome(log, status, InferDetail(result.model, result.queue_us, result.compute_us));

@@ -18,15 +18,12 @@
 #include "server/frontends/rest/rest_handlers.h"
 
 namespace mha::serve::rest {
-namespace {
-
 Status Authorize(const RestContext& c, const httplib::Request& req) {
   if (!req.has_header("Authorization")) return AuthorizeAdmin(std::nullopt, c.options->admin_token);
   const std::string value = req.get_header_value("Authorization");
   return AuthorizeAdmin(value, c.options->admin_token);
 }
 
-// The request body: empty, or a JSON object of at most a few keys (bounded like infer bodies).
 StatusOr<nlohmann::json> SmallBody(const httplib::Request& req) {
   if (req.body.empty()) return nlohmann::json::object();
   if (req.body.size() > 65536) return InvalidArgument("request body: at most 65536 bytes here");
@@ -34,6 +31,8 @@ StatusOr<nlohmann::json> SmallBody(const httplib::Request& req) {
   if (!body.is_object()) return InvalidArgument("request body: must be a JSON object");
   return body;
 }
+
+namespace {
 
 // The names in "parameters" (load takes none: the folder loads as it is; unload only
 // unload_dependents).

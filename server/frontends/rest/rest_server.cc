@@ -103,6 +103,18 @@ void RestServer::Route(httplib::Server& s) {
          [c](const auto& req, auto& res) { HandleRepositoryControl(c, req, res, /*load=*/true); });
   s.Post("/v2/repository/models/([^/]+)/unload",
          [c](const auto& req, auto& res) { HandleRepositoryControl(c, req, res, /*load=*/false); });
+  for (const bool cuda : {false, true}) {  // Triton's shared-memory extension (rest_shm.cc)
+    const std::string base = cuda ? "/v2/cudasharedmemory" : "/v2/systemsharedmemory";
+    const std::string region = base + "/region/([^/]+)";
+    for (const std::string& prefix : {base, region}) {
+      s.Get(prefix + "/status",
+            [c, cuda](const auto& req, auto& res) { HandleShmStatus(c, req, res, cuda); });
+      s.Post(prefix + "/unregister",
+             [c, cuda](const auto& req, auto& res) { HandleShmUnregister(c, req, res, cuda); });
+    }
+    s.Post(region + "/register",
+           [c, cuda](const auto& req, auto& res) { HandleShmRegister(c, req, res, cuda); });
+  }
   // httplib inflates gzip/deflate/brotli bodies as it reads them, unbounded by the payload limit
   // (which counts the bytes on the wire): a compressed body is refused before it is read.
   s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -1,0 +1,107 @@
+// Triton's shared-memory extension on gRPC: SystemSharedMemoryStatus / Register / Unregister on
+// the shared registry (common/shared_memory_registry.h), and the CUDA ones, which this server
+// refuses (cuda_shared_memory is not in ServerMetadata). All six need the admin token when one
+// is set, as the repository calls; registration also needs --allow-client-shm=true.
+// Unregister answers once the region is unmapped: at once, or when the last request using it
+// has been answered.
+#include <string>
+#include <utility>
+
+#include "mha/text.h"
+#include "server/frontends/common/grpc_call.h"
+#include "server/frontends/oip/inference_service.h"
+
+namespace mha::serve::oip {
+namespace {
+
+Status NoRegistry() {
+  return FailedPrecondition("shared memory is not available on this endpoint");
+}
+
+std::string Detail(const std::string& name) {
+  return "region=" + (name.empty() ? std::string("(all)") : Abbreviate(name));
+}
+
+}  // namespace
+
+Status CudaShmRefusal() {
+#ifdef MHA_WITH_CUDA
+  return InvalidArgument(
+      "CUDA shared memory is not supported by this server yet (use system shared memory)");
+#else
+  return InvalidArgument(
+      "CUDA shared memory: this server was built without CUDA (use system shared memory)");
+#endif
+}
+
+grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  return AdminUnary(context, "SystemSharedMemoryStatus", options_.admin_token, [&] {
+    if (options_.shm == nullptr) return NoRegistry();
+    auto regions = options_.shm->Regions(request->name());
+    if (!regions.ok()) return regions.status();
+    for (const ShmRegionSpec& r : *regions) {
+      auto& out = (*response->mutable_regions())[r.name];
+      out.set_name(r.name);
+      out.set_key(r.key);
+      out.set_offset(r.offset);
+      out.set_byte_size(r.byte_size);
+    }
+    return Status::Ok();
+  });
+}
+
+grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryRegisterRequest* request,
+    inference::SystemSharedMemoryRegisterResponse* response) {
+  return AdminUnary(context, "SystemSharedMemoryRegister", options_.admin_token, [&] {
+    if (options_.shm == nullptr) return UnaryAnswer{NoRegistry(), ""};
+    const ShmRegionSpec spec{request->name(), request->key(), request->offset(),
+                             request->byte_size()};
+    return UnaryAnswer{options_.shm->Register(spec), Detail(request->name())};
+  });
+}
+
+grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryUnregisterRequest* request,
+    inference::SystemSharedMemoryUnregisterResponse* response) {
+  return AdminUnary(context, "SystemSharedMemoryUnregister", options_.admin_token,
+                    [&](const UnaryFinish& finish) {
+                      if (options_.shm == nullptr) return finish(NoRegistry());
+                      const std::string detail = Detail(request->name());
+                      options_.shm->Unregister(request->name(), [finish, detail] {
+                        finish(Status::Ok(), detail);  // the region is unmapped
+                      });
+                    });
+}
+
+grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
+    inference::CudaSharedMemoryStatusResponse* response) {
+  return AdminUnary(context, "CudaSharedMemoryStatus", options_.admin_token, [&] {
+    if (request->name().empty()) return Status::Ok();  // none registered
+    return NotFound("CUDA shared memory region '" + Abbreviate(request->name()) +
+                    "' is not registered (" + CudaShmRefusal().message() + ")");
+  });
+}
+
+grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryRegister(
+    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
+    inference::CudaSharedMemoryRegisterResponse* response) {
+  return AdminUnary(context, "CudaSharedMemoryRegister", options_.admin_token,
+                    [&] { return CudaShmRefusal(); });
+}
+
+grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::CudaSharedMemoryUnregisterRequest* request,
+    inference::CudaSharedMemoryUnregisterResponse* response) {
+  // Nothing is ever registered: unregistering is OK, as for an unknown system region.
+  return AdminUnary(context, "CudaSharedMemoryUnregister", options_.admin_token,
+                    [&] { return Status::Ok(); });
+}
+
+}  // namespace mha::serve::oip

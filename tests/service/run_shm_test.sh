@@ -1,0 +1,61 @@
+#!/bin/sh
+# ctest wrapper of tests/service/shm_test.py (Triton's system shared-memory extension from Python,
+# grpcio + multiprocessing.shared_memory): generates the stubs, starts mha-test-server on free
+# ports with --allow-client-shm=true, --max-shm-bytes 1048576 and a hold gate, runs the "on"
+# checks, stops it by PID (SIGTERM: exit code 0 expected, every region unmapped on the way); then
+# once more without --allow-client-shm and with --admin-token-file for the "off" checks.
+#   run_shm_test.sh MHA_TEST_SERVER SOURCE_DIR WORK_DIR
+set -eu
+server_bin=$1
+src=$2
+work=$3
+python=${MHA_PYTHON:-/usr/bin/python3}
+rm -rf "$work"
+mkdir -p "$work/repo" "$work/hold"
+pid=""
+cleanup() {
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+}
+trap cleanup EXIT INT TERM
+ln -s "$src/tests/fixtures/cases/format_safetensors" "$work/repo/format_safetensors"
+"$src/client/python/gen_stubs.sh" "$work/stubs" >/dev/null
+
+start_server() {
+  rm -f "$work/port" "$work/http_port"
+  "$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address "" \
+    --http-address 127.0.0.1:0 --http-port-file "$work/http_port" \
+    --model-repository "$work/repo" "$@" >"$work/server.log" 2>&1 &
+  pid=$!
+  i=0
+  while [ ! -s "$work/port" ]; do
+    if ! kill -0 "$pid" 2>/dev/null; then echo "server exited early:"; cat "$work/server.log"; exit 1; fi
+    i=$((i + 1))
+    if [ "$i" -gt 1200 ]; then echo "server did not start:"; cat "$work/server.log"; exit 1; fi
+    sleep 0.05
+  done
+  target="127.0.0.1:$(cat "$work/port")"
+  http="http://127.0.0.1:$(cat "$work/http_port")"
+}
+
+stop_server() {
+  kill -TERM "$pid"
+  code=0
+  wait "$pid" || code=$?
+  pid=""
+  if [ "$code" -ne 0 ]; then echo "server exited with $code"; cat "$work/server.log"; status=1; fi
+}
+
+status=0
+fixture="$src/tests/fixtures/cases/format_safetensors"
+start_server --allow-client-shm=true --max-shm-bytes 1048576 --test-hold-dir "$work/hold"
+PYTHONPATH="$work/stubs" "$python" "$src/tests/service/shm_test.py" --mode on \
+  --target "$target" --http "$http" --fixture "$fixture" --hold-dir "$work/hold" \
+  --server-pid "$pid" || { status=1; tail -20 "$work/server.log"; }
+stop_server
+
+echo "secret-token" >"$work/token"
+start_server --admin-token-file "$work/token"
+PYTHONPATH="$work/stubs" "$python" "$src/tests/service/shm_test.py" --mode off \
+  --target "$target" --http "$http" --fixture "$fixture" --token-file "$work/token" || status=1
+stop_server
+exit $status
