@@ -107,7 +107,12 @@ class LlamaServed final : public ServedModel {
                            "' is on the Llama model '" + version_.name +
                            "': its steps are LayerSteps messages, one layer at a time");
   }
-  void Step(const std::string&, InferenceTask, DoneCallback) override {}  // CheckStep refuses
+  // CheckStep refuses every step first; a caller that skipped it gets the same refusal.
+  void Step(const std::string& session_id, InferenceTask task, DoneCallback done) override {
+    InferenceRequest request;
+    request.session_id = session_id;
+    Refuse(task, done, CheckStep(request));
+  }
 
   Status StepLayer(LayerStepRequest& request, LayerStepDone done) override {
     MHA_RETURN_IF_ERROR(CheckLayerStep(version_, request, limits_));
