@@ -1,0 +1,27 @@
+# Sourced by scripts/gpu-check.sh (the driver: its variables, and the functions of the files
+# before this one, in file-name order): the tests on CUDA (steps ctest, coretest, streamtest).
+# ---- 4. Tests on CUDA --------------------------------------------------------------------------
+tlog=$OUT/ctest.log; : > "$tlog"
+{ echo "## binaries link libtorch_cuda (else at::hasCUDA() is false: --as-needed dropped it)?"
+  for b in tests/unit/mha_core_tests tests/service/mha-test-server server/mha-server bench/mha_core_bench; do
+    echo "$b: $(ldd "$build/$b" 2>/dev/null | grep -cE 'libtorch_cuda|libc10_cuda') cuda libs, $(ldd "$build/$b" 2>/dev/null | grep -c 'not found') not found"
+  done
+  echo "## unit test cases on cuda:"; "$build"/tests/unit/mha_core_tests --gtest_list_tests 2>&1 | grep -c cuda
+  scripts/gpu-linkage-report.sh "$build" "$bdir"  # trap 2: where std::filesystem binds, and why
+  } >> "$tlog" 2>&1
+built ctest tests/unit/mha_core_tests && step ctest 180 "$tlog" env MHA_DEVICE=cuda MHA_PYTHON="$(command -v python3)" MHA_NGINX="$prefix/usr/sbin/nginx" ctest --test-dir "$build" -L 'unit|service' -j8 \
+  --output-on-failure --timeout 120
+# Every mha_core_tests case on CUDA: shorter than ctest when only the core changed (not a default).
+coretest() { "$build"/tests/unit/mha_core_tests --gtest_brief=1 2>&1 | tail -40; return "${PIPESTATUS[0]}"; }
+export -f coretest
+built coretest tests/unit/mha_core_tests && step coretest 150 "$tlog" coretest
+# Streams, pinned staging and CUDA graphs (device_stream_test.cc, cuda_graphs_test.cc): run alone, verbose; a skip
+# counts as a failure here (it would mean the binary sees no GPU).
+streamtest() {
+  "$build"/tests/unit/mha_core_tests --gtest_filter='DeviceStream*:CudaGraph*' 2>&1 | tee "$bdir/streamtest.txt"
+  local rc=${PIPESTATUS[0]}
+  if grep -q '^\[  SKIPPED \]' "$bdir/streamtest.txt"; then echo "streamtest: skipped cases"; return 3; fi
+  return "$rc"
+}
+export -f streamtest
+built streamtest tests/unit/mha_core_tests && step streamtest 60 "$tlog" streamtest
