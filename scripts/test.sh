@@ -5,9 +5,9 @@
 #   scripts/test.sh [CTEST_ARGS...]             the suite (what .ci/run calls)
 #   scripts/test.sh --sanitize [CTEST_ARGS...]  ASan + UBSan build of our code in build-asan/
 #   scripts/test.sh --tsan [CTEST_ARGS...]      ThreadSanitizer build in build-tsan/ (default: every
-#                                               suite of the serving, front-end and wire unit
-#                                               binaries and the core's decode suites;
-#                                               docs/testing.md)
+#                                               suite of the serving, AFD, front-end and wire
+#                                               unit binaries and the core's decode and KV
+#                                               suites; docs/testing.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
@@ -30,7 +30,7 @@ case "${1:-}" in
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitize/tsan.supp}
     if [[ $# -eq 0 ]]; then  # only the binaries the default run needs
       tsan_default=1
-      export MHA_TARGETS=${MHA_TARGETS:-mha_serving_tests mha_frontend_tests mha_wire_tests mha_core_tests}
+      export MHA_TARGETS=${MHA_TARGETS:-mha_serving_tests mha_afd_tests mha_frontend_tests mha_wire_tests mha_core_tests}
     fi
     ;;
 esac
@@ -55,14 +55,15 @@ if [[ -n $tidy_pid ]]; then
   [[ $tidy_status -eq 0 ]] || exit "$tidy_status"
 fi
 if [[ -n $tsan_default ]]; then
-  # Every suite of the serving and front-end binaries, listed from the binaries as ctest registers
-  # them (tests/cmake/gtest_suites_list.cmake), so a new or renamed suite cannot fall out of the
-  # run; and the core's decode (gather and in-place paged) and KV-pool suites. --no-tests=error:
-  # an empty match fails.
-  suites=$(for t in mha_serving_tests mha_frontend_tests mha_wire_tests; do
+  # Every suite of the serving, AFD (the Llama layer-step scheduler, session store and ServerCore
+  # routes), front-end and wire binaries, listed from the binaries as ctest registers them
+  # (tests/cmake/gtest_suites_list.cmake), so a new or renamed suite cannot fall out of the run;
+  # and the core's decode (gather and in-place paged), KV-pool and KV-cache suites.
+  # --no-tests=error: an empty match fails.
+  suites=$(for t in mha_serving_tests mha_afd_tests mha_frontend_tests mha_wire_tests; do
     "$MHA_BUILD_DIR/tests/unit/$t" --gtest_list_tests
   done | sed -nE 's#^([A-Za-z_][A-Za-z0-9_/]*)\.( .*)?$#\1#p' | paste -sd'|')
-  decode='Fixtures/(Paged)?(Self|Cross)DecodeTest|DecodeBatch|DecodeValidation|KvPool|PagedDecodeBatch|KvCachePages'
+  decode='Fixtures/(Paged)?(Self|Cross)DecodeTest|DecodeBatch|DecodeValidation|KvPool|PagedDecodeBatch|KvCachePages|KvCacheTest'
   set -- -R "^($suites|$decode)\$" \
     --no-tests=error
 fi
