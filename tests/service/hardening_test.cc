@@ -23,6 +23,7 @@
 #include "hold_gate.h"
 #include "metrics_scrape.h"
 #include "service_test_util.h"
+#include "wait.h"
 
 namespace mha::testing {
 namespace {
@@ -131,7 +132,7 @@ TEST(Hardening, ShutdownEndsWithinTheGracePeriodWhileAPassIsRunning) {
   // The watchdog ended it (the held pass would never end), and said so.
   EXPECT_NE(server.log().find("still stopping 1300 ms after the signal"), std::string::npos)
       << server.log();
-  const Status status = answer.get_future().get();
+  const Status status = GetWithin(answer.get_future(), "the held call's answer");
   EXPECT_FALSE(status.ok());
 }
 
@@ -145,10 +146,10 @@ TEST(Hardening, BytesThatAreNotAForwardRequestAreInvalidArgument) {
   grpc::ByteBuffer request(&slice, 1), response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + 30s);
-  std::promise<grpc::Status> done;
+  auto done = std::make_shared<std::promise<grpc::Status>>();
   stub.UnaryCall(&context, "/mha.v1.AttentionService/Forward", grpc::StubOptions(), &request,
-                 &response, [&done](grpc::Status s) { done.set_value(s); });
-  const grpc::Status status = done.get_future().get();
+                 &response, [done](grpc::Status s) { done->set_value(s); });
+  const grpc::Status status = GetWithin(done->get_future(), "the garbage call's status");
   EXPECT_EQ(status.error_code(), grpc::INVALID_ARGUMENT) << status.error_message();
   EXPECT_NE(status.error_message().find("not a valid mha.v1.ForwardRequest"), std::string::npos)
       << status.error_message();
@@ -225,7 +226,7 @@ TEST(Hardening, AStreamEndedByItsDeadlineCountsOnlyWhatTheClientSaw) {
     gate.Release(pass);
   }
   EXPECT_TRUE(gate.WaitEntered(3));  // message 2: running when the deadline passes
-  const Status status = stream.get();
+  const Status status = GetWithin(stream, "the stream's status");
   // The server's deadline is the client's as sent, so it passes a little later there: message 2's
   // pass may go only once the server has seen it (its line), else its answer would be written.
   EXPECT_TRUE(WaitForLog(server, "ForwardStream cancelled request_id="));
@@ -240,7 +241,7 @@ TEST(Hardening, AStreamEndedByItsDeadlineCountsOnlyWhatTheClientSaw) {
     return ScrapeMetricSum(port, "mha_requests_total") -
            ScrapeMetricSum(port, "mha_requests_total", R"(code="OK")");
   };
-  for (int i = 0; i < 300 && failures() < 1; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(WaitUntil([&] { return failures() >= 1; }, "the stream's failure to be counted"));
   client::TensorClient after({server.target(), 60s});
   ASSERT_TRUE(after.ForwardRaw(SelfAttentionRequest("self_basic", 1, 3, 16)).ok());
   EXPECT_EQ(ScrapeMetricSum(port, "mha_requests_total", R"(code="OK")"),

@@ -12,9 +12,12 @@
 //   gate.ReleaseAll();
 //
 // Passes are numbered from 1 over every model from the server's start (warmup passes do not go
-// through the scheduler and are not counted). A ReleaseOnExit declared after the calls that wait
-// on held passes lets them go before those calls' destructors wait for them, also when an
-// assertion ends the test early.
+// through the scheduler and are not counted). The destructor lets every pass through; a
+// ReleaseOnExit (tests/common/pass_gate.h) declared after the calls that wait on held passes lets
+// them go before those calls' destructors wait for them, also when an assertion ends the test
+// early. mha-test-server lets a pass held for 120 s through by itself (and logs it), so a test
+// process that died holding passes leaves no server stuck. The in-process twin with the same
+// calls is tests/common/pass_gate.h's PassGate.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -23,11 +26,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "pass_gate.h"  // ReleaseOnExit, and the in-process twin of this gate
 #include "server_process.h"
 #include "test_util.h"
+#include "wait.h"
 
 namespace mha::testing {
 
@@ -61,33 +65,16 @@ class HoldGate {
   }
   // Waits until pass `k` has entered the gate (so it is held, if the gate holds).
   ::testing::AssertionResult WaitEntered(int64_t k,
-                                         std::chrono::seconds timeout = std::chrono::seconds(60)) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!Entered(k)) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        return ::testing::AssertionFailure() << "pass " << k << " never reached the hold gate";
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return ::testing::AssertionSuccess();
+                                         std::chrono::milliseconds timeout = kWaitTimeout) const {
+    return WaitUntil([&] { return Entered(k); },
+                     "pass " + std::to_string(k) + " to reach the hold gate", timeout,
+                     std::chrono::milliseconds(2));
   }
 
  private:
   void Touch(const std::string& name) const { std::ofstream(dir_.File(name)).close(); }
 
   TempDir dir_;
-};
-
-// Lets every pass through when it goes out of scope.
-class ReleaseOnExit {
- public:
-  explicit ReleaseOnExit(const HoldGate& gate) : gate_(gate) {}
-  ~ReleaseOnExit() { gate_.ReleaseAll(); }
-  ReleaseOnExit(const ReleaseOnExit&) = delete;
-  ReleaseOnExit& operator=(const ReleaseOnExit&) = delete;
-
- private:
-  const HoldGate& gate_;
 };
 
 }  // namespace mha::testing

@@ -236,9 +236,8 @@ TEST_F(LayerStepsTest, MessagesOfOneLayerFromSeveralStreamsMergeIntoOnePass) {
     }
   }
   const std::string inflight = "mha_inflight_requests{model=\"llama\"}";
-  for (int i = 0; i < 30000 && ScrapeMetric(server_.metrics_port, inflight) < 3; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return ScrapeMetric(server_.metrics_port, inflight) >= 3; },
+                        "3 messages in flight", kWaitTimeout, std::chrono::milliseconds(2)));
   ASSERT_EQ(ScrapeMetric(server_.metrics_port, inflight), 3);
   gate.ReleaseAll();
   std::vector<v1::LayerStepResponse> answers(3);

@@ -74,10 +74,9 @@ TEST(ServiceLifecycle, HealthIsNotServingUntilModelsAreLoaded) {
                            /*wait_until_serving=*/false));
   // Wait for the listening socket with plain TCP connects (a gRPC channel that failed to connect
   // backs off for seconds), then ask: the first answer must be NOT_SERVING.
-  for (int i = 0; i < 3000 && !TcpPortAcceptsConnections(port); ++i) {
-    ASSERT_TRUE(server.running()) << server.log();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(WaitUntil([&] { return TcpPortAcceptsConnections(port) || !server.running(); },
+                        "the gRPC port to accept connections"));
+  ASSERT_TRUE(server.running()) << server.log();
   client::TensorClient client({"127.0.0.1:" + std::to_string(port), std::chrono::seconds(5)});
   auto first = client.CheckHealth("");
   ASSERT_TRUE(first.ok()) << first.status().ToString() << "\n" << server.log();
@@ -90,12 +89,13 @@ TEST(ServiceLifecycle, HealthIsNotServingUntilModelsAreLoaded) {
   EXPECT_EQ(early.status().code(), StatusCode::kUnavailable) << early.status().ToString();
   EXPECT_NE(early.status().message().find("loading"), std::string::npos);
 
-  StatusOr<HealthStatus::ServingStatus> now = first;
-  for (int i = 0; i < 6000 && (!now.ok() || *now != HealthStatus::SERVING); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    now = client.CheckHealth("");
-  }
-  ASSERT_TRUE(now.ok() && *now == HealthStatus::SERVING) << server.log();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto now = client.CheckHealth("");
+        return now.ok() && *now == HealthStatus::SERVING;
+      },
+      "health SERVING", std::chrono::seconds(120), std::chrono::milliseconds(20)))
+      << server.log();
   per_service = client.CheckHealth("mha.v1.AttentionService");
   ASSERT_TRUE(per_service.ok());
   EXPECT_EQ(*per_service, HealthStatus::SERVING);

@@ -18,6 +18,7 @@
 
 #include "metrics_scrape.h"
 #include "service_test_util.h"
+#include "wait.h"
 
 namespace mha::testing {
 
@@ -96,29 +97,26 @@ class SteadyLoad {
     return answers_;
   }
   // Waits (bounded) until `n` more answers than `from` have come back.
-  bool WaitForAnswers(size_t from, size_t n,
-                      std::chrono::seconds timeout = std::chrono::seconds(120)) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (count() < from + n) {
-      if (std::chrono::steady_clock::now() > end) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return true;
+  ::testing::AssertionResult WaitForAnswers(
+      size_t from, size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
+    return WaitUntil([&] { return count() >= from + n; },
+                     std::to_string(n) + " answers after answer " + std::to_string(from), timeout,
+                     std::chrono::milliseconds(5));
   }
   // Waits (bounded) until an answer after index `from` came from `version`; its index, or -1.
   long WaitForVersion(size_t from, const std::string& version,
-                      std::chrono::seconds timeout = std::chrono::seconds(120)) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < end) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (size_t i = from; i < answers_.size(); ++i) {
-          if (answers_[i].code == grpc::OK && answers_[i].version == version) return long(i);
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return -1;
+                      std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
+    long found = -1;
+    (void)WaitUntil(
+        [&] {
+          std::lock_guard<std::mutex> lock(mu_);
+          for (size_t i = from; i < answers_.size() && found < 0; ++i) {
+            if (answers_[i].code == grpc::OK && answers_[i].version == version) found = long(i);
+          }
+          return found >= 0;
+        },
+        "an answer from version " + version, timeout, std::chrono::milliseconds(5));
+    return found;
   }
 
  private:

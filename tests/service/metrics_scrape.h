@@ -9,22 +9,23 @@
 #include <fstream>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "metrics_text.h"
+#include "wait.h"
 
 namespace mha::testing {
 
 // The port a server wrote to `path` (--metrics-port-file, --port-file): waits up to 60 s for the
 // file; 0 when none came.
 inline int ReadPortFile(const std::string& path) {
-  for (int i = 0; i < 6000; ++i) {
-    std::ifstream in(path);
-    int port = 0;
-    if (in >> port && port > 0) return port;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return 0;
+  int port = 0;
+  const auto written = WaitUntil(
+      [&] {
+        std::ifstream in(path);
+        return in >> port && port > 0;
+      },
+      "a port in " + path);
+  return written ? port : 0;
 }
 
 // GET /metrics on 127.0.0.1:`port`; nullopt when the endpoint did not answer 200.

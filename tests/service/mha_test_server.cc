@@ -3,13 +3,14 @@
 // queued session steps) without timing it. `--test-hold-dir DIR` (this binary's only flag of its
 // own, taken off argv before mha-server's flags are parsed) installs BatcherOptions::pass_hook:
 // pass k (1-based, counted over every model from the server's start) first creates DIR/entered.k,
-// then waits while DIR/hold exists and DIR/release.k does not (looking every 2 ms). The test side
-// is tests/service/hold_gate.h. Without the flag the binary is mha-server.
+// then waits while DIR/hold exists and DIR/release.k does not (looking every 2 ms; at most 120 s).
+// The test side is tests/service/hold_gate.h. Without the flag the binary is mha-server.
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,14 +24,24 @@ namespace fs = std::filesystem;
 
 class HoldGate {
  public:
+  // A failure guard, not a duration a test relies on: a test that holds a pass this long has
+  // failed (or died) without releasing it.
+  static constexpr std::chrono::seconds kHoldLimit{120};
+
   explicit HoldGate(std::string dir) : dir_(std::move(dir)) {}
 
   mha::Status Pass(const std::function<mha::Status()>& pass) {
     const std::string k = std::to_string(++passes_);
     std::ofstream(dir_ / ("entered." + k)).close();
     const fs::path hold = dir_ / "hold", release = dir_ / ("release." + k);
+    const auto give_up = std::chrono::steady_clock::now() + kHoldLimit;
     std::error_code ec;
     while (fs::exists(hold, ec) && !fs::exists(release, ec)) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        std::cerr << "mha-test-server: pass " << k << " held for " << kHoldLimit.count()
+                  << " s and never released; letting it through" << std::endl;
+        break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     return pass();

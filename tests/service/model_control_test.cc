@@ -10,6 +10,7 @@
 
 #include "hold_gate.h"
 #include "lifecycle_util.h"
+#include "wait.h"
 
 namespace mha::testing {
 namespace {
@@ -156,12 +157,9 @@ class Statuses {
 };
 
 // Waits (bounded) until a row of the index starts with `row` ("model:version:STATE").
-bool WaitForIndexRow(client::TensorClient& client, const std::string& row) {
-  for (int i = 0; i < 6000; ++i) {
-    if (IndexText(client).find(row) != std::string::npos) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return false;
+::testing::AssertionResult WaitForIndexRow(client::TensorClient& client, const std::string& row) {
+  return WaitUntil([&] { return IndexText(client).find(row) != std::string::npos; },
+                   "the index row " + row);
 }
 
 // Every request accepted before UnloadModel is answered OK; new ones get NOT_FOUND. The passes
@@ -194,12 +192,13 @@ TEST(ModelControl, UnloadDrainsAcceptedRequests) {
   // call finishing between the two reads can only make the sum smaller). Passes are held.
   const std::string inflight = R"(mha_inflight_requests{model="a"})";
   double in_flight = 0;
-  for (int i = 0; i < 6000; ++i) {
-    const double done = static_cast<double>(statuses.size());
-    in_flight = ScrapeMetric(metrics_port, inflight);
-    if (done + in_flight >= kCalls) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const double done = static_cast<double>(statuses.size());
+        in_flight = ScrapeMetric(metrics_port, inflight);
+        return done + in_flight >= kCalls;
+      },
+      "every call answered or in flight"));
   ASSERT_GE(in_flight, 2) << "the calls were answered before the unload: nothing to drain";
   EXPECT_TRUE(gate.WaitEntered(1));
   // The unload waits for the held calls: the index shows the version UNLOADING meanwhile. Then
@@ -208,7 +207,7 @@ TEST(ModelControl, UnloadDrainsAcceptedRequests) {
   auto unloaded = std::async(std::launch::async, [&] { return client.UnloadModel("a"); });
   EXPECT_TRUE(WaitForIndexRow(client, "a:1:UNLOADING")) << IndexText(client);
   gate.ReleaseAll();
-  ASSERT_TRUE(unloaded.get().ok());
+  ASSERT_TRUE(GetWithin(unloaded, "UnloadModel's answer").ok());
   EXPECT_EQ(ScrapeMetric(metrics_port, inflight), 0) << "UnloadModel answered before the drain";
   auto refused = client.ForwardRaw(request);
   EXPECT_EQ(refused.status().code(), StatusCode::kNotFound) << refused.status().ToString();

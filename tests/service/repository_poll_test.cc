@@ -25,13 +25,11 @@ std::string StateOf(client::TensorClient& client, const std::string& model,
 }
 
 // Waits (bounded) until `model` version `version` is in `state` ("absent" = not listed).
-bool WaitForState(client::TensorClient& client, const std::string& model,
-                  const std::string& version, const std::string& state) {
-  for (int i = 0; i < 6000; ++i) {
-    if (StateOf(client, model, version) == state) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
+::testing::AssertionResult WaitForState(client::TensorClient& client, const std::string& model,
+                                        const std::string& version, const std::string& state) {
+  return WaitUntil([&] { return StateOf(client, model, version) == state; },
+                   model + " version " + version + " to be " + state, std::chrono::seconds(120),
+                   20ms);
 }
 
 void Report(const char* what, const std::vector<Answer>& answers, size_t steady_from,
@@ -122,15 +120,17 @@ TEST(RepositoryPoll, AChangeKeepingSizeAndMtimeIsFound) {
   ASSERT_EQ(new_stat.st_size, old_stat.st_size);
   ASSERT_EQ(new_stat.st_mtime, old_stat.st_mtime);
 
-  bool changed = false;
-  for (int i = 0; i < 3000 && !changed; ++i) {
-    auto now = client.ForwardRaw(request);
-    ASSERT_TRUE(now.ok()) << now.status().ToString();
-    EXPECT_EQ(now->model_version(), "1");
-    changed = now->output().data() != before->output().data();
-    if (!changed) std::this_thread::sleep_for(20ms);
-  }
-  EXPECT_TRUE(changed) << "the new weights never answered\n" << server.log();
+  Status failed = Status::Ok();
+  const auto changed = WaitUntil(
+      [&] {
+        auto now = client.ForwardRaw(request);
+        if (!now.ok()) failed = now.status();
+        EXPECT_EQ(now.ok() ? now->model_version() : "", "1");
+        return !now.ok() || now->output().data() != before->output().data();
+      },
+      "the new weights to answer", kWaitTimeout, 20ms);
+  ASSERT_TRUE(failed.ok()) << failed.ToString();
+  EXPECT_TRUE(changed) << server.log();
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 

@@ -16,6 +16,7 @@
 
 #include "client/tensor_client.h"
 #include "test_util.h"
+#include "wait.h"
 
 namespace fs = std::filesystem;
 
@@ -137,22 +138,22 @@ int ServerProcess::PickFreePort() {
   pid_ = pid;
   if (!wait_until_serving) return ::testing::AssertionSuccess();
 
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      exit_code_ = DecodeWaitStatus(status);
-      return ::testing::AssertionFailure()
-             << "mha-server exited with " << exit_code_ << " before serving; log:\n"
-             << log();
-    }
-    const std::string text = ReadFile(port_file);
-    if (!text.empty() && text.back() == '\n') {
-      port_ = std::atoi(text.c_str());
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  bool exited = false;
+  int status = 0;
+  (void)WaitUntil(
+      [&] {
+        exited = waitpid(pid_, &status, WNOHANG) == pid_;
+        const std::string text = ReadFile(port_file);
+        if (!exited && !text.empty() && text.back() == '\n') port_ = std::atoi(text.c_str());
+        return exited || port_ > 0;
+      },
+      "the port file", timeout, std::chrono::milliseconds(25));
+  if (exited) {
+    pid_ = -1;
+    exit_code_ = DecodeWaitStatus(status);
+    return ::testing::AssertionFailure()
+           << "mha-server exited with " << exit_code_ << " before serving; log:\n"
+           << log();
   }
   if (port_ <= 0) {
     return ::testing::AssertionFailure() << "no port file after " << timeout.count() << " s; log:\n"
@@ -174,24 +175,23 @@ void ServerProcess::Signal(int signal) const {
 
 int ServerProcess::WaitForExit(std::chrono::seconds timeout) {
   if (pid_ <= 0) return exit_code_;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
   int status = 0;
-  for (;;) {
-    const pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) break;
-    if (r < 0) {
-      pid_ = -1;
-      return -1;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ADD_FAILURE() << "mha-server (pid " << pid_ << ") did not exit in " << timeout.count()
-                    << " s; SIGKILL. Log:\n"
-                    << log();
-      kill(pid_, SIGKILL);
-      waitpid(pid_, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  pid_t r = 0;
+  const auto exited = WaitUntil(
+      [&] {
+        r = waitpid(pid_, &status, WNOHANG);
+        return r != 0;
+      },
+      "mha-server (pid " + std::to_string(pid_) + ") to exit", timeout,
+      std::chrono::milliseconds(20));
+  if (r < 0) {
+    pid_ = -1;
+    return -1;
+  }
+  if (!exited) {
+    ADD_FAILURE() << exited.message() << "; SIGKILL. Log:\n" << log();
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
   }
   pid_ = -1;
   exit_code_ = DecodeWaitStatus(status);

@@ -12,13 +12,13 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "client/tensor_client.h"
 #include "proto/wire/tensor_codec.h"
 #include "server_process.h"
 #include "test_util.h"
+#include "wait.h"
 #include "wire_tensors.h"
 
 namespace mha::testing {
@@ -36,18 +36,12 @@ inline int ConnectLoopback(int port) {
 }
 
 // Waits until `server`'s log holds `text` (looking every 10 ms, at most `timeout`).
-inline ::testing::AssertionResult WaitForLog(
-    const ServerProcess& server, const std::string& text,
-    std::chrono::seconds timeout = std::chrono::seconds(60)) {
-  const auto give_up = std::chrono::steady_clock::now() + timeout;
-  while (server.log().find(text) == std::string::npos) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      return ::testing::AssertionFailure() << "the server never logged '" << text << "':\n"
-                                           << server.log();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return ::testing::AssertionSuccess();
+inline ::testing::AssertionResult WaitForLog(const ServerProcess& server, const std::string& text,
+                                             std::chrono::milliseconds timeout = kWaitTimeout) {
+  auto logged = WaitUntil([&] { return server.log().find(text) != std::string::npos; },
+                          "the server to log '" + text + "'", timeout);
+  if (!logged) logged << "; log:\n" << server.log();
+  return logged;
 }
 
 // Self-attention request for a model with embed dim `e`.

@@ -130,9 +130,8 @@ TEST(SessionBatching, ConcurrentSessionsMergeIntoOnePassWithExactResults) {
     threads.emplace_back([&, i] { results[i] = client->Step(ids[i], StepOf(c.inputs, 0, 2, 2)); });
   }
   const std::string queued = "mha_queue_depth{model=\"decode_causal\"}";
-  for (int i = 0; i < 6000 && ScrapeMetric(s.metrics_port, queued) < kSessions - 1; ++i) {
-    std::this_thread::sleep_for(10ms);
-  }
+  EXPECT_TRUE(WaitUntil([&] { return ScrapeMetric(s.metrics_port, queued) >= kSessions - 1; },
+                        "the other steps to queue"));
   EXPECT_EQ(ScrapeMetric(s.metrics_port, queued), kSessions - 1);
   gate.ReleaseAll();
   for (auto& t : threads) t.join();

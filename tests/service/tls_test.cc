@@ -61,15 +61,16 @@ class Tls : public ::testing::Test {
   ::testing::AssertionResult StartTlsServer(bool mtls) {
     auto started = server_.Start(ServerTlsArgs(mtls), /*wait_until_serving=*/false);
     if (!started) return started;
-    const auto deadline = std::chrono::steady_clock::now() + 90s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      const std::string text = ReadText(server_.work_dir() + "/port");
-      if (!text.empty() && text.back() == '\n') {
-        target_ = "127.0.0.1:" + std::to_string(std::atoi(text.c_str()));
-        return ::testing::AssertionSuccess();
-      }
-      if (HasExited(server_.pid())) break;
-      std::this_thread::sleep_for(25ms);
+    std::string text;
+    const bool ended = static_cast<bool>(WaitUntil(
+        [&] {
+          text = ReadText(server_.work_dir() + "/port");
+          return (!text.empty() && text.back() == '\n') || HasExited(server_.pid());
+        },
+        "the TLS server's port file", 90s, 25ms));
+    if (ended && !text.empty() && text.back() == '\n') {
+      target_ = "127.0.0.1:" + std::to_string(std::atoi(text.c_str()));
+      return ::testing::AssertionSuccess();
     }
     return ::testing::AssertionFailure() << "TLS server did not serve; log:\n" << server_.log();
   }

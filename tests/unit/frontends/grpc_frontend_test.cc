@@ -14,6 +14,7 @@
 #include "mha/tensor_adapter.h"
 #include "proto/wire/tensor_codec.h"
 #include "server/frontends/grpc_v1/attention_service.h"
+#include "wait.h"
 #include "wire_tensors.h"
 
 namespace mha::serve {
@@ -107,7 +108,7 @@ TEST_F(GrpcFrontendTest, StreamAnswersInRequestOrderWhateverOrderTheCoreAnswersI
                            [&] { return client_->ForwardStreamRaw(requests, &responses); });
   ASSERT_TRUE(core_.AnswerHeldInReverse(4));  // the stream window: 4 in flight at most
   ASSERT_TRUE(core_.AnswerHeldInReverse(4));
-  const Status status = stream.get();
+  const Status status = testing::GetWithin(stream, "the stream's status");
   ASSERT_TRUE(status.ok()) << status.ToString();
   ASSERT_EQ(responses.size(), 8u);
   for (int i = 0; i < 8; ++i) {

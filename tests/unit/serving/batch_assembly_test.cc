@@ -16,6 +16,7 @@
 #include "batch_test_util.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
 #include "server/serving/scheduling/merge/batch_merge.h"
+#include "wait.h"
 
 namespace mha::serve {
 namespace {
@@ -261,9 +262,8 @@ TEST(BatchAssemblyTest, ThroughTheBatcherAnswersEqualUnbatched) {
                    [&promises, i](InferenceResult r) { promises[i].set_value(std::move(r)); });
   }
   for (size_t i = 0; i < requests.size(); ++i) {
-    std::future<InferenceResult> future = promises[i].get_future();
-    ASSERT_EQ(future.wait_for(std::chrono::seconds(30)), std::future_status::ready);
-    const InferenceResult r = future.get();
+    const InferenceResult r =
+        testing::GetWithin(promises[i].get_future(), "answer " + std::to_string(i));
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
     const ForwardOutputs got = testing::ToForwardOutputs(r.outputs);
     ForwardOutputs alone;

@@ -11,6 +11,7 @@
 
 #include "mha/runtime.h"
 #include "mha/tensor_adapter.h"
+#include "pass_gate.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve {
@@ -52,19 +53,10 @@ TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
   std::condition_variable answered_cv;
   int answered = 0;
   std::vector<std::pair<int64_t, int>> seen;  // (rows, OpenBLAS threads) per pass
-  std::promise<void> entered, release;
-  std::shared_future<void> gate = release.get_future().share();
-  bool first = true;
   auto forward = [&](const ForwardInputs& in, ForwardOutputs* out) {
-    bool hold = false;
     {
       std::lock_guard<std::mutex> lock(mu);
       seen.emplace_back(in.query.size(0), BlasThreads());
-      hold = std::exchange(first, false);
-    }
-    if (hold) {
-      entered.set_value();
-      gate.wait();
     }
     out->output = in.query.clone();
     return Status::Ok();
@@ -72,7 +64,10 @@ TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
   BatcherOptions o;
   o.instances = 1;
   o.blas = {.threads = 0, .cores = 3};
+  testing::PassGate gate;  // holds pass 1 while the other three queue behind it
+  o.pass_hook = gate.Hook();
   DynamicBatcher batcher("fake", BatchModelInfo{1, 0, DType::kFloat32}, forward, o);
+  const testing::ReleaseOnExit release_on_exit(gate);  // before the batcher waits for pass 1
   auto done = [&](InferenceResult r) {
     EXPECT_TRUE(r.status.ok()) << r.status.ToString();
     std::lock_guard<std::mutex> lock(mu);
@@ -81,7 +76,7 @@ TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
   };
   auto wait_answered = [&](int n) {
     std::unique_lock<std::mutex> lock(mu);
-    return answered_cv.wait_for(lock, 10s, [&] { return answered >= n; });
+    return answered_cv.wait_for(lock, testing::kWaitTimeout, [&] { return answered >= n; });
   };
   auto task = [] {
     InferenceTask t;
@@ -89,10 +84,11 @@ TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
     t.inputs.query = ToHost(at::ones({1, 2, 4}));
     return t;
   };
+  gate.Hold();
   batcher.Submit(task(), done);  // alone: every core
-  entered.get_future().wait();
+  ASSERT_TRUE(gate.WaitEntered(1));
   for (int i = 0; i < 3; ++i) batcher.Submit(task(), done);  // queued behind it: one pass of 3
-  release.set_value();
+  gate.ReleaseAll();
   ASSERT_TRUE(wait_answered(4));
   batcher.Submit(task(), done);  // alone, but right after the merged pass: one thread
   ASSERT_TRUE(wait_answered(5));

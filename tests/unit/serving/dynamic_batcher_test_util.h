@@ -1,21 +1,20 @@
 // The fakes of the DynamicBatcher tests (dynamic_batcher_test.cc): a forward function that can be
-// held at a gate (and waited for, without polling), a collector of answers, tasks filled with their
-// id.
+// held at the in-process hold gate (and waited for, without polling), a collector of answers, tasks
+// filled with their id.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <future>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "mha/tensor_adapter.h"
+#include "pass_gate.h"
 #include "server/serving/scheduling/dynamic_batcher.h"
 
 namespace mha::serve::batcher_testing {
@@ -34,7 +33,7 @@ class FakeModel {
       calls_.push_back({in.query.size(0), in.query.size(1), in.query.max().item<float>()});
       called_.notify_all();
     }
-    if (hold_) gate_.wait();
+    gate_.Enter();
     if (at::isnan(in.query).any().item<bool>()) return Internal("poisoned input");
     out->output = in.query * 2;
     if (in.need_weights) out->attn_weights = at::zeros({in.query.size(0), in.query.size(1), 1});
@@ -43,8 +42,9 @@ class FakeModel {
   BatchForwardFn Fn() {
     return [this](const ForwardInputs& in, ForwardOutputs* out) { return Forward(in, out); };
   }
-  void Hold() { hold_ = true; }
-  void Release() { promise_.set_value(); }
+  // Passes from now on wait at the gate (tests/common/pass_gate.h) until Release.
+  void Hold() { gate_.Hold(); }
+  void Release() { gate_.ReleaseAll(); }
   struct Call {
     int64_t rows, t;
     float max_id;  // largest request id in the pass (queries are filled with their id)
@@ -68,9 +68,7 @@ class FakeModel {
   std::mutex mu_;
   std::condition_variable called_;
   std::vector<Call> calls_;
-  std::atomic<bool> hold_{false};
-  std::promise<void> promise_;
-  std::shared_future<void> gate_ = promise_.get_future().share();
+  testing::PassGate gate_;
 };
 
 // Collects results by task id; counts callbacks.

@@ -23,6 +23,7 @@ namespace mha::serve {
 namespace {
 
 using testing::Contains;
+using testing::GetWithin;
 
 class LayerStepSchedulerTest : public ::testing::Test {
  protected:
@@ -71,10 +72,12 @@ class LayerStepSchedulerTest : public ::testing::Test {
   testing::LlamaCase case_;
   LoadedLlamaModel model_;
   std::unique_ptr<LlamaSessionStore> store_;
-  testing::PassGate gate_;
   StatsAggregator stats_{"llama", "1"};
   std::atomic<std::thread::id> pass_thread_{};  // the worker that ran the latest pass
   std::unique_ptr<LayerStepScheduler> scheduler_;
+  // After the scheduler: destroyed first, it lets go the passes a failed test left held, which
+  // the scheduler's destructor would otherwise wait for.
+  testing::PassGate gate_;
 };
 
 TEST_F(LayerStepSchedulerTest, WaitingMessagesOfALayerMergeAndEachSessionKeepsItsOrder) {
@@ -89,7 +92,8 @@ TEST_F(LayerStepSchedulerTest, WaitingMessagesOfALayerMergeAndEachSessionKeepsIt
   auto c = Submit(1, {"s0"}, {testing::Rows(s0_layer1, 0, 1)});
   auto d = Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 3)});
   gate_.ReleaseAll();
-  const LayerStepResponse ra = a.get(), rb = b.get(), rc = c.get(), rd = d.get();
+  const LayerStepResponse ra = GetWithin(a), rb = GetWithin(b), rc = GetWithin(c),
+                          rd = GetWithin(d);
   for (const LayerStepResponse* r : {&ra, &rb, &rc, &rd})
     ASSERT_TRUE(r->status.ok()) << r->status.ToString();
   EXPECT_EQ(ra.pass_messages, 1);
@@ -123,13 +127,13 @@ TEST_F(LayerStepSchedulerTest, ARefusedEntryRefusesOnlyItsMessage) {
   const at::Tensor s3_layer1 = Io(3, "input") + Io(3, "output.0");
   auto other = Submit(1, {"s3"}, {testing::Rows(s3_layer1, 0, 1)});
   gate_.ReleaseAll();
-  EXPECT_TRUE(first.get().status.ok());
-  const LayerStepResponse r = ahead.get();
+  EXPECT_TRUE(GetWithin(first).status.ok());
+  const LayerStepResponse r = GetWithin(ahead);
   EXPECT_EQ(r.status.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(r.status.message(),
                        "entries[0]: layer 1 would hold 1 tokens, more than layer 0's 0"))
       << r.status.message();
-  const LayerStepResponse ro = other.get();
+  const LayerStepResponse ro = GetWithin(other);
   ASSERT_TRUE(ro.status.ok()) << ro.status.ToString();
   EXPECT_EQ(ro.pass_messages, 1);
   EXPECT_TRUE(testing::TensorsNear(ToTensor(ro.outputs[0]), Io(3, "output.1").narrow(0, 0, 1),
@@ -137,7 +141,7 @@ TEST_F(LayerStepSchedulerTest, ARefusedEntryRefusesOnlyItsMessage) {
   // The refused message changed nothing: s1 and s2 start at layer 0.
   auto later = Submit(0, {"s1", "s2"},
                       {testing::Rows(Io(1, "input"), 0, 1), testing::Rows(Io(2, "input"), 0, 1)});
-  const LayerStepResponse ok = later.get();
+  const LayerStepResponse ok = GetWithin(later);
   ASSERT_TRUE(ok.status.ok()) << ok.status.ToString();
   EXPECT_EQ(ok.layer_tokens, (std::vector<int64_t>{1, 1}));
 }
@@ -152,9 +156,9 @@ TEST_F(LayerStepSchedulerTest, TheTokenCapKeepsBigMessagesApart) {
   auto b = Submit(0, {"s1"}, {testing::Rows(Io(1, "input"), 0, 3)});
   auto c = Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 3)});
   gate_.ReleaseAll();
-  EXPECT_EQ(a.get().pass_messages, 1);
-  EXPECT_EQ(b.get().pass_messages, 1);  // 3 + 3 tokens > 4
-  EXPECT_EQ(c.get().pass_messages, 1);
+  EXPECT_EQ(GetWithin(a).pass_messages, 1);
+  EXPECT_EQ(GetWithin(b).pass_messages, 1);  // 3 + 3 tokens > 4
+  EXPECT_EQ(GetWithin(c).pass_messages, 1);
 }
 
 TEST_F(LayerStepSchedulerTest, AFullQueueAndExpiredDeadlinesAreAnsweredWithoutAPass) {
@@ -166,18 +170,18 @@ TEST_F(LayerStepSchedulerTest, AFullQueueAndExpiredDeadlinesAreAnsweredWithoutAP
   ASSERT_TRUE(gate_.WaitEntered(1));
   auto expired = Submit(0, {"s1"}, {testing::Rows(Io(1, "input"), 0, 1)}, Clock::now());
   auto full = Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 1)});
-  const LayerStepResponse rf = full.get();  // answered inline
+  const LayerStepResponse rf = GetWithin(full);  // answered inline
   EXPECT_EQ(rf.status.code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(Contains(rf.status.message(), "1 layer step messages waiting for model 'llama'"));
   gate_.ReleaseAll();
-  EXPECT_TRUE(a.get().status.ok());
-  EXPECT_EQ(expired.get().status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(GetWithin(a).status.ok());
+  EXPECT_EQ(GetWithin(expired).status.code(), StatusCode::kDeadlineExceeded);
   EXPECT_EQ(gate_.entered(), 1);
   // Nothing holds s1 or s2 any more: they may step.
-  EXPECT_TRUE(Submit(0, {"s1", "s2"},
-                     {testing::Rows(Io(1, "input"), 0, 1), testing::Rows(Io(2, "input"), 0, 1)})
-                  .get()
-                  .status.ok());
+  EXPECT_TRUE(
+      GetWithin(Submit(0, {"s1", "s2"},
+                       {testing::Rows(Io(1, "input"), 0, 1), testing::Rows(Io(2, "input"), 0, 1)}))
+          .status.ok());
 }
 
 TEST_F(LayerStepSchedulerTest, ShutdownRunsWhatIsQueuedThenRefuses) {
@@ -189,9 +193,10 @@ TEST_F(LayerStepSchedulerTest, ShutdownRunsWhatIsQueuedThenRefuses) {
   std::thread stopper([this] { scheduler_->Shutdown(); });
   gate_.ReleaseAll();
   stopper.join();
-  EXPECT_TRUE(a.get().status.ok());
-  EXPECT_TRUE(b.get().status.ok());
-  const LayerStepResponse late = Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 1)}).get();
+  EXPECT_TRUE(GetWithin(a).status.ok());
+  EXPECT_TRUE(GetWithin(b).status.ok());
+  const LayerStepResponse late =
+      GetWithin(Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 1)}));
   EXPECT_EQ(late.status.code(), StatusCode::kUnavailable);
 }
 
@@ -207,7 +212,7 @@ TEST_F(LayerStepSchedulerTest, TheQueueDepthGaugeCountsTheMessagesWaiting) {
   auto c = Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 1)});
   EXPECT_EQ(stats_.Read().queue_depth, 2);
   gate_.ReleaseAll();
-  for (auto* f : {&a, &b, &c}) EXPECT_TRUE(f->get().status.ok());
+  for (auto* f : {&a, &b, &c}) EXPECT_TRUE(GetWithin(*f).status.ok());
   EXPECT_EQ(stats_.Read().queue_depth, 0);
   EXPECT_EQ(stats_.Read().execution_count, 2);  // a alone, then b and c merged
 }
@@ -216,9 +221,8 @@ TEST_F(LayerStepSchedulerTest, AMessageWhosePassWouldOutliveItsDeadlineIsDropped
   BatcherOptions o;
   o.estimate_pass_us = [](bool session, int64_t) { return session ? 1e8 : 0.0; };  // 100 s
   Start(o);
-  const LayerStepResponse late = Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)},
-                                        Clock::now() + std::chrono::seconds(30))
-                                     .get();
+  const LayerStepResponse late = GetWithin(Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)},
+                                                  Clock::now() + std::chrono::seconds(30)));
   EXPECT_EQ(late.status.code(), StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(Contains(late.status.message(),
                        "dropped before the layer step: the deadline would pass during it "
@@ -226,24 +230,22 @@ TEST_F(LayerStepSchedulerTest, AMessageWhosePassWouldOutliveItsDeadlineIsDropped
       << late.status.message();
   EXPECT_EQ(gate_.entered(), 0);
   // Without a deadline the estimate does not matter; the dropped message held s0 no longer.
-  EXPECT_TRUE(Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)}).get().status.ok());
+  EXPECT_TRUE(GetWithin(Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)})).status.ok());
 }
 
 TEST_F(LayerStepSchedulerTest, BigAnswersAreDeliveredOffTheWorkerSmallOnesOnIt) {
   Start();  // the default inline limit: one [1, E] answer is small
   std::thread::id answered;
-  ASSERT_TRUE(
-      Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)}, Clock::time_point::max(), &answered)
-          .get()
-          .status.ok());
+  ASSERT_TRUE(GetWithin(Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)},
+                               Clock::time_point::max(), &answered))
+                  .status.ok());
   EXPECT_EQ(answered, pass_thread_.load());
   BatcherOptions o;
   o.inline_completion_max_bytes = 0;  // every answer with an output is "big"
   Start(o);
-  ASSERT_TRUE(
-      Submit(0, {"s1"}, {testing::Rows(Io(1, "input"), 0, 1)}, Clock::time_point::max(), &answered)
-          .get()
-          .status.ok());
+  ASSERT_TRUE(GetWithin(Submit(0, {"s1"}, {testing::Rows(Io(1, "input"), 0, 1)},
+                               Clock::time_point::max(), &answered))
+                  .status.ok());
   EXPECT_NE(answered, pass_thread_.load());
   EXPECT_NE(answered, std::thread::id());
 }
@@ -261,7 +263,7 @@ TEST_F(LayerStepSchedulerTest, InstancesRunDisjointSessionsAtOnceAndKeepEachSess
   auto c = Submit(0, {"s1"}, {testing::Rows(Io(1, "input"), 0, 2)});
   ASSERT_TRUE(gate_.WaitEntered(2));  // two passes inside the gate at once: a and c
   gate_.ReleaseAll();
-  const LayerStepResponse ra = a.get(), rb = b.get(), rc = c.get();
+  const LayerStepResponse ra = GetWithin(a), rb = GetWithin(b), rc = GetWithin(c);
   for (const LayerStepResponse* r : {&ra, &rb, &rc}) {
     ASSERT_TRUE(r->status.ok()) << r->status.ToString();
     EXPECT_EQ(r->pass_messages, 1);

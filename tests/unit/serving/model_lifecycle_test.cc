@@ -18,6 +18,7 @@
 
 #include "metrics_text.h"
 #include "test_util.h"
+#include "wait.h"
 
 namespace mha::serve {
 namespace {
@@ -102,8 +103,7 @@ class Fixture {
     auto status = answer->get_future();
     auto done = [answer](Status s) { answer->set_value(std::move(s)); };
     load ? lifecycle_->LoadModel(name, done) : lifecycle_->UnloadModel(name, done);
-    if (status.wait_for(60s) != std::future_status::ready) return Internal("no answer in 60 s");
-    return status.get();
+    return testing::GetWithin(status, load ? "LoadModel's answer" : "UnloadModel's answer");
   }
   static void Write(const fs::path& path, const std::string& text) {
     std::ofstream(path.string()) << text;
@@ -126,13 +126,9 @@ class Fixture {
 // `what` of the published state, once it holds (at most 60 s: the lifecycle publishes no event a
 // test could wait on, and each look is a pointer copy).
 template <typename Pred>
-bool WaitForState(ModelLifecycle& lifecycle, Pred pred) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (!pred(*lifecycle.Current())) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
+::testing::AssertionResult WaitForState(ModelLifecycle& lifecycle, Pred pred) {
+  return testing::WaitUntil([&] { return pred(*lifecycle.Current()); }, "the published state",
+                            testing::kWaitTimeout, 1ms);
 }
 
 std::string States(const ServingState& state) {
@@ -197,8 +193,7 @@ TEST(ModelLifecycleTest, UnloadWaitsForTheRequestsHoldingTheVersion) {
   EXPECT_NE(answer.wait_for(0s), std::future_status::ready) << "answered while a request holds it";
   EXPECT_EQ(f.shutdowns(), 0);
   in_flight.reset();
-  ASSERT_EQ(answer.wait_for(60s), std::future_status::ready);
-  EXPECT_TRUE(answer.get().ok());
+  EXPECT_TRUE(testing::GetWithin(answer, "the unload's answer").ok());
   EXPECT_EQ(f.shutdowns(), 1) << "the drained handle is destroyed";
   EXPECT_TRUE(f.lifecycle().Current()->repository->Versions("flat").empty());
   auto index = f.lifecycle().RepositoryIndex();
@@ -247,7 +242,7 @@ TEST(ModelLifecycleTest, StopAnswersQueuedOperations) {
   EXPECT_NE(answer.wait_for(0s), std::future_status::ready);
   f.lifecycle().Stop();
   ASSERT_EQ(answer.wait_for(0s), std::future_status::ready) << "Stop answers before it returns";
-  const Status status = answer.get();
+  const Status status = testing::GetWithin(answer, "the queued load's answer");
   EXPECT_EQ(status.code(), StatusCode::kUnavailable);
   EXPECT_TRUE(Contains(status.message(), "shutting down"));
   EXPECT_EQ(f.Control(true, "enc").code(), StatusCode::kUnavailable);

@@ -34,9 +34,9 @@ class ServerCoreLlamaTest : public ::testing::Test {
     o.limits.max_sequence_length = 512;
     auto core = ServerCore::Create(o);
     ASSERT_TRUE(core.ok()) << core.status().ToString();
-    std::promise<void> loaded;
-    (*core)->StartLoading([&loaded] { loaded.set_value(); });
-    loaded.get_future().wait();
+    auto loaded = std::make_shared<std::promise<void>>();
+    (*core)->StartLoading([loaded] { loaded->set_value(); });
+    testing::GetWithin(loaded->get_future(), "the start-up load");
     core_ = std::move(core).value().release();
   }
   static void TearDownTestSuite() {
@@ -45,14 +45,15 @@ class ServerCoreLlamaTest : public ::testing::Test {
   }
 
   static InferenceResponse Forward(InferenceRequest r) {
-    std::promise<InferenceResponse> answer;
-    core_->Infer(std::move(r), [&](InferenceResponse x) { answer.set_value(std::move(x)); });
-    return answer.get_future().get();
+    auto answer = std::make_shared<std::promise<InferenceResponse>>();
+    core_->Infer(std::move(r), [answer](InferenceResponse x) { answer->set_value(std::move(x)); });
+    return testing::GetWithin(answer->get_future(), "the forward answer");
   }
   static LayerStepResponse Step(LayerStepRequest r) {
-    std::promise<LayerStepResponse> answer;
-    core_->StepLayer(std::move(r), [&](LayerStepResponse x) { answer.set_value(std::move(x)); });
-    return answer.get_future().get();
+    auto answer = std::make_shared<std::promise<LayerStepResponse>>();
+    core_->StepLayer(std::move(r),
+                     [answer](LayerStepResponse x) { answer->set_value(std::move(x)); });
+    return testing::GetWithin(answer->get_future(), "the layer step answer");
   }
   static std::string Open(const std::string& model, int64_t max_tokens = 0) {
     OpenSessionRequest o;
@@ -245,18 +246,18 @@ TEST_F(ServerCoreLlamaTest, ALayerStepsWorkIsBoundedByMaxWorkBytes) {
   o.limits.max_work_bytes = 1 << 20;
   auto core = ServerCore::Create(o);
   ASSERT_TRUE(core.ok()) << core.status().ToString();
-  std::promise<void> loaded;
-  (*core)->StartLoading([&loaded] { loaded.set_value(); });
-  loaded.get_future().wait();
+  auto loaded = std::make_shared<std::promise<void>>();
+  (*core)->StartLoading([loaded] { loaded->set_value(); });
+  testing::GetWithin(loaded->get_future(), "the start-up load");
   OpenSessionRequest open;
   open.model = "llama";
   auto opened = (*core)->OpenSession(open);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   auto step = [&](int64_t t) {
-    std::promise<LayerStepResponse> answer;
+    auto answer = std::make_shared<std::promise<LayerStepResponse>>();
     (*core)->StepLayer(Message(0, {{opened->session_id, ToHost(at::zeros({t, 32}))}}),
-                       [&](LayerStepResponse r) { answer.set_value(std::move(r)); });
-    return answer.get_future().get().status;
+                       [answer](LayerStepResponse r) { answer->set_value(std::move(r)); });
+    return testing::GetWithin(answer->get_future(), "the layer step answer").status;
   };
   // t rows: t * 128 elements (q, k, v, attention, o_proj) + 2 * t * 128 keys * 4 heads (scores,
   // probabilities) + 2 * 128 keys * 16 (one entry's K/V), 4 bytes each: 311296 bytes for t = 64,

@@ -15,6 +15,7 @@
 #include "metrics_text.h"
 #include "mha/tensor_adapter.h"
 #include "server/serving/repository/default_model.h"
+#include "wait.h"
 
 namespace mha::serve {
 namespace {
@@ -45,9 +46,9 @@ std::unique_ptr<ServerCore> LoadedCore(const ServerCoreOptions& o) {
   auto core = ServerCore::Create(o);
   EXPECT_TRUE(core.ok()) << core.status().ToString();
   if (!core.ok()) return nullptr;
-  std::promise<void> loaded;
-  (*core)->StartLoading([&loaded] { loaded.set_value(); });
-  EXPECT_EQ(loaded.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  auto loaded = std::make_shared<std::promise<void>>();
+  (*core)->StartLoading([loaded] { loaded->set_value(); });
+  testing::GetWithin(loaded->get_future(), "the start-up load");
   return std::move(core).value();
 }
 
@@ -183,12 +184,10 @@ class CoreFixture {
     InferenceRequest request;
     request.model = model;
     request.inputs = testing::ToHostInputs(inputs);
-    std::promise<InferenceResponse> answer;
+    auto answer = std::make_shared<std::promise<InferenceResponse>>();
     core_->Infer(std::move(request),
-                 [&answer](InferenceResponse r) { answer.set_value(std::move(r)); });
-    auto future = answer.get_future();
-    EXPECT_EQ(future.wait_for(std::chrono::seconds(30)), std::future_status::ready);
-    return future.get();
+                 [answer](InferenceResponse r) { answer->set_value(std::move(r)); });
+    return testing::GetWithin(answer->get_future(), "the answer of model '" + model + "'");
   }
   double Sample(const std::string& series) {  // -1 when absent
     return testing::SeriesValue(core_->metrics()->Serialize(), series).value_or(-1);
@@ -285,9 +284,8 @@ TEST(ServerCoreTest, RoutesEachModelToItsOwnSchedulerAndMatchesAlone) {
                      [&answers, i](InferenceResponse r) { answers[i].set_value(std::move(r)); });
     }
     for (int i = 0; i < 8; ++i) {
-      auto future = answers[i].get_future();
-      ASSERT_EQ(future.wait_for(std::chrono::seconds(30)), std::future_status::ready);
-      const InferenceResponse r = future.get();
+      const InferenceResponse r =
+          testing::GetWithin(answers[i].get_future(), "answer " + std::to_string(i));
       ASSERT_TRUE(r.status.ok()) << i << ": " << r.status.ToString();
       EXPECT_EQ(r.model, i % 2 ? "kdim_vdim" : "self_basic");
       ForwardOutputs alone;
