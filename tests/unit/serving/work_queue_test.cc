@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "pass_gate.h"
 #include "server/serving/observability/stats_aggregator.h"
 
 namespace mha::serve {
@@ -98,35 +99,24 @@ std::future<Answer> Submit(WorkQueue<ToyPlanner>& queue, int key,
   return promise->get_future();
 }
 
-Answer Get(std::future<Answer>& f) {
-  EXPECT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
-  return f.get();
-}
+Answer Get(std::future<Answer>& f) { return testing::GetWithin(f, "the item's answer"); }
 
 TEST(WorkQueueTest, HeldBackItemsRunAfterThePassTheyWaitForAndTheGaugeFollows) {
   auto log = std::make_shared<ToyLog>();
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> entered{0};
+  testing::PassGate gate;
   BatcherOptions o;
   o.instances = 2;
-  o.pass_hook = [&](const std::function<Status()>& pass) {
-    ++entered;
-    released.wait();
-    return pass();
-  };
+  o.pass_hook = gate.Hook();
   StatsAggregator stats("toy", "1");
   WorkQueue<ToyPlanner> queue(ToyPlanner(log), o, "toy", &stats);
+  const testing::ReleaseOnExit release_on_exit(gate);  // before the queue waits for its passes
+  gate.Hold();
   auto first = Submit(queue, 7);
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (entered.load() < 1 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::yield();
-  }
-  ASSERT_EQ(entered.load(), 1) << "the first pass never started";
+  ASSERT_TRUE(gate.WaitEntered(1)) << "the first pass never started";
   // Key 7 is running: both 7s wait although an instance is free; then they run in one pass.
   auto second = Submit(queue, 7), third = Submit(queue, 7);
   EXPECT_EQ(stats.Read().queue_depth, 2);
-  release.set_value();
+  gate.ReleaseAll();
   EXPECT_EQ(Get(first).passes, 1);
   EXPECT_EQ(Get(second).passes, 2);
   EXPECT_EQ(Get(third).passes, 2);
