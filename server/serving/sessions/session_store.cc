@@ -31,78 +31,34 @@ SessionStore::SessionStore(SessionOptions options, std::shared_ptr<const MhaMode
       location_(std::move(location)),
       directory_(std::move(directory)),
       runner_(runner),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      table_(options_, location_, directory_, metrics) {}
 
 SessionStore::~SessionStore() {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string why = "ended: its model '" + location_.model + "' version " +
-                          location_.version + " was unloaded or replaced";
-  for (auto& [id, session] : sessions_) directory_->End(id, why);
-  sessions_.clear();
-  PublishLocked();
+  table_.EndAllLocked();
 }
 
 Status SessionStore::EnsurePoolLocked() {
-  if (pool_) return Status::Ok();
-  auto pool = KvBlockPool::Create(options_.pool, *model_);
-  if (!pool.ok()) return pool.status();
-  pool_ = *pool;
-  spdlog::info("model {} v{}: KV cache pool of {} blocks x {} tokens ({} bytes each) on {}",
-               location_.model, location_.version, pool_->total_blocks(), pool_->block_tokens(),
-               pool_->block_bytes(), info_.device);
-  return Status::Ok();
-}
-
-void SessionStore::EndLocked(const SessionPtr& session, const std::string& why) {
-  session->ended = true;
-  directory_->End(session->info.id, why);
-  sessions_.erase(session->info.id);
-  if (!session->busy) session->cache->Release();  // else when its step is answered
-}
-
-void SessionStore::SweepLocked(Clock::time_point now) {
-  if (options_.idle_timeout_s <= 0) return;
-  const auto timeout = std::chrono::seconds(options_.idle_timeout_s);
-  std::vector<SessionPtr> expired;
-  for (const auto& [id, session] : sessions_) {
-    if (!session->busy && now - session->last_used > timeout) expired.push_back(session);
-  }
-  for (const auto& session : expired) {
-    EndLocked(session, "expired: idle for more than --session-idle-timeout-s " +
-                           std::to_string(options_.idle_timeout_s) + " s");
-  }
-  if (!expired.empty()) PublishLocked();
+  return table_.EnsurePoolLocked([this] { return KvBlockPool::Create(options_.pool, *model_); },
+                                 [this](const KvBlockPool& pool) {
+                                   spdlog::info(
+                                       "model {} v{}: KV cache pool of {} blocks x {} tokens ({} "
+                                       "bytes each) on {}",
+                                       location_.model, location_.version, pool.total_blocks(),
+                                       pool.block_tokens(), pool.block_bytes(), info_.device);
+                                 });
 }
 
 void SessionStore::SweepExpired() {
   std::lock_guard<std::mutex> lock(mu_);
-  SweepLocked(options_.clock->Now());
+  table_.SweepLocked(options_.clock->Now());
 }
 
-// Frees `blocks` blocks under evict-lru by ending idle sessions (never `keep`), least recently
-// used first; under refuse, or when not enough are idle, RESOURCE_EXHAUSTED naming `what`.
+// Frees `blocks` blocks (SessionTable::MakeRoomLocked), never by ending `keep`.
 Status SessionStore::MakeRoomLocked(int64_t blocks, const Session* keep, const std::string& what) {
-  while (pool_->free_blocks() < blocks && options_.full_policy == KvFullPolicy::kEvictLru) {
-    SessionPtr victim;
-    for (const auto& [id, s] : sessions_) {
-      if (s.get() == keep || s->busy || s->cache->blocks_held() == 0) continue;
-      if (!victim || s->last_used < victim->last_used) victim = s;
-    }
-    if (!victim) break;
-    spdlog::info("model {} v{}: evicting session {} ({} blocks) for {}", location_.model,
-                 location_.version, victim->info.id, victim->cache->blocks_held(), what);
-    EndLocked(victim,
-              "was evicted (least recently used) to free KV cache blocks for another "
-              "session (--kv-cache-full-policy evict-lru, --kv-cache-bytes)");
-    if (metrics_) metrics_->RecordSessionEviction();
-  }
-  if (pool_->free_blocks() >= blocks) return Status::Ok();
-  return ResourceExhausted("KV cache full: " + what + " needs " + std::to_string(blocks) +
-                           " blocks, " + std::to_string(pool_->free_blocks()) + " of " +
-                           std::to_string(pool_->total_blocks()) + " free (" +
-                           std::to_string(pool_->block_tokens()) +
-                           " tokens per block; --kv-cache-bytes, --kv-cache-full-policy " +
-                           KvFullPolicyName(options_.full_policy) + ")");
+  return table_.MakeRoomLocked(blocks, keep, what,
+                               std::to_string(table_.pool()->block_tokens()) + " tokens per block");
 }
 
 // RESOURCE_EXHAUSTED when the step's estimated working memory or response (its weights over
@@ -148,10 +104,10 @@ StatusOr<SessionInfo> SessionStore::Open(const OpenSessionParams& params) {
   session->info.max_tokens = params.max_tokens;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    SweepLocked(options_.clock->Now());
+    table_.SweepLocked(options_.clock->Now());
     MHA_RETURN_IF_ERROR(EnsurePoolLocked());
-    session->info.block_tokens = pool_->block_tokens();
-    session->cache = std::make_unique<KvCache>(pool_, params.batch_size);
+    session->info.block_tokens = table_.pool()->block_tokens();
+    session->cache = std::make_unique<KvCache>(table_.pool(), params.batch_size);
     // A self-attention session takes a block per row for its first tokens now (so that an
     // admitted session can step); a cross-attention one the blocks of its encoder keys.
     const int64_t keys = session->info.cross ? params.key.size(1) : 1;
@@ -164,13 +120,11 @@ StatusOr<SessionInfo> SessionStore::Open(const OpenSessionParams& params) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   session->info.id = params.id.empty() ? NewSessionId() : params.id;
-  // The directory spans every version: a client id open anywhere on this server is refused here,
-  // atomically (the session's blocks go back to the pool with `session`).
-  MHA_RETURN_IF_ERROR(directory_->Add(session->info.id, location_));
   session->info.blocks = session->cache->blocks_held();
   session->last_used = options_.clock->Now();
-  sessions_[session->info.id] = session;
-  PublishLocked();
+  // The directory spans every version: a client id open anywhere on this server is refused here,
+  // atomically (the session's blocks go back to the pool with `session`).
+  MHA_RETURN_IF_ERROR(table_.AddLocked(session));
   return session->info;
 }
 
@@ -179,15 +133,15 @@ StatusOr<SessionInfo> SessionStore::Close(const std::string& id) {
   SessionInfo info;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    SweepLocked(options_.clock->Now());
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) return directory_->NotFoundFor(id);
+    table_.SweepLocked(options_.clock->Now());
+    auto it = table_.sessions().find(id);
+    if (it == table_.sessions().end()) return directory_->NotFoundFor(id);
     SessionPtr session = it->second;
     info = session->info;
     info.blocks = session->cache->blocks_held();
     orphans.swap(session->pending);
-    EndLocked(session, "was closed (CloseSession)");
-    PublishLocked();
+    table_.EndLocked(session, "was closed (CloseSession)");
+    table_.PublishLocked();
   }
   for (Pending& p : orphans) {
     p.task = InferenceTask();
@@ -247,9 +201,9 @@ void SessionStore::Step(const std::string& id, InferenceTask task, DoneCallback 
   action.pending = Pending{std::move(task), std::move(done)};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    SweepLocked(options_.clock->Now());
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) {
+    table_.SweepLocked(options_.clock->Now());
+    auto it = table_.sessions().find(id);
+    if (it == table_.sessions().end()) {
       action.status = directory_->NotFoundFor(id);
     } else if (it->second->busy) {
       Session& s = *it->second;
@@ -266,7 +220,7 @@ void SessionStore::Step(const std::string& id, InferenceTask task, DoneCallback 
       action.session->busy = true;
       action.status = AdmitLocked(action.session, &action.pending.task);
     }
-    PublishLocked();
+    table_.PublishLocked();
   }
   Run(std::move(action));
 }
@@ -308,7 +262,7 @@ void SessionStore::OnStepDone(const SessionPtr& session, int64_t tokens, Inferen
     s.last_used = options_.clock->Now();
     result.session_tokens = s.info.tokens;
     has_next = NextLocked(session, &next);
-    PublishLocked();
+    table_.PublishLocked();
   }
   done(std::move(result));
   if (has_next) Run(std::move(next));
@@ -316,20 +270,7 @@ void SessionStore::OnStepDone(const SessionPtr& session, int64_t tokens, Inferen
 
 SessionStore::Usage SessionStore::usage() const {
   std::lock_guard<std::mutex> lock(mu_);
-  Usage u;
-  u.sessions = static_cast<int64_t>(sessions_.size());
-  if (pool_) {
-    u.blocks_used = pool_->used_blocks();
-    u.blocks_total = pool_->total_blocks();
-    u.block_bytes = pool_->block_bytes();
-  }
-  return u;
-}
-
-void SessionStore::PublishLocked() const {
-  if (!metrics_ || !pool_) return;
-  metrics_->SetSessionUsage(static_cast<int64_t>(sessions_.size()), pool_->used_blocks(),
-                            pool_->total_blocks(), pool_->block_bytes());
+  return table_.UsageLocked();
 }
 
 OpenSessionResponse OpenedSession(const SessionInfo& info, const std::string& model,

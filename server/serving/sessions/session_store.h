@@ -27,45 +27,18 @@
 #include "server/serving/scheduling/runner.h"
 #include "server/serving/serving_defaults.h"
 #include "server/serving/sessions/session_directory.h"
+#include "server/serving/sessions/session_options.h"
+#include "server/serving/sessions/session_table.h"
 
 namespace mha::serve {
 
 class StatsAggregator;
-
-enum class KvFullPolicy {
-  kRefuse,    // new sessions and steps that need blocks get RESOURCE_EXHAUSTED
-  kEvictLru,  // idle sessions are evicted, least recently used first, until the blocks fit
-};
-// "refuse" / "evict-lru".
-StatusOr<KvFullPolicy> ParseKvFullPolicy(const std::string& name);
-const char* KvFullPolicyName(KvFullPolicy policy);
-
-struct SessionOptions {
-  KvPoolOptions pool;            // per model version: --kv-cache-bytes, --kv-block-tokens
-  int64_t idle_timeout_s = 600;  // --session-idle-timeout-s: idle longer ends it; 0 = never
-  const ClockSource* clock = &RealClock();           // idle time is read here (tests: a FakeClock)
-  KvFullPolicy full_policy = KvFullPolicy::kRefuse;  // --kv-cache-full-policy
-  size_t max_pending_steps = 16;  // steps of one session waiting behind the one in flight
-  // A step's estimated working memory and response (server/serving/budget.h), as for any request:
-  // --max-work-bytes and --max-response-bytes (ServerCore fills them from its limits).
-  int64_t max_work_bytes = kDefaultMaxWorkBytes;
-  int64_t max_response_bytes = kDefaultMaxResponseBytes;
-};
 
 struct OpenSessionParams {
   int64_t batch_size = 1;  // rows decoded together
   int64_t max_tokens = 0;  // tokens per row the session may decode (validated by the caller)
   HostTensor key, value;   // both: a cross-attention session over these encoder states
   std::string id{};        // checked by the caller; "" = NewSessionId()
-};
-
-struct SessionInfo {
-  std::string id;
-  bool cross = false;
-  int64_t batch_size = 0, max_tokens = 0;
-  int64_t tokens = 0;  // decoded per row so far
-  int64_t blocks = 0;  // KV blocks held
-  int64_t block_tokens = 0;
 };
 
 // OpenSession's answer for `info`, a session opened on model `model` version `version` (every
@@ -97,9 +70,7 @@ class SessionStore {
   // Ends the sessions idle longer than the timeout (also done by every call above).
   void SweepExpired();
 
-  struct Usage {
-    int64_t sessions = 0, blocks_used = 0, blocks_total = 0, block_bytes = 0;
-  };
+  using Usage = SessionUsage;
   Usage usage() const;
 
  private:
@@ -114,6 +85,7 @@ class SessionStore {
     bool busy = false;  // a step is in the scheduler
     bool ended = false;
     std::deque<Pending> pending;
+    bool held() const { return busy; }  // SessionTable's "a step holds it"
   };
   using SessionPtr = std::shared_ptr<Session>;
   // A step ready for the scheduler, or a step answered at once.
@@ -124,8 +96,6 @@ class SessionStore {
   };
 
   Status EnsurePoolLocked();
-  void EndLocked(const SessionPtr& session, const std::string& why);
-  void SweepLocked(Clock::time_point now);
   Status MakeRoomLocked(int64_t blocks, const Session* keep, const std::string& what);
   Status AdmitLocked(const SessionPtr& session, InferenceTask* task);
   // With mu_ held: the session's next waiting step, admitted or refused (the session stays
@@ -135,7 +105,6 @@ class SessionStore {
   void Run(Action action);
   void OnStepDone(const SessionPtr& session, int64_t tokens, InferenceResult result,
                   const DoneCallback& done);
-  void PublishLocked() const;
 
   const SessionOptions options_;
   const std::shared_ptr<const MhaModel> model_;
@@ -146,8 +115,7 @@ class SessionStore {
   StatsAggregator* const metrics_;
 
   mutable std::mutex mu_;
-  std::shared_ptr<KvBlockPool> pool_;  // made on the first Open
-  std::map<std::string, SessionPtr> sessions_;
+  SessionTable<Session> table_;  // guarded by mu_
 };
 
 }  // namespace mha::serve

@@ -23,6 +23,7 @@
 #include "mha/llama_engine.h"
 #include "server/serving/sessions/session_directory.h"
 #include "server/serving/sessions/session_store.h"
+#include "server/serving/sessions/session_table.h"
 
 namespace mha::serve {
 
@@ -35,6 +36,7 @@ struct LlamaSession {
   Clock::time_point last_used;
   int64_t holders = 0;  // step messages that hold it (waiting or running); guarded by the store
   bool ended = false;
+  bool held() const { return holders > 0; }  // SessionTable's "a step holds it"
 };
 using LlamaSessionRef = std::shared_ptr<LlamaSession>;
 
@@ -74,10 +76,7 @@ class LlamaSessionStore {
 
  private:
   Status EnsurePoolLocked();
-  void EndLocked(const LlamaSessionRef& session, const std::string& why);
-  void SweepLocked(Clock::time_point now);
   Status MakeRoomLocked(int64_t blocks, const std::string& what);
-  void PublishLocked() const;
 
   const SessionOptions options_;
   const std::shared_ptr<const LlamaAttentionStack> stack_;
@@ -87,8 +86,7 @@ class LlamaSessionStore {
   StatsAggregator* const metrics_;
 
   mutable std::mutex mu_;
-  std::shared_ptr<KvBlockPool> pool_;  // made on the first Open
-  std::map<std::string, LlamaSessionRef> sessions_;
+  SessionTable<LlamaSession> table_;  // guarded by mu_
 };
 
 }  // namespace mha::serve

@@ -1,0 +1,36 @@
+// The options of a model version's decoding sessions (both kinds' stores and their SessionTable):
+// the KV pool, idle expiry, the full-pool policy, pending steps and the step budgets.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "mha/kv_cache.h"
+#include "mha/status.h"
+#include "server/serving/clock.h"
+#include "server/serving/serving_defaults.h"
+
+namespace mha::serve {
+
+enum class KvFullPolicy {
+  kRefuse,    // new sessions and steps that need blocks get RESOURCE_EXHAUSTED
+  kEvictLru,  // idle sessions are evicted, least recently used first, until the blocks fit
+};
+// "refuse" / "evict-lru".
+StatusOr<KvFullPolicy> ParseKvFullPolicy(const std::string& name);
+const char* KvFullPolicyName(KvFullPolicy policy);
+
+struct SessionOptions {
+  KvPoolOptions pool;            // per model version: --kv-cache-bytes, --kv-block-tokens
+  int64_t idle_timeout_s = 600;  // --session-idle-timeout-s: idle longer ends it; 0 = never
+  const ClockSource* clock = &RealClock();           // idle time is read here (tests: a FakeClock)
+  KvFullPolicy full_policy = KvFullPolicy::kRefuse;  // --kv-cache-full-policy
+  size_t max_pending_steps = 16;  // steps of one session waiting behind the one in flight
+  // A step's estimated working memory and response (server/serving/budget.h), as for any request:
+  // --max-work-bytes and --max-response-bytes (ServerCore fills them from its limits).
+  int64_t max_work_bytes = kDefaultMaxWorkBytes;
+  int64_t max_response_bytes = kDefaultMaxResponseBytes;
+};
+
+}  // namespace mha::serve

@@ -1,0 +1,136 @@
+// SessionTable (server/serving/sessions/session_table.h) over a real KV block pool and a fake
+// cache that holds pool blocks: LRU eviction ends the least recently used session no step holds
+// (never `keep`), counts it and tells the directory why; refuse answers RESOURCE_EXHAUSTED in the
+// kind's words; idle expiry skips held sessions; a held session's blocks go back when released;
+// the table's end tells every session's id why.
+#include "server/serving/sessions/session_table.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "batch_test_util.h"
+
+namespace mha::serve {
+namespace {
+
+struct FakeCache {
+  std::shared_ptr<KvBlockPool> pool;
+  std::vector<int64_t> blocks;
+  void Release() {
+    pool->Release(blocks);
+    blocks.clear();
+  }
+  int64_t blocks_held() const { return static_cast<int64_t>(blocks.size()); }
+};
+
+struct FakeSession {
+  SessionInfo info;
+  std::unique_ptr<FakeCache> cache;
+  Clock::time_point last_used;
+  bool ended = false;
+  bool busy = false;
+  bool held() const { return busy; }
+};
+
+class SessionTableTest : public ::testing::Test {
+ protected:
+  void Make(KvFullPolicy policy) {
+    SessionOptions o;
+    o.pool.capacity_bytes = 1 << 20;
+    o.pool.block_tokens = 4;
+    o.full_policy = policy;
+    o.idle_timeout_s = 10;
+    table_ = std::make_unique<SessionTable<FakeSession>>(o, SessionLocation{"m", "1"}, directory_,
+                                                         &stats_);
+    auto model = testing::LoadFixtureModel("self_basic");
+    ASSERT_NE(model, nullptr);
+    ASSERT_TRUE(table_
+                    ->EnsurePoolLocked([&] { return KvBlockPool::Create(o.pool, *model); },
+                                       [](const KvBlockPool&) {})
+                    .ok());
+  }
+  // A session named `id` holding `blocks` blocks, last used at `t` seconds.
+  std::shared_ptr<FakeSession> Open(const std::string& id, int64_t blocks, int t) {
+    auto s = std::make_shared<FakeSession>();
+    s->info.id = id;
+    s->cache = std::make_unique<FakeCache>();
+    s->cache->pool = table_->pool();
+    auto got = table_->pool()->Allocate(blocks);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    if (got.ok()) s->cache->blocks = *got;
+    s->last_used = Clock::time_point(std::chrono::seconds(t));
+    EXPECT_TRUE(table_->AddLocked(s).ok());
+    return s;
+  }
+  std::string Why(const std::string& id) { return directory_->NotFoundFor(id).message(); }
+
+  std::shared_ptr<SessionDirectory> directory_ = std::make_shared<SessionDirectory>();
+  StatsAggregator stats_{"m", "1"};
+  std::unique_ptr<SessionTable<FakeSession>> table_;
+};
+
+TEST_F(SessionTableTest, EvictionEndsTheLeastRecentlyUsedSessionThatNoStepHolds) {
+  Make(KvFullPolicy::kEvictLru);
+  const int64_t total = table_->pool()->total_blocks();
+  auto held = Open("held", total / 4, 1);  // the oldest, but a step holds it
+  held->busy = true;
+  auto keep = Open("keep", total / 4, 2);  // older than `old`, but the one asking
+  auto old = Open("old", total / 4, 3);
+  auto recent = Open("recent", total - 3 * (total / 4), 4);
+  ASSERT_EQ(table_->pool()->free_blocks(), 0);
+  EXPECT_TRUE(table_->MakeRoomLocked(1, keep.get(), "a test", "4 tokens per block").ok());
+  EXPECT_TRUE(old->ended);
+  EXPECT_FALSE(held->ended || keep->ended || recent->ended);
+  EXPECT_EQ(table_->sessions().count("old"), 0u);
+  EXPECT_NE(Why("old").find("was evicted (least recently used)"), std::string::npos) << Why("old");
+  EXPECT_EQ(stats_.Read().session_evictions, 1u);
+  EXPECT_EQ(table_->UsageLocked().sessions, 3);
+}
+
+TEST_F(SessionTableTest, RefuseNamesWhatWasAskedAndThePoolInTheKindsWords) {
+  Make(KvFullPolicy::kRefuse);
+  auto all = Open("all", table_->pool()->total_blocks(), 1);
+  const Status s = table_->MakeRoomLocked(2, nullptr, "a new session", "4 tokens per block");
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("KV cache full: a new session needs 2 blocks, 0 of "),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("(4 tokens per block; --kv-cache-bytes, --kv-cache-full-policy "
+                             "refuse)"),
+            std::string::npos)
+      << s.message();
+  EXPECT_FALSE(all->ended);
+}
+
+TEST_F(SessionTableTest, ExpirySkipsHeldSessionsAndAHeldSessionKeepsItsBlocksUntilReleased) {
+  Make(KvFullPolicy::kRefuse);
+  auto idle = Open("idle", 2, 0);
+  auto busy = Open("busy", 3, 0);
+  busy->busy = true;
+  table_->SweepLocked(Clock::time_point(std::chrono::seconds(5)));  // within the 10 s timeout
+  EXPECT_FALSE(idle->ended);
+  table_->SweepLocked(Clock::time_point(std::chrono::seconds(11)));
+  EXPECT_TRUE(idle->ended);
+  EXPECT_EQ(idle->cache->blocks_held(), 0);
+  EXPECT_NE(Why("idle").find("expired: idle for more than --session-idle-timeout-s 10 s"),
+            std::string::npos);
+  EXPECT_FALSE(busy->ended);
+  table_->EndLocked(busy, "was closed (CloseSession)");
+  EXPECT_TRUE(busy->ended);
+  EXPECT_EQ(busy->cache->blocks_held(), 3);  // its step still runs: released by its store later
+  table_->EndAllLocked();
+  auto last = Open("last", 1, 0);
+  table_->EndAllLocked();
+  EXPECT_NE(Why("last").find("ended: its model 'm' version 1 was unloaded or replaced"),
+            std::string::npos)
+      << Why("last");
+  last->cache->Release();
+  busy->cache->Release();
+  EXPECT_EQ(table_->pool()->used_blocks(), 0);
+}
+
+}  // namespace
+}  // namespace mha::serve
