@@ -20,6 +20,7 @@ cleanup() {
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT INT TERM
+. "$src/tests/service/server_wait.sh"
 
 models="format_safetensors format_torch_save format_torchscript kdim_vdim"
 for m in $models decode_causal; do ln -s "$src/tests/fixtures/cases/$m" "$work/repo/$m"; done
@@ -33,13 +34,7 @@ start_server() {
     --http-address 127.0.0.1:0 --http-port-file "$work/http_port" --model-repository "$work/repo" --default-model format_safetensors "$@" \
     >"$work/server.log" 2>&1 &
   pid=$!
-  i=0
-  while [ ! -s "$work/port" ]; do
-    if ! kill -0 "$pid" 2>/dev/null; then echo "mha-server exited early:"; cat "$work/server.log"; exit 1; fi
-    i=$((i + 1))
-    if [ "$i" -gt 1200 ]; then echo "mha-server did not start:"; cat "$work/server.log"; exit 1; fi
-    sleep 0.05
-  done
+  wait_for_port_file "$pid" "$work/port" "$work/server.log"
   port=$(cat "$work/port")
   http_port=$(cat "$work/http_port")
 }

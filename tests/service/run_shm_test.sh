@@ -17,6 +17,7 @@ cleanup() {
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT INT TERM
+. "$src/tests/service/server_wait.sh"
 ln -s "$src/tests/fixtures/cases/format_safetensors" "$work/repo/format_safetensors"
 "$src/client/python/gen_stubs.sh" "$work/stubs" >/dev/null
 
@@ -26,13 +27,7 @@ start_server() {
     --http-address 127.0.0.1:0 --http-port-file "$work/http_port" \
     --model-repository "$work/repo" "$@" >"$work/server.log" 2>&1 &
   pid=$!
-  i=0
-  while [ ! -s "$work/port" ]; do
-    if ! kill -0 "$pid" 2>/dev/null; then echo "server exited early:"; cat "$work/server.log"; exit 1; fi
-    i=$((i + 1))
-    if [ "$i" -gt 1200 ]; then echo "server did not start:"; cat "$work/server.log"; exit 1; fi
-    sleep 0.05
-  done
+  wait_for_port_file "$pid" "$work/port" "$work/server.log"
   target="127.0.0.1:$(cat "$work/port")"
   http="http://127.0.0.1:$(cat "$work/http_port")"
 }

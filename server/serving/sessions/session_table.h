@@ -1,9 +1,9 @@
 // SessionTable: the decoding sessions of one model version, whatever its kind's cache: the map of
 // sessions, the version's KV block pool, their entries in the server-wide SessionDirectory, idle
 // expiry, LRU eviction under --kv-cache-full-policy evict-lru (never a session a step holds) and
-// the session metrics. Each kind's store (sessions/session_store.h for one-layer models,
-// kinds/llama/llama_session_store.h for stacks) keeps its own lock, calls the *Locked functions
-// with it held, and decides how a step holds a session.
+// the session metrics. Each kind's store (sessions/session_store.h for one-layer models; a kind's
+// own folder for the others) keeps its own lock, calls the *Locked functions with it held, and
+// decides how a step holds a session.
 //
 // A Session type has: `SessionInfo info`, `std::unique_ptr<Cache> cache` (Release(),
 // blocks_held()), `Clock::time_point last_used`, `bool ended`, and `bool held() const` (a step is
