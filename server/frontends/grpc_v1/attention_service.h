@@ -57,7 +57,7 @@ class AttentionServiceImpl final : public v1::AttentionService::WithRawCallbackM
   grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
                                          const v1::CloseSessionRequest* request,
                                          v1::CloseSessionResponse* response) override;
-  // The per-layer step stream of Llama models (layer_steps.h, docs/afd_stream.md).
+  // The per-layer step stream of multi-layer models (layer_steps.h, docs/afd_stream.md).
   grpc::ServerBidiReactor<v1::LayerStepRequest, v1::LayerStepResponse>* LayerSteps(
       grpc::CallbackServerContext* context) override;
 

@@ -1,5 +1,5 @@
 // mha.v1 LayerStepRequest / LayerStepResponse <-> the protocol-neutral LayerStepRequest /
-// LayerStepResponse (server/serving/layer_step.h), and a Llama version's ModelInfo. Decoding does
+// LayerStepResponse (server/serving/layer_step.h). Decoding does
 // the wire's own checks only (message size, version length, session ids, tensor headers, dtypes);
 // shapes, layers, sessions and limits are ServerCore's to validate, once.
 #pragma once
