@@ -118,6 +118,13 @@ TEST(KvSpillStoreTest, AFileStoreRefusesADirItCannotWriteWithTheReason) {
   EXPECT_EQ(FileSpillStore::Create({dir, 0}).status().message(),
             "spill dir " + dir + ": the byte bound must be >= 1, got 0 (--kv-spill-bytes)");
   EXPECT_EQ(FileSpillStore::Create({"", 1}).status().code(), StatusCode::kInvalidArgument);
+  // sysfs takes no new file, not even root's: the probe fails (EACCES, or EROFS when mounted
+  // read-only).
+  auto sysfs = FileSpillStore::Create({"/sys", 1024});
+  EXPECT_EQ(sysfs.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(sysfs.status().message().find("spill dir /sys is not writable: writing /sys/mha-kv-"),
+            std::string::npos)
+      << sysfs.status().message();
   if (geteuid() != 0) {  // root writes anywhere: the permission bits refuse only other users
     const std::string locked = dir + "/locked";
     fs::create_directories(locked);
