@@ -211,6 +211,40 @@ TEST_P(LlamaSessionBranchTest, SpillThenRestoreThenStepThroughBothStores) {
   std::filesystem::remove_all(dir);
 }
 
+// A store that takes every key but one layer's: a Spill that fails midway brings the layers it
+// spilled back, exactly.
+class RefusingStore final : public KvSpillStore {
+ public:
+  Status Put(const std::string& key, const void* data, int64_t bytes) override {
+    if (key == "s/layer2") return Internal("disk error on " + key);
+    return host_.Put(key, data, bytes);
+  }
+  Status Get(const std::string& key, void* out, int64_t bytes) const override {
+    return host_.Get(key, out, bytes);
+  }
+  void Remove(const std::string& key) override { host_.Remove(key); }
+  int64_t bytes_held() const override { return host_.bytes_held(); }
+  int64_t entries() const override { return host_.entries(); }
+  int64_t max_bytes() const override { return 0; }
+  std::string Describe() const override { return "refusing"; }
+
+ private:
+  HostSpillStore host_;
+};
+
+TEST_P(LlamaSessionBranchTest, ASpillThatFailsMidwayLeavesEveryLayerInPlace) {
+  Branch source = Prefilled(6);
+  const auto store = std::make_shared<RefusingStore>();
+  const Status s = source.session->Spill(store, "s");
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_EQ(s.message(), "disk error on s/layer2");
+  EXPECT_FALSE(source.session->spilled());
+  EXPECT_EQ(store->entries(), 0);
+  EXPECT_EQ(source.session->blocks_held(), kLayers * 2);
+  EXPECT_EQ(pool_->used_blocks(), kLayers * 2);
+  Advance(&source, 1);  // layers 0 and 1 came back from the store: still exact
+}
+
 TEST_P(LlamaSessionBranchTest, ARestoreThatDoesNotFitChangesNothing) {
   Branch source = Prefilled(8);  // 2 blocks per layer
   const auto store = std::make_shared<HostSpillStore>();
