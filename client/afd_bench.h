@@ -29,6 +29,9 @@ struct AfdBenchOptions {
   int64_t layers = 0;         // layers driven, 0 .. layers-1 (0 = every layer of the model)
   uint64_t seed = 0;
   std::chrono::milliseconds timeout{60000};  // per message
+  // --shm: hidden states and outputs through shared-memory regions (client/shm_regions.h; the
+  // server needs --allow-client-shm=true).
+  bool shm = false;
   // When enabled: the server's CPU seconds over the decode phase, per layer message.
   ServerCpuSource server_cpu;
 };
