@@ -84,6 +84,7 @@ void Collect(const std::vector<std::unique_ptr<AfdStream>>& streams, AfdBenchRep
     r->failed_messages += t.failed_messages;
     r->failed_steps += t.failed_steps;
     r->ffn_seconds += t.ffn_seconds;
+    r->output_sum += t.output_sum;
     if (!t.first_error.ok() && r->first_error.empty()) r->first_error = t.first_error.ToString();
     for (size_t l = 0; l < per_layer.size(); ++l) {
       per_layer[l].insert(per_layer[l].end(), t.round_trip_us[l].begin(), t.round_trip_us[l].end());

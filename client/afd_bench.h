@@ -54,6 +54,9 @@ struct AfdBenchReport {
   double prefill_seconds = 0, seconds = 0;  // the decode phase
   double steps_per_s = 0, layer_steps_per_s = 0;
   double ffn_seconds = 0;  // the stand-in FFN, every thread summed
+  // Every attention output value received, summed stream by stream: two runs of the same options
+  // (in-band and --shm) agree.
+  double output_sum = 0;
   std::vector<AfdLatency> per_layer;
   AfdLatency all;
   // The server's passes of the decode messages (LayerStepResponse.pass_messages / pass_entries).

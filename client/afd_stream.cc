@@ -111,6 +111,7 @@ Status AfdStream::Layer(int64_t layer, int64_t tokens, bool timed) {
     MHA_RETURN_IF_ERROR(Output(response, i, tokens, o.data()));
     float* h = h_.data() + i * n;
     for (size_t k = 0; k < n; ++k) h[k] += o[k];
+    for (size_t k = 0; k < n; ++k) tally_.output_sum += o[k];
   }
   ffn_.Apply(h_.data(), static_cast<int64_t>(ids_.size()) * tokens);  // W read once per layer
   tally_.ffn_seconds +=

@@ -23,6 +23,7 @@ struct AfdStreamTally {
   int64_t steps = 0;         // decode-phase session tokens through every layer
   int64_t failed_steps = 0;  // session tokens that were not (a prefill chunk counts as one)
   double ffn_seconds = 0;
+  double output_sum = 0;  // every attention output value received, summed (compares two runs)
   Status first_error;
 };
 

@@ -106,6 +106,7 @@ int ForwardCommand::Run(AttentionClient& client) {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!response.ok()) return Fail(response.status());
+  const size_t wire_bytes = response->ByteSizeLong();  // before a shared-memory output is read in
   if (shm) {
     std::printf("shared memory: inputs from region '%s', output read back from region '%s'\n",
                 sent.query().shared_memory().shared_memory_region().c_str(),
@@ -128,7 +129,7 @@ int ForwardCommand::Run(AttentionClient& client) {
     if (tensor->defined()) PrintStats(name, *tensor);
   }
   PrintHeadStats(*result);
-  std::printf("response: %zu bytes\n", response->ByteSizeLong());
+  std::printf("response: %zu bytes\n", wire_bytes);
   if (!plot_file.empty()) {
     if (const Status s = PlotForward(*result, *request, plot_file); !s.ok()) return Fail(s);
   }
