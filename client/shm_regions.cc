@@ -126,6 +126,7 @@ StatusOr<std::unique_ptr<ShmRegions>> ShmRegions::Create(
     inference::GRPCInferenceService::StubInterface* stub,
     const std::vector<inference::ModelInferRequest>& requests) {
   std::vector<std::vector<std::string_view>> inputs;
+  inputs.reserve(requests.size());
   for (const auto& request : requests) {
     inputs.emplace_back(request.raw_input_contents().begin(), request.raw_input_contents().end());
   }
@@ -136,6 +137,7 @@ StatusOr<std::unique_ptr<ShmRegions>> ShmRegions::CreateV1(
     inference::GRPCInferenceService::StubInterface* stub,
     const std::vector<v1::ForwardRequest>& requests) {
   std::vector<std::vector<std::string_view>> inputs;
+  inputs.reserve(requests.size());
   for (const v1::ForwardRequest& request : requests) {
     inputs.emplace_back();
     for (const v1::Tensor* t : V1Inputs(request)) inputs.back().push_back(t->data());
