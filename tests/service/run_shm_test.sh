@@ -50,7 +50,8 @@ PYTHONPATH="$work/stubs" "$python" "$src/tests/service/shm_test.py" --mode on \
   --server-pid "$pid" || { status=1; tail -20 "$work/server.log"; }
 # mha.v1 (Forward, ForwardStream, LayerSteps) on the same server and registry.
 PYTHONPATH="$work/stubs" "$python" "$src/tests/service/v1_shm_test.py" --target "$target" \
-  --fixture "$fixture" --llama-fixture "$src/tests/fixtures/llama/stack4_sessions" ||
+  --fixture "$fixture" --llama-fixture "$src/tests/fixtures/llama/stack4_sessions" \
+  --hold-dir "$work/hold" ||
   { status=1; tail -20 "$work/server.log"; }
 stop_server
 

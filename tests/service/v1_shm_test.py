@@ -11,7 +11,9 @@ with the query in a region and both outputs written into one, through Forward an
 ForwardStream; in-band and shared-memory tensors mixed in one request; every refusal with its
 code and message (the Open Inference Protocol's rules and words, mha.v1's field names); and a
 Llama stack's LayerSteps with every entry's hidden states and outputs in shared memory equal,
-bit for bit, to the same steps in-band, and to PyTorch's (the fixture).
+bit for bit, to the same steps in-band, and to PyTorch's (the fixture); and Unregister during a
+Forward held in the core (the server's hold gate): the names go at once, the answer waits for the
+request, which is answered right.
 """
 import argparse
 import json
@@ -19,6 +21,7 @@ import os
 import queue
 import struct
 import sys
+import time
 from multiprocessing import shared_memory
 
 import grpc
@@ -293,11 +296,57 @@ def test_layer_steps(stub, fixture, step_in, step_out):
     stub.CloseSession(pb.CloseSessionRequest(session_id=sid))
 
 
+def wait_until(condition, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"FAIL: {what} (not within {timeout} s)")
+        time.sleep(0.002)  # polling for a state, as WaitUntil does; no timing is relied on
+    print("ok:", what)
+
+
+def test_unregister_during_held_forward(oip, f, hold_dir):
+    """Unregister while a held mha.v1 Forward uses the regions: the names go at once (Status:
+    NOT_FOUND), Unregister answers only after the request, which is answered right."""
+    objects = [shared_memory.SharedMemory(create=True, size=4096) for _ in range(2)]
+    try:
+        for name, shm in zip(("in", "out"), objects):
+            oip.SystemSharedMemoryRegister(ipb.SystemSharedMemoryRegisterRequest(
+                name=name, key="/" + shm.name, byte_size=shm.size))
+        objects[0].buf[:f.q_bytes] = f.q.tobytes()
+        k = len([n for n in os.listdir(hold_dir) if n.startswith("entered.")]) + 1
+        open(os.path.join(hold_dir, "hold"), "w").close()
+        try:
+            forward = f.stub.Forward.future(f.request())
+            wait_until(lambda: os.path.exists(os.path.join(hold_dir, f"entered.{k}")),
+                       "the Forward's pass reaches the hold gate")
+            unregister = oip.SystemSharedMemoryUnregister.future(
+                ipb.SystemSharedMemoryUnregisterRequest())
+
+            def gone():
+                try:
+                    oip.SystemSharedMemoryStatus(ipb.SystemSharedMemoryStatusRequest(name="in"))
+                    return False
+                except grpc.RpcError as e:
+                    return e.code() == CODE.NOT_FOUND
+            wait_until(gone, "Unregister removes the names at once (Status: NOT_FOUND)")
+            check(not unregister.done(), "Unregister has not answered while the Forward is held")
+        finally:
+            os.remove(os.path.join(hold_dir, "hold"))
+        f.expect(objects[1], forward.result(timeout=60), "the held Forward, then Unregister")
+        unregister.result(timeout=60)
+    finally:
+        for shm in objects:
+            shm.close()
+            shm.unlink()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", required=True)
     p.add_argument("--fixture", required=True, help="tests/fixtures/cases/format_safetensors")
     p.add_argument("--llama-fixture", required=True, help="tests/fixtures/llama/stack4_sessions")
+    p.add_argument("--hold-dir", required=True, help="the server's --test-hold-dir")
     args = p.parse_args()
     channel = grpc.insecure_channel(args.target)
     oip = ipb_grpc.GRPCInferenceServiceStub(channel)
@@ -316,6 +365,7 @@ def main():
         oip.SystemSharedMemoryUnregister(ipb.SystemSharedMemoryUnregisterRequest())
         refused(lambda: stub.Forward(f.request()), CODE.NOT_FOUND,
                 "query: shared memory region 'in' is not registered")
+        test_unregister_during_held_forward(oip, f, args.hold_dir)
     finally:
         for shm in objects.values():
             shm.close()
