@@ -287,11 +287,15 @@ def test_layer_steps(stub, fixture, step_in, step_out):
     place(e.output_shared_memory, "step_out", 64)
     answer = stream.send(request)
     check(answer.error.code == CODE.INVALID_ARGUMENT.value[0] and
-          "entries[0].output: shared_memory_byte_size 64 (region 'step_out') is too small for the "
-          "output's 128 bytes" in answer.error.message, f"LayerSteps refusal: {answer.error.message}")
+          "entries[0].output: shared_memory_byte_size 64 is too small for the output's 128 bytes "
+          "(shape [1, 32] float32)" in answer.error.message,
+          f"LayerSteps refusal: {answer.error.message}")
     request = pb.LayerStepRequest(id="ok", layer=0)
     e = request.entries.add(session_id=sid, hidden=in_region([1, 32], "step_in", 128))
-    check(not stream.send(request).HasField("error"), "LayerSteps: the stream goes on")
+    answer = stream.send(request)
+    check(not answer.HasField("error"), "LayerSteps: the stream goes on")
+    # Refused before the step: the session holds only this token.
+    check(list(answer.layer_tokens) == [1], f"no step ran for the refused one: {answer}")
     stream.close()
     stub.CloseSession(pb.CloseSessionRequest(session_id=sid))
 

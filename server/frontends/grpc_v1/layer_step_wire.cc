@@ -44,6 +44,7 @@ StatusOr<LayerStepRequest> DecodeLayerStepRequest(const v1::LayerStepRequest& r,
     if (!place->has_value()) continue;
     if (plan == nullptr) return NoShmRegistry(field + ".output");
     plan->outputs.resize(static_cast<size_t>(r.entries_size()));
+    out.entries.back().output_capacity = static_cast<int64_t>((*place)->bytes);
     plan->outputs[static_cast<size_t>(i)] = std::move(place.value());
   }
   return out;
