@@ -5,6 +5,8 @@
 //     place: what StepSessions runs on the CPU), 2 = per-session gather.
 //   BM_LlamaLayerStepChunk/<T>: one session at cache 512 taking a T-token prefill chunk.
 // Counters: steps/s and GFLOP/s (2 flops per multiply-add: the projections, q k^T and p v).
+//   BM_CopyRate: one core's copy bandwidth (memcpy of 256 MiB to another 256 MiB, bytes copied per
+//     second), the roofline's memory term (bench/llama_roofline.sh).
 // MHA_LLAMA_CHECKPOINT=DIR runs the same on a checkpoint (gen_fixtures.py --llama-checkpoint DIR)
 // instead of random weights; MHA_LLAMA_KV_HEADS=N another number of K/V heads (16 = MHA).
 #include <ATen/ATen.h>
@@ -12,6 +14,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -118,6 +121,19 @@ void BM_LlamaLayerStepChunk(benchmark::State& state) {
   Run(state, 1, state.range(0), mha::StepAttention::kPerSession);
 }
 BENCHMARK(BM_LlamaLayerStepChunk)->Arg(4)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_CopyRate(benchmark::State& state) {
+  const size_t bytes = size_t{256} << 20;  // well past the last-level cache
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_CopyRate)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 }  // namespace
 
