@@ -1,9 +1,8 @@
 #include "paged_kernel.h"
 
-#include <ATen/ATen.h>
-
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 // AttendUnit twice: for x86-64-v3 (AVX2, FMA) and the baseline, picked once by the loader (an
@@ -145,35 +144,52 @@ MHA_INLINE float RowMax(const float* row, int64_t n) {
   return top;
 }
 
-MHA_INLINE float RowSum(const float* row, int64_t n) {
+// row[p] = exp(row[p] - top) for p < n, returning their sum. Eight lanes at a time by Cephes'
+// expf (exp(x) = 2^k exp(r), |r| <= ln2 / 2, a degree-5 polynomial: within 2 ulp of expf, which is
+// what at::softmax's vectorized exp gives too), the tail by std::exp.
+MHA_INLINE float ExpRowSum(float* row, int64_t n, float top) {
+  typedef int32_t I8 __attribute__((vector_size(32)));
+  const V8 lowest = V8{} - 87.3365f;
   V8 acc = {};
   int64_t p = 0;
-  for (; p + 8 <= n; p += 8) acc += MHA_LD(row + p);
+  for (; p + 8 <= n; p += 8) {
+    V8 x = MHA_LD(row + p) - top;
+    x = x > lowest ? x : lowest;  // below, exp underflows: e^-87.3 ~ 1.2e-38 stands for 0
+    const V8 fx = x * 1.44269504088896341f + 0.5f;
+    V8 k = __builtin_convertvector(__builtin_convertvector(fx, I8), V8);
+    k += __builtin_convertvector(k > fx, V8);  // floor: truncation minus 1 where it rounded up
+    x = x - k * 0.693359375f - k * -2.12194440e-4f;
+    V8 y = x * 1.9875691500e-4f + 1.3981999507e-3f;
+    y = y * x + 8.3334519073e-3f;
+    y = y * x + 4.1665795894e-2f;
+    y = y * x + 1.6666665459e-1f;
+    y = y * x + 5.0000001201e-1f;
+    y = y * (x * x) + x + 1.0f;
+    const I8 bits = (__builtin_convertvector(k, I8) + 127) << 23;  // 2^k as a float's bits
+    V8 two_k;
+    __builtin_memcpy(&two_k, &bits, sizeof two_k);
+    y *= two_k;
+    MHA_ST(row + p, y);
+    acc += y;
+  }
   float lanes[8];
   MHA_ST(lanes, acc);
   float sum = Sum8(lanes);
-  for (; p < n; ++p) sum += row[p];
+  for (; p < n; ++p) sum += (row[p] = std::exp(row[p] - top));
   return sum;
 }
 
-// Each (t, h) row of scores over its visible keys becomes its softmax (keys past them: 0). The
-// exponentials in one ATen call for the unit (vectorized, as at::softmax's).
+// Each (t, h) row of scores over its visible keys becomes its softmax (keys past them: 0).
 MHA_INLINE void Softmax(const Unit& u, const Pages& pages, float* scores) {
-  const int64_t s = u.keys, rows = u.tokens * pages.heads;
+  const int64_t s = u.keys;
   for (int64_t t = 0; t < u.tokens; ++t) {
     const int64_t n = u.Visible(t);
     for (int64_t h = 0; h < pages.heads; ++h) {
       float* row = scores + (t * pages.heads + h) * s;
-      const float top = RowMax(row, n);
-      for (int64_t p = 0; p < n; ++p) row[p] -= top;
-      std::fill(row + n, row + s, -std::numeric_limits<float>::infinity());
+      const float inv = 1.0f / ExpRowSum(row, n, RowMax(row, n));
+      for (int64_t p = 0; p < n; ++p) row[p] *= inv;
+      std::fill(row + n, row + s, 0.0f);
     }
-  }
-  at::from_blob(scores, {rows * s}, at::TensorOptions().dtype(at::kFloat)).exp_();
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = scores + r * s;
-    const float inv = 1.0f / RowSum(row, s);
-    for (int64_t p = 0; p < s; ++p) row[p] *= inv;
   }
 }
 
