@@ -7,7 +7,8 @@
 # mha-client) + every cached K/V byte read once at one core's copy bandwidth (memcpy of 256 MiB,
 # mha_llama_bench BM_CopyRate).
 # Usage: bench/llama_roofline.sh   (SESSIONS=128 PREFILL=511 STEPS=16 KV_HEADS=4,
-#        MHA_BUILD_DIR=build; extra arguments go to mha-server)
+#        MHA_BUILD_DIR=build, MHA_SERVER=another mha-server binary for a before/after; extra
+#        arguments go to mha-server)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${MHA_BUILD_DIR:-build}
@@ -21,7 +22,7 @@ mkdir -p "$work/repo"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 copy=$("$build/bench/mha_llama_bench" --benchmark_filter='BM_CopyRate' --benchmark_format=json |
   /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["benchmarks"][0]["bytes/s"])')
-"$build/server/mha-server" --model-repository "$work/repo" --grpc-address 127.0.0.1:0 \
+"${MHA_SERVER:-$build/server/mha-server}" --model-repository "$work/repo" --grpc-address 127.0.0.1:0 \
   --port-file "$work/port" --metrics-address "" --http-address "" --log-level warn \
   --blas-threads 1 "$@" >"$work/server.log" 2>&1 &
 pid=$!
