@@ -113,21 +113,35 @@ MHA_INLINE void MixRows(const float* w, const float* rows, int64_t stride, int64
   }
 }
 
-// Calls f(first position, rows, the block's first row in `store`) for every block of u's row
-// holding positions [0, count).
+// The next block's bytes, fetched in parts as the current block is computed (a burst of every
+// line at once fills the core's miss buffers and waits).
+struct Ahead {
+  const char* next = nullptr;
+  int64_t bytes = 0;
+  // Part i of `parts` of the block.
+  MHA_INLINE void Part(int64_t i, int64_t parts) const {
+    const int64_t end = bytes * (i + 1) / parts;
+    for (int64_t b = bytes * i / parts & ~int64_t{63}; b < end; b += 64) {
+      __builtin_prefetch(next + b);
+    }
+  }
+};
+
+// Calls f(first position, rows, the block's first row in `store`, the next block) for every block
+// of u's row holding positions [0, count).
 template <typename F>
 MHA_INLINE void ForEachBlock(const Unit& u, const Pages& pages, const float* store, int64_t count,
                              F&& f) {
   const int64_t bt = pages.block_tokens, e = pages.kv_embed;
   for (int64_t block = 0, p = 0; p < count; ++block, p += bt) {
-    if (p + bt < count) {  // the next block on its way from memory while this one is computed
-      const char* next = reinterpret_cast<const char*>(
+    Ahead ahead;
+    if (p + bt < count) {
+      ahead.next = reinterpret_cast<const char*>(
           store + (*u.table)[static_cast<size_t>(block + 1)] * bt * e);
-      const int64_t bytes = std::min(bt, count - p - bt) * e * static_cast<int64_t>(sizeof(float));
-      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b);
+      ahead.bytes = std::min(bt, count - p - bt) * e * static_cast<int64_t>(sizeof(float));
     }
     const int64_t id = (*u.table)[static_cast<size_t>(block)];
-    f(p, std::min(bt, count - p), store + id * bt * e);
+    f(p, std::min(bt, count - p), store + id * bt * e, ahead);
   }
 }
 
@@ -136,11 +150,12 @@ MHA_INLINE void ForEachBlock(const Unit& u, const Pages& pages, const float* sto
 MHA_INLINE void Scores(const Unit& u, const Pages& pages, const float* q, float* scores) {
   const int64_t h_n = pages.heads, d = pages.head_dim, s = u.keys, g = pages.group;
   ForEachBlock(u, pages, pages.keys, u.Visible(u.tokens - 1),
-               [&](int64_t p, int64_t n, const float* base) {
+               [&](int64_t p, int64_t n, const float* base, const Ahead& ahead) {
                  for (int64_t t = 0; t < u.tokens; ++t) {
                    const int64_t rows = std::min(n, u.Visible(t) - p);
                    if (rows <= 0) continue;
                    for (int64_t h = 0; h < h_n; ++h) {
+                     if (t == 0) ahead.Part(h, h_n);
                      DotRows(q + t * pages.embed + h * d, base + h / g * d, pages.kv_embed, rows, d,
                              scores + (t * h_n + h) * s + p);
                    }
@@ -153,11 +168,12 @@ MHA_INLINE void Mix(const Unit& u, const Pages& pages, const float* probs) {
   const int64_t h_n = pages.heads, d = pages.head_dim, s = u.keys, g = pages.group;
   std::fill(u.out, u.out + u.tokens * pages.embed, 0.0f);
   ForEachBlock(u, pages, pages.values, u.Visible(u.tokens - 1),
-               [&](int64_t p, int64_t n, const float* base) {
+               [&](int64_t p, int64_t n, const float* base, const Ahead& ahead) {
                  for (int64_t t = 0; t < u.tokens; ++t) {
                    const int64_t rows = std::min(n, u.Visible(t) - p);
                    if (rows <= 0) continue;
                    for (int64_t h = 0; h < h_n; ++h) {
+                     if (t == 0) ahead.Part(h, h_n);
                      MixRows(probs + (t * h_n + h) * s + p, base + h / g * d, pages.kv_embed, rows,
                              d, u.out + t * pages.embed + h * d);
                    }
