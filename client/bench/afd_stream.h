@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "client/bench/stand_in_ffn.h"
 #include "client/mha_client.h"
-#include "client/stand_in_ffn.h"
 #include "mha/status.h"
 
 namespace mha::client {
