@@ -129,7 +129,8 @@ StatusOr<SessionInfo> SessionStore::Open(const OpenSessionParams& params) {
 }
 
 StatusOr<SessionInfo> SessionStore::Close(const std::string& id) {
-  std::deque<Pending> orphans;
+  std::vector<StepGate::Dropped> dropped;
+  std::vector<StepTurnPtr> ready;
   SessionInfo info;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -139,16 +140,15 @@ StatusOr<SessionInfo> SessionStore::Close(const std::string& id) {
     SessionPtr session = it->second;
     info = session->info;
     info.blocks = session->cache->blocks_held();
-    orphans.swap(session->pending);
-    table_.EndLocked(session, "was closed (CloseSession)");
-    table_.PublishLocked();
+    table_.CloseLocked(session, "was closed (CloseSession)", &dropped, &ready);
   }
-  for (Pending& p : orphans) {
-    p.task = InferenceTask();
-    InferenceResult result;
-    result.status = NotFound("session '" + Abbreviate(id) + "' was closed while this step waited");
-    p.done(std::move(result));
+  Status why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    why = table_.EndedWhileWaitingLocked(id);
   }
+  StepGate::Refuse(dropped, why);
+  StepGate::Start(ready);
   return info;
 }
 
@@ -178,94 +178,82 @@ Status SessionStore::AdmitLocked(const SessionPtr& session, InferenceTask* task)
   return Status::Ok();
 }
 
-void SessionStore::IdleLocked(Session* session) {
-  session->busy = false;
-  if (session->ended) session->cache->Release();
-}
-
-bool SessionStore::NextLocked(const SessionPtr& session, Action* action) {
-  if (session->pending.empty() || session->ended) {
-    IdleLocked(session.get());
-    return false;
-  }
-  session->busy = true;  // stays busy from step to step: a new arrival waits behind these
-  action->pending = std::move(session->pending.front());
-  session->pending.pop_front();
-  action->session = session;
-  action->status = AdmitLocked(session, &action->pending.task);
-  return true;
-}
-
 void SessionStore::Step(const std::string& id, InferenceTask task, DoneCallback done) {
-  Action action;
-  action.pending = Pending{std::move(task), std::move(done)};
+  auto step = std::make_shared<PendingStep>(PendingStep{std::move(task), std::move(done), nullptr});
+  auto turn = std::make_shared<StepTurn>();
+  Status entered;
+  bool now = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     table_.SweepLocked(options_.clock->Now());
     auto it = table_.sessions().find(id);
     if (it == table_.sessions().end()) {
-      action.status = directory_->NotFoundFor(id);
-    } else if (it->second->busy) {
-      Session& s = *it->second;
-      if (s.pending.size() < options_.max_pending_steps) {
-        s.pending.push_back(std::move(action.pending));
-        return;  // runs when the steps before it are answered
-      }
-      action.status = ResourceExhausted(
-          "session '" + s.info.id + "' has " + std::to_string(s.pending.size()) +
-          " steps waiting behind the one in flight (at most " +
-          std::to_string(options_.max_pending_steps) + "); send the next after an answer");
+      entered = directory_->NotFoundFor(id);
     } else {
-      action.session = it->second;
-      action.session->busy = true;
-      action.status = AdmitLocked(action.session, &action.pending.task);
+      step->session = it->second;
+      turn->lines = {&step->session->steps};
+      // The turn owns the step until it leaves the gate; the step does not own the turn.
+      std::weak_ptr<StepTurn> weak = turn;
+      turn->start = [this, step, weak] { Begin(step, weak.lock()); };
+      turn->refuse = [step](size_t, Status why) { Answer(step, std::move(why)); };
+      entered = table_.gate().EnterLocked(turn, {"session '" + step->session->info.id + "'"}, &now);
     }
     table_.PublishLocked();
   }
-  Run(std::move(action));
+  if (!entered.ok()) return Answer(step, std::move(entered));
+  if (now) Begin(step, turn);
 }
 
-// Outside mu_: hands an admitted step to the scheduler, or answers a refused one (and moves on
-// to the session's next waiting step).
-void SessionStore::Run(Action action) {
-  for (;;) {
-    if (action.status.ok()) {
-      SessionPtr session = action.session;
-      const int64_t t = action.pending.task.inputs.query.size(1);
-      DoneCallback done = std::move(action.pending.done);
-      runner_->Submit(std::move(action.pending.task),
-                      [this, session, t, done = std::move(done)](InferenceResult result) {
-                        OnStepDone(session, t, std::move(result), done);
-                      });
-      return;
-    }
-    action.pending.task = InferenceTask();
-    InferenceResult result;
-    result.status = action.status;
-    action.pending.done(std::move(result));
-    if (!action.session) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    Action next;
-    if (!NextLocked(action.session, &next)) return;
-    action = std::move(next);
-  }
-}
-
-void SessionStore::OnStepDone(const SessionPtr& session, int64_t tokens, InferenceResult result,
-                              const DoneCallback& done) {
-  Action next;
-  bool has_next = false;
+void SessionStore::Begin(const StepPtr& step, const StepTurnPtr& turn) {
+  Status admitted;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Session& s = *session;
+    if (step->session->ended) {
+      admitted = table_.EndedWhileWaitingLocked(step->session->info.id);
+    } else {
+      admitted = AdmitLocked(step->session, &step->task);
+    }
+    table_.PublishLocked();
+  }
+  if (!admitted.ok()) {
+    Answer(step, std::move(admitted));
+    return Leave(step, turn);
+  }
+  const int64_t t = step->task.inputs.query.size(1);
+  runner_->Submit(std::move(step->task), [this, step, turn, t](InferenceResult result) {
+    OnStepDone(step, turn, t, std::move(result));
+  });
+}
+
+void SessionStore::Answer(const StepPtr& step, Status status) {
+  step->task = InferenceTask();  // its inputs may borrow the request: dropped before the answer
+  InferenceResult result;
+  result.status = std::move(status);
+  step->done(std::move(result));
+}
+
+void SessionStore::Leave(const StepPtr& step, const StepTurnPtr& turn) {
+  std::vector<StepTurnPtr> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready = table_.LeaveLocked(turn, {step->session});
+  }
+  StepGate::Start(ready);
+}
+
+void SessionStore::OnStepDone(const StepPtr& step, const StepTurnPtr& turn, int64_t tokens,
+                              InferenceResult result) {
+  std::vector<StepTurnPtr> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Session& s = *step->session;
     if (result.status.ok()) s.info.tokens += tokens;
     s.last_used = options_.clock->Now();
     result.session_tokens = s.info.tokens;
-    has_next = NextLocked(session, &next);
-    table_.PublishLocked();
+    ready = table_.LeaveLocked(turn, {step->session});
   }
-  done(std::move(result));
-  if (has_next) Run(std::move(next));
+  step->done(std::move(result));
+  StepGate::Start(ready);
 }
 
 SessionStore::Usage SessionStore::usage() const {

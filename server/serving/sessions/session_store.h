@@ -3,17 +3,16 @@
 // order of their steps. Owned by the version's ModelHandle: when the version is unloaded or
 // replaced, its sessions end with it and their memory goes back.
 //
-// Steps of one session run one at a time, in arrival order: a step that arrives while another of
-// the same session is in flight waits behind it (up to max_pending_steps, then
-// RESOURCE_EXHAUSTED). When its turn comes a step is checked against the cache (mask shapes
-// cover the cache after it), against max_tokens (OUT_OF_RANGE) and given the blocks it needs
-// (RESOURCE_EXHAUSTED when the pool is short, or idle sessions evicted least recently used
-// first under the evict-lru policy), then handed to the model's scheduler, which merges steps
-// of many sessions into one pass.
+// Steps of one session run one at a time, in arrival order (the session table's StepGate): a step
+// that arrives while another of the same session is in flight waits behind it (up to
+// max_pending_steps, then RESOURCE_EXHAUSTED). When its turn comes a step is checked against the
+// cache (mask shapes cover the cache after it), against max_tokens (OUT_OF_RANGE) and given the
+// blocks it needs (RESOURCE_EXHAUSTED when the pool is short, or idle sessions evicted least
+// recently used first under the evict-lru policy), then handed to the model's scheduler, which
+// merges steps of many sessions into one pass.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -74,37 +73,32 @@ class SessionStore {
   Usage usage() const;
 
  private:
-  struct Pending {
-    InferenceTask task;
-    DoneCallback done;
-  };
   struct Session {
     SessionInfo info;
     std::unique_ptr<KvCache> cache;
     Clock::time_point last_used;
-    bool busy = false;  // a step is in the scheduler
     bool ended = false;
-    std::deque<Pending> pending;
-    bool held() const { return busy; }  // SessionTable's "a step holds it"
+    StepLine steps;  // the steps holding it (SessionTable's gate)
   };
   using SessionPtr = std::shared_ptr<Session>;
-  // A step ready for the scheduler, or a step answered at once.
-  struct Action {
-    Pending pending;
-    Status status;  // not OK: answer with it; OK: submit
+  // A step from arrival to answer: its turn at the gate starts it (Begin).
+  struct PendingStep {
+    InferenceTask task;
+    DoneCallback done;
     SessionPtr session;
   };
+  using StepPtr = std::shared_ptr<PendingStep>;
 
   Status EnsurePoolLocked();
   Status MakeRoomLocked(int64_t blocks, const Session* keep, const std::string& what);
   Status AdmitLocked(const SessionPtr& session, InferenceTask* task);
-  // With mu_ held: the session's next waiting step, admitted or refused (the session stays
-  // busy); false when none waits (the session is idle again).
-  bool NextLocked(const SessionPtr& session, Action* action);
-  void IdleLocked(Session* session);
-  void Run(Action action);
-  void OnStepDone(const SessionPtr& session, int64_t tokens, InferenceResult result,
-                  const DoneCallback& done);
+  // Its turn came: admits the step and hands it to the scheduler, or answers its refusal.
+  void Begin(const StepPtr& step, const StepTurnPtr& turn);
+  void OnStepDone(const StepPtr& step, const StepTurnPtr& turn, int64_t tokens,
+                  InferenceResult result);
+  // The step leaves the gate; the next turns start.
+  void Leave(const StepPtr& step, const StepTurnPtr& turn);
+  static void Answer(const StepPtr& step, Status status);
 
   const SessionOptions options_;
   const std::shared_ptr<const MhaModel> model_;

@@ -2,12 +2,13 @@
 // sessions, the version's KV block pool, their entries in the server-wide SessionDirectory, idle
 // expiry, LRU eviction under --kv-cache-full-policy evict-lru (never a session a step holds) and
 // the session metrics. Each kind's store (sessions/session_store.h for one-layer models; a kind's
-// own folder for the others) keeps its own lock, calls the *Locked functions with it held, and
-// decides how a step holds a session.
+// own folder for the others) keeps its own lock and calls the *Locked functions with it held. A
+// step holds its sessions through the table's StepGate (sessions/step_gate.h), the same for every
+// kind.
 //
 // A Session type has: `SessionInfo info`, `std::unique_ptr<Cache> cache` (Release(),
-// blocks_held()), `Clock::time_point last_used`, `bool ended`, and `bool held() const` (a step is
-// waiting or running on it).
+// blocks_held()), `Clock::time_point last_used`, `bool ended`, and `StepLine steps` (the steps
+// that hold it: a step is waiting or running on it while it is not empty).
 #pragma once
 
 #include <spdlog/spdlog.h>
@@ -25,6 +26,7 @@
 #include "server/serving/observability/stats_aggregator.h"
 #include "server/serving/sessions/session_directory.h"
 #include "server/serving/sessions/session_options.h"
+#include "server/serving/sessions/step_gate.h"
 
 namespace mha::serve {
 
@@ -53,7 +55,8 @@ class SessionTable {
       : options_(options),
         location_(std::move(location)),
         directory_(std::move(directory)),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        gate_(options.max_pending_steps) {}
 
   // The pool, made by `make` on the first call; `describe` logs it once.
   Status EnsurePoolLocked(const std::function<StatusOr<std::shared_ptr<KvBlockPool>>()>& make,
@@ -68,6 +71,7 @@ class SessionTable {
   const std::shared_ptr<KvBlockPool>& pool() const { return pool_; }
 
   Map& sessions() { return sessions_; }
+  const StepGate& gate() const { return gate_; }
   SessionDirectory& directory() { return *directory_; }
   const SessionLocation& location() const { return location_; }
 
@@ -85,7 +89,33 @@ class SessionTable {
     session->ended = true;
     directory_->End(session->info.id, why);
     sessions_.erase(session->info.id);
-    if (!session->held()) session->cache->Release();
+    if (!session->steps.held()) session->cache->Release();
+  }
+
+  // What a step waiting for session `id` is told when the session ends first.
+  Status EndedWhileWaitingLocked(const std::string& id) const {
+    return NotFound(directory_->NotFoundFor(id).message() + " (while this step waited)");
+  }
+
+  // Closes `session` (EndLocked with `why`): the steps waiting for it leave the gate into
+  // `dropped` (the caller refuses them after unlocking: StepGate::Refuse) and those their leaving
+  // lets start into `ready` (StepGate::Start); the step running keeps the cache until it leaves.
+  void CloseLocked(const Ptr& session, const std::string& why,
+                   std::vector<StepGate::Dropped>* dropped, std::vector<StepTurnPtr>* ready) {
+    gate_.DropWaitingLocked(&session->steps, dropped, ready);
+    EndLocked(session, why);
+    PublishLocked();
+  }
+
+  // A step that held `sessions` through `turn` left: the ended ones give their blocks back once
+  // nothing holds them. Returns the turns that may start now (StepGate::Start after unlocking).
+  std::vector<StepTurnPtr> LeaveLocked(const StepTurnPtr& turn, const std::vector<Ptr>& sessions) {
+    std::vector<StepTurnPtr> ready = gate_.LeaveLocked(turn);
+    for (const Ptr& s : sessions) {
+      if (s->ended && !s->steps.held()) s->cache->Release();
+    }
+    PublishLocked();
+    return ready;
   }
 
   // Ends every session: the version is unloaded or replaced.
@@ -103,7 +133,7 @@ class SessionTable {
     const auto timeout = std::chrono::seconds(options_.idle_timeout_s);
     std::vector<Ptr> expired;
     for (const auto& [id, session] : sessions_) {
-      if (!session->held() && now - session->last_used > timeout) expired.push_back(session);
+      if (!session->steps.held() && now - session->last_used > timeout) expired.push_back(session);
     }
     for (const auto& session : expired) {
       EndLocked(session, "expired: idle for more than --session-idle-timeout-s " +
@@ -120,7 +150,7 @@ class SessionTable {
     while (pool_->free_blocks() < blocks && options_.full_policy == KvFullPolicy::kEvictLru) {
       Ptr victim;
       for (const auto& [id, s] : sessions_) {
-        if (s.get() == keep || s->held() || s->cache->blocks_held() == 0) continue;
+        if (s.get() == keep || s->steps.held() || s->cache->blocks_held() == 0) continue;
         if (!victim || s->last_used < victim->last_used) victim = s;
       }
       if (!victim) break;
@@ -161,6 +191,7 @@ class SessionTable {
   const SessionLocation location_;
   const std::shared_ptr<SessionDirectory> directory_;
   StatsAggregator* const metrics_;
+  const StepGate gate_;
   std::shared_ptr<KvBlockPool> pool_;  // made on the first EnsurePoolLocked
   Map sessions_;
 };

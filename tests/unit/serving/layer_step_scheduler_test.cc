@@ -1,7 +1,8 @@
 // LayerStepScheduler (server/serving/kinds/llama/layer_step_scheduler.h) over the fixture stack
 // stack4_sessions, passes held at an in-process gate (no timing): messages of one layer with
 // disjoint sessions that wait together merge into one pass, a later message of a session waits
-// for the earlier one, other layers wait for their own pass, every output equals PyTorch's causal
+// (at the session gate) for the earlier one, other layers wait for their own pass, stateless
+// forwards share the one queue and run alone, every output equals PyTorch's causal
 // forward of the layer (<= 1e-5); a refused entry refuses only its message; the token cap, the
 // queue limit, deadlines and shutdown; and what it shares with every scheduler (the queue-depth
 // gauge, drops on the pass-time estimate, off-worker completion, instances).
@@ -54,18 +55,37 @@ class LayerStepSchedulerTest : public ::testing::Test {
                                         Clock::time_point deadline = Clock::time_point::max(),
                                         std::thread::id* answered_on = nullptr) {
     auto answer = std::make_shared<std::promise<LayerStepResponse>>();
-    auto held = store_->Acquire(ids);
-    EXPECT_TRUE(held.ok()) << held.status().ToString();
-    LayerStepTask task;
-    task.layer = layer;
-    task.sessions = held.value();
-    task.hidden = hidden;
-    task.deadline = deadline;
-    task.done = [answer, answered_on](LayerStepResponse r) {
+    auto task = std::make_shared<LayerStepTask>();
+    task->layer = layer;
+    task->hidden = hidden;
+    task->deadline = deadline;
+    task->done = [answer, answered_on](LayerStepResponse r) {
       if (answered_on) *answered_on = std::this_thread::get_id();
       answer->set_value(std::move(r));
     };
-    scheduler_->Submit(std::move(task));
+    // As LlamaServed::StepLayer: the message reaches the scheduler when its turn comes.
+    const Status entered = store_->Acquire(
+        ids,
+        [this, task](LlamaStepHold hold) {
+          task->hold = std::move(hold);
+          scheduler_->Submit(std::move(*task));
+        },
+        [task](Status why) {
+          LayerStepResponse r;
+          r.status = std::move(why);
+          task->done(std::move(r));
+        });
+    EXPECT_TRUE(entered.ok()) << entered.ToString();
+    return answer->get_future();
+  }
+  // A stateless forward of `layer` over [1, T, E] `query`.
+  std::future<InferenceResult> Forward(int64_t layer, const at::Tensor& query) {
+    auto answer = std::make_shared<std::promise<InferenceResult>>();
+    InferenceTask task;
+    task.layer = layer;
+    task.inputs.query = ToHost(query.unsqueeze(0).contiguous());
+    scheduler_->SubmitForward(std::move(task),
+                              [answer](InferenceResult r) { answer->set_value(std::move(r)); });
     return answer->get_future();
   }
 
@@ -172,7 +192,7 @@ TEST_F(LayerStepSchedulerTest, AFullQueueAndExpiredDeadlinesAreAnsweredWithoutAP
   auto full = Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 1)});
   const LayerStepResponse rf = GetWithin(full);  // answered inline
   EXPECT_EQ(rf.status.code(), StatusCode::kResourceExhausted);
-  EXPECT_TRUE(Contains(rf.status.message(), "1 layer step messages waiting for model 'llama'"));
+  EXPECT_TRUE(Contains(rf.status.message(), "1 requests waiting for model 'llama'"));
   gate_.ReleaseAll();
   EXPECT_TRUE(GetWithin(a).status.ok());
   EXPECT_EQ(GetWithin(expired).status.code(), StatusCode::kDeadlineExceeded);
@@ -273,6 +293,34 @@ TEST_F(LayerStepSchedulerTest, InstancesRunDisjointSessionsAtOnceAndKeepEachSess
       testing::TensorsNear(ToTensor(rb.outputs[0]), Io(0, "output.1").narrow(0, 0, 1), tol));
   EXPECT_TRUE(
       testing::TensorsNear(ToTensor(rc.outputs[0]), Io(1, "output.0").narrow(0, 0, 2), tol));
+  EXPECT_EQ(gate_.entered(), 3);
+}
+
+// One queue per version: stateless forwards wait in the queue the layer steps use (one gauge, one
+// limit), run alone, and equal PyTorch's causal forward of the layer.
+TEST_F(LayerStepSchedulerTest, StatelessForwardsShareTheQueueAndRunAlone) {
+  BatcherOptions o;
+  o.max_queue_size = 2;
+  Start(o);
+  gate_.Hold();
+  auto a = Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)});
+  ASSERT_TRUE(gate_.WaitEntered(1));
+  auto f = Forward(0, Io(1, "input"));
+  auto b = Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 1)});
+  EXPECT_EQ(stats_.Read().queue_depth, 2);  // the forward and b, in one queue
+  const InferenceResult full = GetWithin(Forward(1, Io(1, "input")));
+  EXPECT_EQ(full.status.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(full.status.message(), "2 requests waiting for model 'llama'"))
+      << full.status.message();
+  gate_.ReleaseAll();
+  ASSERT_TRUE(GetWithin(a).status.ok());
+  const InferenceResult rf = GetWithin(f);
+  ASSERT_TRUE(rf.status.ok()) << rf.status.ToString();
+  EXPECT_TRUE(testing::TensorsNear(ToTensor(rf.outputs.output), Io(1, "output.0").unsqueeze(0),
+                                   testing::kFp32Tolerance));
+  const LayerStepResponse rb = GetWithin(b);
+  ASSERT_TRUE(rb.status.ok()) << rb.status.ToString();
+  EXPECT_EQ(rb.pass_messages, 1);  // the forward ran alone between a and b
   EXPECT_EQ(gate_.entered(), 3);
 }
 

@@ -1,13 +1,15 @@
 // LlamaSessionStore (server/serving/kinds/llama/llama_session_store.h) over the fixture stack
 // stack4_sessions (L=4, KV=2, D=8: 128 bytes per token per layer in float32): ids server-wide,
-// one block per layer taken at open, refusals naming the entry, the layer-order rule at Prepare,
-// a session closed while a step holds it, the full pool under refuse and evict-lru, idle expiry on
+// one block per layer taken at open, refusals naming the entry, messages taking turns at the
+// session gate, the layer-order rule at Prepare, a session closed while a step holds it and while
+// messages wait for it, the full pool under refuse and evict-lru, idle expiry on
 // a fake clock.
 #include "server/serving/kinds/llama/llama_session_store.h"
 
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,23 @@ class LlamaSessionStoreTest : public ::testing::Test {
                                                SessionLocation{"llama", "1"}, directory_, nullptr);
   }
 
+  // A step message at the gate: its hold once its turn came, or why a close refused it.
+  struct Message {
+    Status entered;
+    std::shared_ptr<std::optional<LlamaStepHold>> hold =
+        std::make_shared<std::optional<LlamaStepHold>>();
+    std::shared_ptr<Status> refused = std::make_shared<Status>();
+    bool started() const { return hold->has_value(); }
+    const LlamaSessionRef& session(size_t i = 0) const { return (*hold)->sessions.at(i); }
+  };
+  static Message Enter(LlamaSessionStore& store, const std::vector<std::string>& ids) {
+    Message m;
+    m.entered = store.Acquire(
+        ids, [hold = m.hold](LlamaStepHold h) { *hold = std::move(h); },
+        [refused = m.refused](Status why) { *refused = std::move(why); });
+    return m;
+  }
+
   LoadedLlamaModel model_;
   FakeClock clock_;
   std::shared_ptr<SessionDirectory> directory_ = std::make_shared<SessionDirectory>();
@@ -64,31 +83,43 @@ TEST_F(LlamaSessionStoreTest, OpenTakesOneBlockPerLayerAndIdsAreServerWide) {
   EXPECT_TRUE(Contains(store->Close("client-a").status().message(), "was closed (CloseSession)"));
 }
 
-TEST_F(LlamaSessionStoreTest, AcquireNamesTheEntryAndBoundsTheMessagesHoldingASession) {
+TEST_F(LlamaSessionStoreTest, AcquireNamesTheEntryAndMessagesTakeTurnsInArrivalOrder) {
   auto store = Store(16);
   ASSERT_TRUE(store->Open(100, "a").ok());
-  auto unknown = store->Acquire({"a", "nope"});
-  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store->Open(100, "b").ok());
+  const Message unknown = Enter(*store, {"a", "nope"});
+  EXPECT_EQ(unknown.entered.code(), StatusCode::kNotFound);
   EXPECT_TRUE(
-      Contains(unknown.status().message(), "entries[1].session_id: session 'nope' is unknown"))
-      << unknown.status().message();
-  auto first = store->Acquire({"a"});
-  auto second = store->Acquire({"a"});
-  ASSERT_TRUE(first.ok() && second.ok());
-  auto third = store->Acquire({"a"});
-  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_TRUE(Contains(third.status().message(), "entries[0].session_id: session 'a' has 2 step"));
-  store->Finish(*first);
-  store->Finish(*second);
-  EXPECT_TRUE(store->Acquire({"a"}).ok());
+      Contains(unknown.entered.message(), "entries[1].session_id: session 'nope' is unknown"))
+      << unknown.entered.message();
+  const Message first = Enter(*store, {"a"});
+  const Message both = Enter(*store, {"b", "a"});  // waits for `first` at a
+  const Message second = Enter(*store, {"a"});
+  const Message later_b = Enter(*store, {"b"});  // b is free, but `both` came first
+  ASSERT_TRUE(first.started());
+  EXPECT_FALSE(both.started() || second.started() || later_b.started());
+  const Message over = Enter(*store, {"b", "a"});
+  EXPECT_EQ(over.entered.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(over.entered.message(),
+                       "entries[1].session_id: session 'a' has 2 steps waiting behind the one in "
+                       "flight (at most 2, --max-pending-steps)"))
+      << over.entered.message();
+  store->Finish(**first.hold);
+  ASSERT_TRUE(both.started());
+  EXPECT_FALSE(second.started() || later_b.started());
+  store->Finish(**both.hold);
+  EXPECT_TRUE(second.started() && later_b.started());  // disjoint now: both run
+  store->Finish(**second.hold);
+  store->Finish(**later_b.hold);
+  EXPECT_TRUE(Enter(*store, {"a", "b"}).started());
 }
 
 TEST_F(LlamaSessionStoreTest, PrepareKeepsTheLayersInOrder) {
   auto store = Store(16);
   ASSERT_TRUE(store->Open(100, "a").ok());
-  auto held = store->Acquire({"a"});
-  ASSERT_TRUE(held.ok());
-  const LlamaSessionRef& a = held->front();
+  const Message held = Enter(*store, {"a"});
+  ASSERT_TRUE(held.started());
+  const LlamaSessionRef& a = held.session();
   Status s = store->Prepare(a, 1, 1);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s.message(), "layer 1 would hold 1 tokens, more than layer 0's 0"))
@@ -97,22 +128,34 @@ TEST_F(LlamaSessionStoreTest, PrepareKeepsTheLayersInOrder) {
   const Status too_many = store->Prepare(a, 0, 101);
   EXPECT_EQ(too_many.code(), StatusCode::kOutOfRange);
   EXPECT_TRUE(Contains(too_many.message(), "max_tokens 100"));
-  store->Finish(*held);
+  store->Finish(**held.hold);
 }
 
 TEST_F(LlamaSessionStoreTest, ASessionClosedWhileHeldEndsNowAndGivesItsBlocksBackAfter) {
   auto store = Store(16);
   ASSERT_TRUE(store->Open(100, "a").ok());
-  auto held = store->Acquire({"a"});
-  ASSERT_TRUE(held.ok());
+  ASSERT_TRUE(store->Open(100, "b").ok());
+  const Message held = Enter(*store, {"a"});
+  const Message waiting = Enter(*store, {"b", "a"});
+  const Message behind = Enter(*store, {"b"});  // waits for `waiting` at b
+  ASSERT_TRUE(held.started());
   ASSERT_TRUE(store->Close("a").ok());
-  EXPECT_EQ(store->usage().sessions, 0);
-  EXPECT_EQ(store->usage().blocks_used, 4);  // still held by the step
-  const Status s = store->Prepare(held->front(), 0, 1);
+  // The message waiting for a is refused at once and leaves b's line: `behind` starts.
+  EXPECT_EQ(waiting.refused->code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(waiting.refused->message(),
+                       "entries[1].session_id: session 'a' was closed (CloseSession) (while this "
+                       "step waited)"))
+      << waiting.refused->message();
+  EXPECT_FALSE(waiting.started());
+  EXPECT_TRUE(behind.started());
+  EXPECT_EQ(store->usage().sessions, 1);
+  EXPECT_EQ(store->usage().blocks_used, 8);  // a's still held by the step that started
+  const Status s = store->Prepare(held.session(), 0, 1);
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
   EXPECT_TRUE(Contains(s.message(), "was closed (CloseSession) (while this step waited)"));
-  store->Finish(*held);
-  EXPECT_EQ(store->usage().blocks_used, 0);
+  store->Finish(**held.hold);
+  store->Finish(**behind.hold);
+  EXPECT_EQ(store->usage().blocks_used, 4);  // b's
 }
 
 TEST_F(LlamaSessionStoreTest, AFullPoolRefusesOrEvictsTheLeastRecentlyUsedIdleSession) {
@@ -128,27 +171,27 @@ TEST_F(LlamaSessionStoreTest, AFullPoolRefusesOrEvictsTheLeastRecentlyUsedIdleSe
   ASSERT_TRUE(evict->Open(100, "e1").ok());
   clock_.Advance(std::chrono::seconds(1));
   ASSERT_TRUE(evict->Open(100, "e2").ok());
-  auto held = evict->Acquire({"e2"});  // e2 is busy: e1 (idle, older) goes
-  ASSERT_TRUE(held.ok());
+  const Message held = Enter(*evict, {"e2"});  // e2 is busy: e1 (idle, older) goes
+  ASSERT_TRUE(held.started());
   ASSERT_TRUE(evict->Open(100, "e3").ok());
   EXPECT_TRUE(Contains(evict->Close("e1").status().message(), "was evicted"));
   // Now e2 is held and e3 idle: e2's next block comes from e3.
-  ASSERT_TRUE(evict->Prepare(held->front(), 0, 4).ok());
-  ASSERT_TRUE(evict->Prepare(held->front(), 0, 5).ok());
+  ASSERT_TRUE(evict->Prepare(held.session(), 0, 4).ok());
+  ASSERT_TRUE(evict->Prepare(held.session(), 0, 5).ok());
   EXPECT_TRUE(Contains(evict->Close("e3").status().message(), "was evicted"));
-  evict->Finish(*held);
+  evict->Finish(**held.hold);
 }
 
 TEST_F(LlamaSessionStoreTest, IdleSessionsExpireButHeldOnesDoNot) {
   auto store = Store(16);
   ASSERT_TRUE(store->Open(100, "idle").ok());
   ASSERT_TRUE(store->Open(100, "busy").ok());
-  auto held = store->Acquire({"busy"});
-  ASSERT_TRUE(held.ok());
+  const Message held = Enter(*store, {"busy"});
+  ASSERT_TRUE(held.started());
   clock_.Advance(std::chrono::seconds(61));
   store->SweepExpired();
   EXPECT_TRUE(Contains(store->Close("idle").status().message(), "expired: idle for more than"));
-  store->Finish(*held);  // used now
+  store->Finish(**held.hold);  // used now
   store->SweepExpired();
   EXPECT_TRUE(store->Close("busy").ok());
 }

@@ -166,7 +166,8 @@ TEST(SessionStore, CloseAnswersWaitingStepsAndGivesBlocksBackAfterTheStepInFligh
   ASSERT_TRUE(closed.ok());
   ASSERT_EQ(answers.results.size(), 1u) << "the waiting step is answered at once";
   EXPECT_EQ(answers.results[0].status.code(), StatusCode::kNotFound);
-  EXPECT_TRUE(Contains(answers.results[0].status.message(), "was closed while this step waited"));
+  EXPECT_TRUE(Contains(answers.results[0].status.message(),
+                       "was closed (CloseSession) (while this step waited)"));
   EXPECT_EQ(store.usage().blocks_used, 2) << "the step in flight still writes its blocks";
   runner.RunOldest();
   EXPECT_TRUE(answers.results[1].status.ok());

@@ -31,8 +31,7 @@ struct FakeSession {
   std::unique_ptr<FakeCache> cache;
   Clock::time_point last_used;
   bool ended = false;
-  bool busy = false;
-  bool held() const { return busy; }
+  StepLine steps;
 };
 
 class SessionTableTest : public ::testing::Test {
@@ -51,6 +50,15 @@ class SessionTableTest : public ::testing::Test {
                     ->EnsurePoolLocked([&] { return KvBlockPool::Create(o.pool, *model); },
                                        [](const KvBlockPool&) {})
                     .ok());
+  }
+  // A step that holds `session` at the table's gate (started: nothing waits before it).
+  StepTurnPtr Hold(const std::shared_ptr<FakeSession>& session) {
+    auto turn = std::make_shared<StepTurn>();
+    turn->lines = {&session->steps};
+    bool now = false;
+    EXPECT_TRUE(table_->gate().EnterLocked(turn, {"session"}, &now).ok());
+    EXPECT_TRUE(now);
+    return turn;
   }
   // A session named `id` holding `blocks` blocks, last used at `t` seconds.
   std::shared_ptr<FakeSession> Open(const std::string& id, int64_t blocks, int t) {
@@ -76,7 +84,7 @@ TEST_F(SessionTableTest, EvictionEndsTheLeastRecentlyUsedSessionThatNoStepHolds)
   Make(KvFullPolicy::kEvictLru);
   const int64_t total = table_->pool()->total_blocks();
   auto held = Open("held", total / 4, 1);  // the oldest, but a step holds it
-  held->busy = true;
+  const StepTurnPtr step = Hold(held);
   auto keep = Open("keep", total / 4, 2);  // older than `old`, but the one asking
   auto old = Open("old", total / 4, 3);
   auto recent = Open("recent", total - 3 * (total / 4), 4);
@@ -109,7 +117,7 @@ TEST_F(SessionTableTest, ExpirySkipsHeldSessionsAndAHeldSessionKeepsItsBlocksUnt
   Make(KvFullPolicy::kRefuse);
   auto idle = Open("idle", 2, 0);
   auto busy = Open("busy", 3, 0);
-  busy->busy = true;
+  const StepTurnPtr step = Hold(busy);
   table_->SweepLocked(Clock::time_point(std::chrono::seconds(5)));  // within the 10 s timeout
   EXPECT_FALSE(idle->ended);
   table_->SweepLocked(Clock::time_point(std::chrono::seconds(11)));
@@ -120,7 +128,9 @@ TEST_F(SessionTableTest, ExpirySkipsHeldSessionsAndAHeldSessionKeepsItsBlocksUnt
   EXPECT_FALSE(busy->ended);
   table_->EndLocked(busy, "was closed (CloseSession)");
   EXPECT_TRUE(busy->ended);
-  EXPECT_EQ(busy->cache->blocks_held(), 3);  // its step still runs: released by its store later
+  EXPECT_EQ(busy->cache->blocks_held(), 3);  // its step still runs
+  EXPECT_TRUE(table_->LeaveLocked(step, {busy}).empty());
+  EXPECT_EQ(busy->cache->blocks_held(), 0);  // the step left: its blocks went back
   table_->EndAllLocked();
   auto last = Open("last", 1, 0);
   table_->EndAllLocked();
@@ -128,7 +138,6 @@ TEST_F(SessionTableTest, ExpirySkipsHeldSessionsAndAHeldSessionKeepsItsBlocksUnt
             std::string::npos)
       << Why("last");
   last->cache->Release();
-  busy->cache->Release();
   EXPECT_EQ(table_->pool()->used_blocks(), 0);
 }
 

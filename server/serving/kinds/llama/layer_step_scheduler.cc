@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <set>
 #include <utility>
 
 #include "server/serving/observability/stats_aggregator.h"
@@ -17,6 +16,20 @@ std::unique_ptr<LayerStepScheduler> LayerStepScheduler::Create(
       new LayerStepScheduler(options, std::move(stack), sessions, std::move(model_name), metrics));
 }
 
+void LayerStepScheduler::SubmitForward(InferenceTask task, DoneCallback done) {
+  LayerStepTask item;
+  item.tokens = task.inputs.query.size(0) * task.inputs.query.size(1);
+  item.forward =
+      std::make_shared<LlamaForwardWork>(LlamaForwardWork{std::move(task), std::move(done)});
+  queue_.Submit(std::move(item));
+}
+
+bool LayerPlanner::Cancelled(const Item& item) const {
+  const std::function<bool()>& cancelled =
+      item.forward ? item.forward->task.is_cancelled : item.is_cancelled;
+  return cancelled && cancelled();
+}
+
 void LayerStepScheduler::Submit(LayerStepTask task) {
   task.tokens = 0;
   for (const HostTensor& h : task.hidden) task.tokens += h.size(0);
@@ -27,20 +40,19 @@ PassPlan<LayerStepTask> LayerPlanner::PlanLocked(Queue<Item>& queue, Clock::time
                                                  const PassContext& context) const {
   const BatcherOptions& o = context.options();
   PassPlan<Item> plan;
-  std::set<const LlamaSession*> earlier;  // sessions of every message looked at so far
-  int64_t layer = -1, tokens = 0;
+  if (queue.front().item.forward) {  // a stateless forward runs alone, at once
+    plan.items.push_back(queue.begin());
+    plan.full = true;
+    return plan;
+  }
+  const int64_t layer = queue.front().item.layer;
+  int64_t tokens = 0;
   for (auto it = queue.begin(); it != queue.end(); ++it) {
-    bool runnable = layer < 0 || it->item.layer == layer;
-    for (const LlamaSessionRef& s : it->item.sessions) {
-      runnable = runnable && earlier.count(s.get()) == 0 && in_flight_.count(s.get()) == 0;
-    }
-    for (const LlamaSessionRef& s : it->item.sessions) earlier.insert(s.get());
-    if (!runnable) continue;
+    if (it->item.forward || it->item.layer != layer) continue;
     if (!plan.items.empty() && tokens + it->item.tokens > o.max_batch_tokens) {
       plan.full = true;  // keep looking: a smaller message may still fit
       continue;
     }
-    if (layer < 0) layer = it->item.layer;
     plan.items.push_back(it);
     tokens += it->item.tokens;
   }
@@ -49,27 +61,15 @@ PassPlan<LayerStepTask> LayerPlanner::PlanLocked(Queue<Item>& queue, Clock::time
   return plan;
 }
 
-LayerPlanner::Running LayerPlanner::StartLocked(const std::vector<Queued<Item>>& batch) {
-  Running running;
-  for (const auto& q : batch) {
-    for (const LlamaSessionRef& s : q.item.sessions) running.push_back(s.get());
-  }
-  in_flight_.insert(running.begin(), running.end());
-  return running;
-}
-
-void LayerPlanner::FinishLocked(const Running& running) {
-  for (const LlamaSession* s : running) in_flight_.erase(in_flight_.find(s));
-}
-
 std::vector<Queued<LayerStepTask>*> LayerPlanner::Prepare(std::vector<Queued<Item>>& batch,
                                                           Clock::time_point start,
                                                           PassContext& context) const {
   std::vector<Queued<Item>*> ready;
   for (auto& q : batch) {
     Status prepared;
-    for (size_t i = 0; prepared.ok() && i < q.item.sessions.size(); ++i) {
-      prepared = sessions_->Prepare(q.item.sessions[i], q.item.layer, q.item.hidden[i].size(0));
+    for (size_t i = 0; prepared.ok() && i < q.item.hold.sessions.size(); ++i) {
+      prepared =
+          sessions_->Prepare(q.item.hold.sessions[i], q.item.layer, q.item.hidden[i].size(0));
       if (!prepared.ok()) {
         prepared =
             Status(prepared.code(), "entries[" + std::to_string(i) + "]: " + prepared.message());
@@ -85,6 +85,7 @@ std::vector<Queued<LayerStepTask>*> LayerPlanner::Prepare(std::vector<Queued<Ite
 }
 
 void LayerPlanner::Run(std::vector<Queued<Item>>& batch, PassContext& context) const {
+  if (batch.front().item.forward) return RunForward(batch.front(), context);
   const Clock::time_point start = context.Now();
   std::vector<Queued<Item>*> ready = Prepare(batch, start, context);
   if (ready.empty()) return;
@@ -121,8 +122,8 @@ Status LayerPlanner::Step(std::vector<Queued<Item>*>& batch,
   std::vector<LlamaHostEntry> entries;
   int64_t tokens = 0;
   for (Queued<Item>* q : batch) {
-    for (size_t i = 0; i < q->item.sessions.size(); ++i) {
-      entries.push_back({q->item.sessions[i]->cache.get(), q->item.hidden[i], q->item.output});
+    for (size_t i = 0; i < q->item.hold.sessions.size(); ++i) {
+      entries.push_back({q->item.hold.sessions[i]->cache.get(), q->item.hidden[i], q->item.output});
     }
     tokens += q->item.tokens;
   }
@@ -138,7 +139,7 @@ Status LayerPlanner::Step(std::vector<Queued<Item>*>& batch,
   size_t next = 0;
   for (Queued<Item>* q : batch) {
     LayerStepResponse r;
-    for (const LlamaSessionRef& s : q->item.sessions) {
+    for (const LlamaSessionRef& s : q->item.hold.sessions) {
       r.outputs.push_back(std::move((*outputs)[next++]));
       r.layer_tokens.push_back(s->cache->length(layer));
     }
@@ -153,6 +154,12 @@ Status LayerPlanner::Step(std::vector<Queued<Item>*>& batch,
 
 void LayerPlanner::Refuse(Queued<Item>& item, Status status, int64_t queue_us,
                           PassContext& context) const {
+  if (item.item.forward) {
+    InferenceResult result;
+    result.status = std::move(status);
+    result.queue_us = queue_us;
+    return AnswerForward(item, std::move(result), context);
+  }
   LayerStepResponse response;
   response.status = std::move(status);
   response.queue_us = queue_us;
@@ -162,13 +169,51 @@ void LayerPlanner::Refuse(Queued<Item>& item, Status status, int64_t queue_us,
 void LayerPlanner::Answer(Queued<Item>& queued, LayerStepResponse response,
                           PassContext& context) const {
   LayerStepDone done = std::move(queued.item.done);
-  sessions_->Finish(queued.item.sessions);
+  sessions_->Finish(queued.item.hold);
   queued.item = LayerStepTask();  // drop the inputs (they may borrow the message) first
   int64_t bytes = 0;
   for (const HostTensor& t : response.outputs) bytes += static_cast<int64_t>(t.bytes());
   context.Deliver([done = std::move(done),
                    response = std::move(response)]() mutable { done(std::move(response)); },
                   bytes);
+}
+
+void LayerPlanner::RunForward(Queued<Item>& queued, PassContext& context) const {
+  const InferenceTask& task = queued.item.forward->task;
+  InferenceResult result;
+  const Clock::time_point start = context.Now();
+  result.queue_us = MicrosBetween(queued.arrival, start);
+  result.status = context.RunPass([&] {
+    return Safely("forward pass", [&]() -> Status {
+      auto output = LlamaForward(*stack_, task.layer, task.inputs.query, task.output_types.output);
+      if (!output.ok()) return output.status();
+      result.outputs.output = std::move(output.value());
+      return Status::Ok();
+    });
+  });
+  result.compute_us = MicrosBetween(start, context.Now());
+  if (result.status.ok()) {
+    context.RecordPass(Alone(queued.item), result.compute_us);
+    if (context.metrics()) {
+      context.metrics()->RecordBatch(1, task.inputs.query.size(0), queued.item.tokens,
+                                     queued.item.tokens);
+    }
+  } else {
+    result.outputs = HostOutputs();
+  }
+  AnswerForward(queued, std::move(result), context);
+}
+
+void LayerPlanner::AnswerForward(Queued<Item>& queued, InferenceResult result,
+                                 PassContext& context) {
+  std::shared_ptr<LlamaForwardWork> work = std::move(queued.item.forward);
+  DoneCallback done = std::move(work->done);
+  work->task = InferenceTask();       // free the inputs (they may borrow the request) first
+  result.answered_at = Clock::now();  // the real clock: the front end compares it with its own
+  const auto bytes = static_cast<int64_t>(result.outputs.output.bytes());
+  context.Deliver(
+      [done = std::move(done), result = std::move(result)]() mutable { done(std::move(result)); },
+      bytes);
 }
 
 }  // namespace mha::serve

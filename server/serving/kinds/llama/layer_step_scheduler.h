@@ -1,14 +1,14 @@
-// LayerStepScheduler: the scheduler of one Llama-family model version's per-layer step messages
-// (mha.v1 LayerSteps, docs/afd.md): the shared queue/worker core (scheduling/work_queue.h: queue
+// LayerStepScheduler: the one scheduler of a Llama-family model version: its per-layer step
+// messages (mha.v1 LayerSteps, docs/afd.md) and its stateless forwards (InferenceTask::layer over
+// a query, one per pass) in one queue: the shared queue/worker core (scheduling/work_queue.h: queue
 // limit, instances, deadline and cancel drops, drops on the pass-time estimate, the queue-depth
 // gauge, off-worker completion of big answers) with the layer planner below.
 //
-// Planning: a message holds its sessions (LlamaSessionStore::Acquire) from Submit on. A worker
-// takes the oldest message that may run, then every later message of the same layer whose
-// sessions appear in no earlier message still queued and in no pass running on another instance
-// (so each session's steps apply in arrival order, whatever stream they came on) while the pass's
-// new tokens stay within max_batch_tokens (one message alone may exceed it). With
-// max_queue_delay_us 0 (the default) a pass starts as soon as a worker is free.
+// Planning: a message comes here when its turn at the session gate came (LlamaSessionStore::
+// Acquire), so no two queued or running messages share a session and each session's steps apply
+// in arrival order. A worker takes the oldest message, then every later message of the same layer
+// while the pass's new tokens stay within max_batch_tokens (one message alone may exceed it).
+// With max_queue_delay_us 0 (the default) a pass starts as soon as a worker is free.
 //
 // A pass: each message's entries are prepared (LlamaSessionStore::Prepare: the session still
 // open, the layer-order rule, max_tokens, room in the pool); a message with a refused entry is
@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -30,42 +29,53 @@
 #include "server/serving/kinds/llama/llama_session_store.h"
 #include "server/serving/layer_step.h"
 #include "server/serving/scheduling/batcher_options.h"
+#include "server/serving/scheduling/runner.h"
 #include "server/serving/scheduling/work_queue.h"
 
 namespace mha::serve {
 
 class StatsAggregator;
 
-// One message, validated, its sessions held: what Submit queues.
+// A stateless forward of the stack: LlamaForward of task.layer over task.inputs.query, alone in
+// its pass; answered as ModelRunner::Submit's.
+struct LlamaForwardWork {
+  InferenceTask task;
+  DoneCallback done;
+};
+
+// One message, validated, its sessions held, or a stateless forward: what Submit queues.
 struct LayerStepTask {
   int64_t layer = 0;
-  std::vector<LlamaSessionRef> sessions;  // one per entry, distinct
-  std::vector<HostTensor> hidden;         // [t, E] per entry
+  LlamaStepHold hold;              // its sessions, one per entry, distinct
+  std::vector<HostTensor> hidden;  // [t, E] per entry
   ElementType output = ElementType::kFloat32;
   Clock::time_point deadline = Clock::time_point::max();
   std::function<bool()> is_cancelled;
   std::string request_id;
   LayerStepDone done;  // status, outputs, layer_tokens, timings (model/version left to the caller)
-  int64_t tokens = 0;  // new tokens of every entry (set by Submit)
+  int64_t tokens = 0;  // new tokens of every entry, or the forward's B * T (set by Submit)
+  std::shared_ptr<LlamaForwardWork> forward;  // set: a stateless forward, not a step message
 };
 
 class LayerPlanner {
  public:
   using Item = LayerStepTask;
-  using Running = std::vector<const LlamaSession*>;  // the sessions of a running pass
+  struct Running {};
   static constexpr const char* kPass = "layer step";
-  static constexpr const char* kItems = "layer step messages";
+  static constexpr const char* kItems = "requests";
 
   LayerPlanner(std::shared_ptr<const LlamaAttentionStack> stack, LlamaSessionStore* sessions)
       : stack_(std::move(stack)), sessions_(sessions) {}
 
-  Clock::time_point Deadline(const Item& item) const { return item.deadline; }
-  bool Cancelled(const Item& item) const { return item.is_cancelled && item.is_cancelled(); }
-  PassSize Alone(const Item& item) const { return PassSize{true, item.tokens}; }
+  Clock::time_point Deadline(const Item& item) const {
+    return item.forward ? item.forward->task.deadline : item.deadline;
+  }
+  bool Cancelled(const Item& item) const;
+  PassSize Alone(const Item& item) const { return PassSize{!item.forward, item.tokens}; }
   PassPlan<Item> PlanLocked(Queue<Item>& queue, Clock::time_point now,
                             const PassContext& context) const;
-  Running StartLocked(const std::vector<Queued<Item>>& batch);
-  void FinishLocked(const Running& running);
+  Running StartLocked(const std::vector<Queued<Item>>&) { return {}; }
+  void FinishLocked(const Running&) {}
   void Run(std::vector<Queued<Item>>& batch, PassContext& context) const;
   void Refuse(Queued<Item>& item, Status status, int64_t queue_us, PassContext& context) const;
 
@@ -78,10 +88,12 @@ class LayerPlanner {
               PassContext& context) const;
   // Releases the message's sessions, then delivers its answer.
   void Answer(Queued<Item>& queued, LayerStepResponse response, PassContext& context) const;
+  // A stateless forward: its pass, its answer.
+  void RunForward(Queued<Item>& queued, PassContext& context) const;
+  static void AnswerForward(Queued<Item>& queued, InferenceResult result, PassContext& context);
 
   std::shared_ptr<const LlamaAttentionStack> stack_;
   LlamaSessionStore* sessions_;
-  std::multiset<const LlamaSession*> in_flight_;  // sessions of running passes (queue's lock)
 };
 
 class LayerStepScheduler {
@@ -99,6 +111,8 @@ class LayerStepScheduler {
   // Queues `task`, or answers it at once (RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE
   // after Shutdown), its sessions released either way once it is answered.
   void Submit(LayerStepTask task);
+  // Queues a stateless forward (validated: ValidateLlamaForward) as ModelRunner::Submit does.
+  void SubmitForward(InferenceTask task, DoneCallback done);
   // Stops accepting, runs every queued message, joins the workers. Idempotent.
   void Shutdown() { queue_.Shutdown(); }
   size_t queue_depth() const { return queue_.depth(); }

@@ -78,40 +78,60 @@ StatusOr<SessionInfo> LlamaSessionStore::Open(int64_t max_tokens, const std::str
 }
 
 StatusOr<SessionInfo> LlamaSessionStore::Close(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  table_.SweepLocked(options_.clock->Now());
-  auto it = table_.sessions().find(id);
-  if (it == table_.sessions().end()) return directory_->NotFoundFor(id);
-  LlamaSessionRef session = it->second;
-  SessionInfo info = session->info;
-  if (session->holders == 0) info.blocks = session->cache->blocks_held();
-  table_.EndLocked(session, "was closed (CloseSession)");
-  table_.PublishLocked();
+  std::vector<StepGate::Dropped> dropped;
+  std::vector<StepTurnPtr> ready;
+  SessionInfo info;
+  Status why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    table_.SweepLocked(options_.clock->Now());
+    auto it = table_.sessions().find(id);
+    if (it == table_.sessions().end()) return directory_->NotFoundFor(id);
+    LlamaSessionRef session = it->second;
+    info = session->info;
+    if (!session->steps.held()) info.blocks = session->cache->blocks_held();
+    table_.CloseLocked(session, "was closed (CloseSession)", &dropped, &ready);
+    why = table_.EndedWhileWaitingLocked(id);
+  }
+  StepGate::Refuse(dropped, why);
+  StepGate::Start(ready);
   return info;
 }
 
-StatusOr<std::vector<LlamaSessionRef>> LlamaSessionStore::Acquire(
-    const std::vector<std::string>& ids) {
-  std::lock_guard<std::mutex> lock(mu_);
-  table_.SweepLocked(options_.clock->Now());
-  std::vector<LlamaSessionRef> held;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const std::string field = "entries[" + std::to_string(i) + "].session_id: ";
-    auto it = table_.sessions().find(ids[i]);
-    if (it == table_.sessions().end()) {
-      const Status gone = directory_->NotFoundFor(ids[i]);
-      return Status(gone.code(), field + gone.message());
+Status LlamaSessionStore::Acquire(const std::vector<std::string>& ids,
+                                  std::function<void(LlamaStepHold)> start,
+                                  std::function<void(Status)> refuse) {
+  auto turn = std::make_shared<StepTurn>();
+  std::vector<LlamaSessionRef> sessions;
+  std::vector<std::string> labels;
+  bool now = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    table_.SweepLocked(options_.clock->Now());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const std::string field = "entries[" + std::to_string(i) + "].session_id: ";
+      auto it = table_.sessions().find(ids[i]);
+      if (it == table_.sessions().end()) {
+        const Status gone = directory_->NotFoundFor(ids[i]);
+        return Status(gone.code(), field + gone.message());
+      }
+      sessions.push_back(it->second);
+      turn->lines.push_back(&it->second->steps);
+      labels.push_back(field + "session '" + Abbreviate(ids[i]) + "'");
     }
-    if (static_cast<size_t>(it->second->holders) >= options_.max_pending_steps) {
-      return ResourceExhausted(
-          field + "session '" + Abbreviate(ids[i]) + "' has " +
-          std::to_string(it->second->holders) + " step messages waiting or running (at most " +
-          std::to_string(options_.max_pending_steps) + "); send the next after an answer");
-    }
-    held.push_back(it->second);
+    // The turn owns its message's callbacks until it leaves; the hold it hands over owns the turn.
+    std::weak_ptr<StepTurn> weak = turn;
+    turn->start = [sessions, weak, start = std::move(start)] {
+      start(LlamaStepHold{sessions, weak.lock()});
+    };
+    turn->refuse = [refuse = std::move(refuse)](size_t entry, Status why) {
+      refuse(Status(why.code(),
+                    "entries[" + std::to_string(entry) + "].session_id: " + why.message()));
+    };
+    MHA_RETURN_IF_ERROR(table_.gate().EnterLocked(turn, labels, &now));
   }
-  for (const LlamaSessionRef& s : held) ++s->holders;
-  return held;
+  if (now) turn->start();
+  return Status::Ok();
 }
 
 Status LlamaSessionStore::Prepare(const LlamaSessionRef& session, int64_t layer, int64_t tokens) {
@@ -128,18 +148,19 @@ Status LlamaSessionStore::Prepare(const LlamaSessionRef& session, int64_t layer,
   return s.cache->Prepare(layer, tokens);
 }
 
-void LlamaSessionStore::Finish(const std::vector<LlamaSessionRef>& sessions) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const Clock::time_point now = options_.clock->Now();
-  for (const LlamaSessionRef& s : sessions) {
-    --s->holders;
-    s->last_used = now;
-    if (s->holders > 0) continue;
-    s->info.tokens = s->cache->length(0);
-    s->info.blocks = s->cache->blocks_held();
-    if (s->ended) s->cache->Release();
+void LlamaSessionStore::Finish(const LlamaStepHold& hold) {
+  std::vector<StepTurnPtr> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Clock::time_point now = options_.clock->Now();
+    for (const LlamaSessionRef& s : hold.sessions) {
+      s->last_used = now;
+      s->info.tokens = s->cache->length(0);
+      s->info.blocks = s->cache->blocks_held();
+    }
+    ready = table_.LeaveLocked(hold.turn, hold.sessions);
   }
-  table_.PublishLocked();
+  StepGate::Start(ready);
 }
 
 SessionStore::Usage LlamaSessionStore::usage() const {

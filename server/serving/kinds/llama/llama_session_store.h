@@ -6,14 +6,15 @@
 // one-layer models' sessions (sessions/session_store.h) are. Owned by the version's handle: the
 // sessions end with it.
 //
-// A step message holds its sessions from submission (Acquire) to its answer (Finish): a held
-// session is never evicted or expired, and Close while a step waits ends it at once (the step is
-// refused NOT_FOUND when its turn comes) but gives its blocks back only after the last holder.
-// The layer-step scheduler runs one pass per session at a time, so a session's cache is touched by
-// one thread at a time.
+// A step message holds its sessions through the session table's StepGate from Acquire to its
+// answer (Finish): it starts (goes to the layer-step scheduler) when it is first in the line of
+// every session it names, so a session's cache is stepped by one message at a time, in arrival
+// order. A held session is never evicted or expired; Close ends it at once, refuses the messages
+// waiting for it (NOT_FOUND) and gives its blocks back after the message that started.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "server/serving/sessions/session_directory.h"
 #include "server/serving/sessions/session_store.h"
 #include "server/serving/sessions/session_table.h"
+#include "server/serving/sessions/step_gate.h"
 
 namespace mha::serve {
 
@@ -34,11 +36,16 @@ struct LlamaSession {
   SessionInfo info;  // id, max_tokens; tokens = layer 0's length after its last step
   std::unique_ptr<LlamaSessionCache> cache;
   Clock::time_point last_used;
-  int64_t holders = 0;  // step messages that hold it (waiting or running); guarded by the store
   bool ended = false;
-  bool held() const { return holders > 0; }  // SessionTable's "a step holds it"
+  StepLine steps;  // the step messages holding it (SessionTable's gate); guarded by the store
 };
 using LlamaSessionRef = std::shared_ptr<LlamaSession>;
+
+// A message's hold on its sessions (one per entry, in entry order), from its turn to Finish.
+struct LlamaStepHold {
+  std::vector<LlamaSessionRef> sessions;
+  StepTurnPtr turn;
+};
 
 class LlamaSessionStore {
  public:
@@ -57,17 +64,20 @@ class LlamaSessionStore {
   StatusOr<SessionInfo> Open(int64_t max_tokens, const std::string& id);
   // Ends the session; its blocks go back now, or after the step messages that hold it.
   StatusOr<SessionInfo> Close(const std::string& id);
-  // Holds the sessions `ids` (distinct, checked by the caller) for one step message, all or
-  // none: NOT_FOUND "entries[i].session_id: session '...' <why>" for one that is not open here,
-  // RESOURCE_EXHAUSTED when one is already held by max_pending_steps messages.
-  StatusOr<std::vector<LlamaSessionRef>> Acquire(const std::vector<std::string>& ids);
+  // A step message over the sessions `ids` (distinct, checked by the caller) enters the gate, all
+  // or none: NOT_FOUND "entries[i].session_id: session '...' <why>" for one that is not open here,
+  // RESOURCE_EXHAUSTED when one already has max_pending_steps messages waiting. `start` runs when
+  // its turn comes (on this thread before Acquire returns when nothing waits before it); `refuse`
+  // instead when a session it waits for is closed first ("entries[i].session_id: ...").
+  Status Acquire(const std::vector<std::string>& ids, std::function<void(LlamaStepHold)> start,
+                 std::function<void(Status)> refuse);
   // Before a held session's step: NOT_FOUND when it ended while the step waited, then room for
   // `tokens` more tokens in `layer` and the layer-order rule (LlamaSessionCache::Prepare); under
   // evict-lru, idle sessions are ended to make room.
   Status Prepare(const LlamaSessionRef& session, int64_t layer, int64_t tokens);
-  // A message is done with its sessions (answered or refused): they are used now, and the blocks
-  // of those that ended meanwhile go back once nothing holds them.
-  void Finish(const std::vector<LlamaSessionRef>& sessions);
+  // A message is done with its sessions (answered or refused): they are used now, the blocks of
+  // those that ended meanwhile go back, and the messages waiting behind it may start.
+  void Finish(const LlamaStepHold& hold);
   // Ends the sessions idle longer than the timeout (also done by Open, Close and Acquire).
   void SweepExpired();
 
