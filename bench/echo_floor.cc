@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "bench/echo_servers.h"
-#include "client/bench_runner.h"
+#include "client/bench/bench_runner.h"
 #include "client/mha_client.h"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "bench_runner.h"
+#include "client/bench/bench_runner.h"
 #include "mha/model.h"
 
 namespace mha::client {

@@ -27,7 +27,8 @@ case "$mode" in
       files=(core/src/status.cc core/src/options.cc core/src/shape_string.cc core/src/text.cc
         proto/wire/dtype_table.cc proto/wire/tensor_header.cc proto/wire/status_convert.cc
         client/channel.cc client/credentials.cc client/mha_client.cc client/oip_translate.cc
-        client/bench_runner.cc client/bench_tally.cc client/decode_bench.cc client/server_cpu.cc)
+        client/bench/bench_runner.cc client/bench/bench_tally.cc client/bench/decode_bench.cc
+        client/bench/server_cpu.cc)
     fi
     jobs=${MHA_TIDY_JOBS:-$(nproc)}
     out=$(mktemp)

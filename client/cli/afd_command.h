@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 
-#include "client/afd_bench.h"
+#include "client/bench/afd_bench.h"
 #include "client/mha_client.h"
 
 namespace mha::client::cli {

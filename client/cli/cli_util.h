@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "client/bench/server_cpu.h"
 #include "client/mha_client.h"
-#include "client/server_cpu.h"
 #include "mha/status.h"
 
 namespace mha::client::cli {

@@ -5,9 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "bench_runner.h"
+#include "client/bench/bench_runner.h"
+#include "client/bench/decode_bench.h"
 #include "client/cli/cli_util.h"
-#include "client/decode_bench.h"
 #include "local_bench.h"
 
 namespace mha::client::cli {

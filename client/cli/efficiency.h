@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "client/bench_runner.h"
+#include "client/bench/bench_runner.h"
 
 namespace mha::client::cli {
 

@@ -9,6 +9,7 @@
 #include <future>
 #include <utility>
 
+#include "fuzz_common.h"
 #include "server/serving/server_core.h"
 
 inline mha::serve::ServerCore* FuzzServerCore() {
@@ -24,7 +25,7 @@ inline mha::serve::ServerCore* FuzzServerCore() {
     if (!created.ok()) std::abort();
     std::promise<void> loaded;
     created.value()->StartLoading([&loaded] { loaded.set_value(); });
-    loaded.get_future().wait();
+    FuzzGet(loaded.get_future(), "the default model's loading");
     return created.value().release();  // lives for the process (its threads too)
   }();
   return core;
@@ -36,5 +37,5 @@ inline mha::serve::InferenceResponse FuzzInfer(mha::serve::InferenceRequest requ
   FuzzServerCore()->Infer(std::move(request), [&answer](mha::serve::InferenceResponse r) {
     answer.set_value(std::move(r));
   });
-  return answer.get_future().get();
+  return FuzzGet(answer.get_future(), "ServerCore::Infer's answer");
 }

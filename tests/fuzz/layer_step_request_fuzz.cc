@@ -43,7 +43,7 @@ mha::serve::ServerCore* LlamaCore() {
     if (!created.ok()) std::abort();
     std::promise<void> loaded;
     created.value()->StartLoading([&loaded] { loaded.set_value(); });
-    loaded.get_future().wait();
+    FuzzGet(loaded.get_future(), "the Llama stack's loading");
     for (int i = 0; i < 4; ++i) {
       mha::serve::OpenSessionRequest open;
       open.session_id = "f" + std::to_string(i);
@@ -68,7 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::promise<mha::serve::LayerStepResponse> answer;
   core->StepLayer(std::move(decoded.value()),
                   [&answer](mha::serve::LayerStepResponse r) { answer.set_value(std::move(r)); });
-  const mha::serve::LayerStepResponse response = answer.get_future().get();
+  const mha::serve::LayerStepResponse response =
+      FuzzGet(answer.get_future(), "ServerCore::StepLayer's answer");
   mha::v1::LayerStepResponse out;
   if (!mha::serve::EncodeLayerStepResponse(request, response, &out, &shm).ok()) {
     mha::serve::EncodeLayerStepError(request, response.status, &out);

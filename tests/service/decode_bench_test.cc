@@ -2,7 +2,7 @@
 // step it reports was answered, the server's KV cache accounting it reports at CloseSession is
 // the one the block size implies, the sessions are closed afterwards, `--stream` steps go over
 // ForwardStream (the server's log names the method), and a refused step is reported, not counted.
-#include "client/decode_bench.h"
+#include "client/bench/decode_bench.h"
 
 #include <gtest/gtest.h>
 

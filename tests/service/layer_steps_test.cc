@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "afd_test_util.h"
-#include "client/afd_bench.h"
+#include "client/bench/afd_bench.h"
 
 namespace mha::testing {
 namespace {

@@ -1,6 +1,6 @@
 // StandInFfn (client/stand_in_ffn.h), the FFN side of mha-client afd: deterministic per seed, rows
 // normalised to a root mean square of 1, and Apply adding W rms_norm(h) as a naive product does.
-#include "client/stand_in_ffn.h"
+#include "client/bench/stand_in_ffn.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,17 @@
-// A fake serving core for the front-end tests (tests/service/*_frontend_test.cc): the handlers
-// and stream reactors only translate, so a core that answers output = 2 * query (or an error for a
-// negative first element), or holds the calls until the test answers them, is enough. No model,
-// no CPU-speed dependence.
+// A fake serving core for the front-end tests (tests/unit/frontends/*_frontend_test.cc): the
+// handlers and stream reactors only translate, so a core that answers output = 2 * query (or an
+// error for a negative first element), or holds the calls until the test answers them, is enough.
+// No model, no CPU-speed dependence.
+//
+//   std::future<Status> stream;               // what waits on held calls, declared first
+//   const auto hold = core.Hold();            // calls from now on wait until answered
+//   stream = std::async(...);
+//   ASSERT_TRUE(core.AnswerHeldInReverse(4));
+//
+// A failing test never hangs on it: the Holding that Hold() returns answers every call still held
+// (and holds none after it) when it goes out of scope, also when an assertion ends the test early;
+// declared after the futures and streams that wait on held calls, it runs before they wait. The
+// FakeCore's own destructor does the same.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -12,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mha/tensor_adapter.h"
@@ -25,6 +36,27 @@ class FakeCore final : public InferenceServer {
     InferenceRequest request;
     InferDone done;
   };
+  // Hold()'s scope: its destructor is ReleaseAll().
+  class [[nodiscard]] Holding {
+   public:
+    explicit Holding(FakeCore* core) : core_(core) {}
+    ~Holding() {
+      if (core_ != nullptr) core_->ReleaseAll();
+    }
+    Holding(Holding&& other) noexcept : core_(std::exchange(other.core_, nullptr)) {}
+    Holding(const Holding&) = delete;
+    Holding& operator=(const Holding&) = delete;
+    Holding& operator=(Holding&&) = delete;
+
+   private:
+    FakeCore* core_;
+  };
+
+  FakeCore() = default;
+  ~FakeCore() override { ReleaseAll(); }
+  FakeCore(const FakeCore&) = delete;
+  FakeCore& operator=(const FakeCore&) = delete;
+
   // hold = false: answers at once (output = 2 * query, or `error` when set).
   void Infer(InferenceRequest request, InferDone done) override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -88,9 +120,26 @@ class FakeCore final : public InferenceServer {
     std::lock_guard<std::mutex> lock(mu_);
     return infer_calls_;
   }
-  void Hold() {
+  // Calls from now on are held (not answered) until the test answers them, or until the
+  // returned Holding (or the FakeCore) goes out of scope.
+  Holding Hold() {
     std::lock_guard<std::mutex> lock(mu_);
     hold_ = true;
+    return Holding(this);
+  }
+  // Stops holding and answers every call still held, in the order they came.
+  void ReleaseAll() {
+    std::deque<Call> calls;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hold_ = false;
+      calls.swap(held_);
+    }
+    for (Call& call : calls) Answer(std::move(call));
+  }
+  size_t HeldCalls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_.size();
   }
   // Waits until `n` calls are held, then answers them in reverse order.
   bool AnswerHeldInReverse(size_t n) {

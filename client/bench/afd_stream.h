@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "client/bench/stand_in_ffn.h"
 #include "client/mha_client.h"
 #include "client/shm_regions.h"
-#include "client/stand_in_ffn.h"
 #include "mha/status.h"
 
 namespace mha::client {

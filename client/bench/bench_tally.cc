@@ -1,4 +1,4 @@
-#include "bench_tally.h"
+#include "client/bench/bench_tally.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>

@@ -1,4 +1,4 @@
-#include "bench_runner.h"
+#include "client/bench/bench_runner.h"
 
 #include <grpcpp/generic/generic_stub.h>
 
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "bench_tally.h"
-#include "oip_translate.h"
+#include "client/bench/bench_tally.h"
+#include "client/oip_translate.h"
 
 namespace mha::client {
 namespace {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "client/bench_runner.h"
+#include "client/bench/bench_runner.h"
+#include "client/bench/server_cpu.h"
 #include "client/mha_client.h"
-#include "client/server_cpu.h"
 
 namespace mha::client {
 

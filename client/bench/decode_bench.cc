@@ -1,4 +1,4 @@
-#include "client/decode_bench.h"
+#include "client/bench/decode_bench.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/bench_tally.h"
+#include "client/bench/bench_tally.h"
 #include "client/decoding_session.h"
 #include "proto/wire/status_convert.h"
 

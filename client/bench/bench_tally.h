@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_runner.h"
+#include "client/bench/bench_runner.h"
 
 namespace mha::client {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "client/bench/server_cpu.h"
 #include "client/mha_client.h"
-#include "client/server_cpu.h"
 #include "client/shm_regions.h"
 
 namespace mha::client {

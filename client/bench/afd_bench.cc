@@ -1,4 +1,4 @@
-#include "client/afd_bench.h"
+#include "client/bench/afd_bench.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "client/afd_stream.h"
-#include "client/bench_tally.h"
-#include "client/stand_in_ffn.h"
+#include "client/bench/afd_stream.h"
+#include "client/bench/bench_tally.h"
+#include "client/bench/stand_in_ffn.h"
 
 namespace mha::client {
 namespace {

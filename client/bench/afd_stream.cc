@@ -1,4 +1,4 @@
-#include "client/afd_stream.h"
+#include "client/bench/afd_stream.h"
 
 #include <cstring>
 #include <random>

@@ -1,4 +1,4 @@
-#include "client/stand_in_ffn.h"
+#include "client/bench/stand_in_ffn.h"
 
 #include <cmath>
 #include <random>

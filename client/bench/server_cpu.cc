@@ -1,4 +1,4 @@
-#include "server_cpu.h"
+#include "client/bench/server_cpu.h"
 
 #include <netdb.h>
 #include <sys/socket.h>

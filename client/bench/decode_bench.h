@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "client/bench_runner.h"
+#include "client/bench/bench_runner.h"
 #include "client/mha_client.h"
 
 namespace mha::client {
