@@ -50,6 +50,9 @@ Status CheckOptions(const AfdBenchOptions& o) {
         "afd: --sessions, --steps >= 1, 1 <= --streams <= --sessions, --prefill, --prefill-chunk "
         "and --layers >= 0");
   }
+  if (o.ffn != "all" && o.ffn != "decode" && o.ffn != "none") {
+    return InvalidArgument("afd: --ffn is all, decode or none, not '" + o.ffn + "'");
+  }
   return Status::Ok();
 }
 
@@ -135,6 +138,7 @@ StatusOr<AfdBenchReport> RunAfdBench(AttentionClient& client, const AfdBenchOpti
     streams.push_back(std::make_unique<AfdStream>(client, std::move(mine), r.layers, ffn,
                                                   o.seed * 1000003 + static_cast<uint64_t>(s),
                                                   o.timeout, messages));
+    streams.back()->set_ffn(o.ffn == "all", o.ffn != "none");
   }
   const int64_t chunk = o.prefill_chunk > 0 ? o.prefill_chunk : o.prefill;
   for (size_t s = 0; oip && s < streams.size(); ++s) {

@@ -32,6 +32,11 @@ struct AfdBenchOptions {
   // --shm: hidden states and outputs through shared-memory regions (client/shm_regions.h; the
   // server needs --allow-client-shm=true).
   bool shm = false;
+  // Where the stand-in FFN runs between layers: "all" (prefill chunks and decode steps), "decode"
+  // (not on prefill chunks: a long prefill at a large E costs the client E^2 FLOPs a row in
+  // plain loops, minutes at E=4096 and 128 x 4096 tokens; the decode phase is unchanged) or
+  // "none". The round trips never include it.
+  std::string ffn = "all";
   // When enabled: the server's CPU seconds over the decode phase, per layer message.
   ServerCpuSource server_cpu;
 };

@@ -113,7 +113,9 @@ Status AfdStream::Layer(int64_t layer, int64_t tokens, bool timed) {
     for (size_t k = 0; k < n; ++k) h[k] += o[k];
     for (size_t k = 0; k < n; ++k) tally_.output_sum += o[k];
   }
-  ffn_.Apply(h_.data(), static_cast<int64_t>(ids_.size()) * tokens);  // W read once per layer
+  if (timed ? ffn_decode_ : ffn_prefill_) {
+    ffn_.Apply(h_.data(), static_cast<int64_t>(ids_.size()) * tokens);  // W read once per layer
+  }
   tally_.ffn_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - ffn_start).count();
   return Status::Ok();

@@ -40,6 +40,9 @@ class AfdStream {
   // decode phase (round trips recorded). After a failure every later call only counts its
   // session tokens as failed.
   void Token(int64_t tokens, bool timed);
+  // Whether the stand-in FFN runs after each layer of a prefill chunk / a decode step (both by
+  // default; AfdBenchOptions::ffn).
+  void set_ffn(bool prefill, bool decode) { ffn_prefill_ = prefill, ffn_decode_ = decode; }
   // Half-closes the stream and reads its status (an error is tallied).
   void Finish();
   // --shm: from now on the hidden states go to the server through a shared-memory region of this
@@ -70,6 +73,7 @@ class AfdStream {
   std::unique_ptr<ShmObject> shm_in_, shm_out_;  // --shm
   int64_t next_id_ = 0;
   bool broken_ = false;
+  bool ffn_prefill_ = true, ffn_decode_ = true;
   AfdStreamTally tally_;
 };
 

@@ -30,6 +30,11 @@ void AfdCommand::Add(CLI::App& app) {
   cmd->add_flag("--shm", options.shm,
                 "Hidden states and outputs through shared-memory regions (registered through the "
                 "Open Inference Protocol; the server needs --allow-client-shm=true)");
+  cmd->add_option("--ffn", options.ffn,
+                  "Where the stand-in FFN runs: all, decode (not on prefill chunks: long "
+                  "prefills at a large E) or none; never inside a round trip")
+      ->check(CLI::IsMember({"all", "decode", "none"}))
+      ->capture_default_str();
   AddServerCpuFlags(cmd, &options.server_cpu);  // per layer message of the decode phase
   cmd->add_flag("--json", json, "Print one JSON object");
 }
