@@ -21,7 +21,7 @@ on loopback, one run each: prints what it measured and writes one JSON object (-
       (bench/gpu_rows_torch.py llamastep).
 The writers need numpy only; the PyTorch references run in this interpreter when it has torch.
 """
-import argparse, json, os, re, subprocess, sys, tempfile, time
+import argparse, json, os, re, signal, subprocess, sys, tempfile, time
 
 import numpy as np
 
@@ -79,10 +79,14 @@ def rss_kib(pid, key):
         return None
 
 
+servers = []  # stopped at the end, whatever happens (gpu-check's cap ends a step with SIGTERM)
+
+
 class Server:
     """mha-server on loopback with --device/--dtype and `flags`; ready when health says SERVING."""
 
     def __init__(self, *flags):
+        servers.append(self)
         port_file = os.path.join(work, f"port{time.monotonic_ns()}")
         self.log_path = port_file + ".log"
         self.t0 = time.monotonic()
@@ -161,6 +165,10 @@ def torch_ref(*args):
     """bench/gpu_rows_torch.py in this interpreter (it needs torch), its JSON or None."""
     return run_json([sys.executable, os.path.join(HERE, "gpu_rows_torch.py"), *args], timeout=240,
                     env=None)
+
+
+def size(b):
+    return f"{b / 2**20:.1f} MiB" if b >= 2**19 else f"{b / 2**10:.0f} KiB"
 
 
 def ints(text, n):
@@ -283,21 +291,24 @@ def llamastep():
     p50, comp = r["round_trip"]["p50_us"], r["server_compute_mean_us"]
     cpu = r["server_cpu"].get("cpu_us_per_message")
     where = (f"server pass {comp:.0f} µs (mean, as the server times it), the rest of the round trip "
-             f"{p50 - comp:.0f} µs (decode, scheduling, encode, {n * e * 4 / 2**20:.1f} MiB float32 "
-             f"each way on loopback)")
+             f"{p50 - comp:.0f} µs (decode, scheduling, encode, {size(n * e * 4)} of float32 each "
+             f"way on loopback)")
     if cpu:  # /proc's ticks are 10 ms: a short run reads 0
         where += f"; server CPU {cpu:.0f} µs a message"
     if ref and ref.get("step_us"):
         where += (f"; PyTorch's same step on the device {ref['step_us']:.0f} µs, its memory roofline "
-                  f"{ref['roofline_us']:.0f} µs ({ref['bytes_read'] / 2**20:.0f} MiB of K/V and "
+                  f"{ref['roofline_us']:.0f} µs ({size(ref['bytes_read'])} of K/V and "
                   f"weights at {ref['copy_gbps']:.0f} GB/s)")
     print(f"llamastep: prefill {r['prefill_seconds']:.1f} s; round trip p50 {p50:.0f} us; {where}")
     row("46", fig, f"{p50:.0f} µs: {where}", "report beside Step-3's 273 µs per layer")
 
 
+signal.signal(signal.SIGTERM, lambda *_: sys.exit("gpu_rows.py: terminated (the step's cap)"))
 try:
     {"coldstart": coldstart, "longseq": longseq, "llamastep": llamastep}[a.row]()
 finally:
+    for srv in servers:
+        srv.stop()
     subprocess.run(["rm", "-rf", work])
     if a.out:
         json.dump(res, open(a.out, "w"), indent=1)

@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
 # The one command to run on the GPU device (issue 18): risks, build against the device's LibTorch
-# and the carried prefix, tests on CUDA, benchmarks. Every step records its result and the script
-# goes on; what comes back is $OUT (8 files, flat, each under 16 MiB): risks.log.gz, build.log.gz,
-# ctest.log.gz, bench.log.gz, profile.log.gz (gzip -9), errors.txt (scripts/build_errors.py: the first failed edges
-# in full, every undefined symbol demangled and deduplicated), torch_ref.json and summary.json.
+# and the carried prefix, the open issues' GPU rows, tests on CUDA, benchmarks. Every step records
+# its result and the script goes on; what comes back is $OUT (at most 8 files, flat, each under
+# 16 MiB): risks.log.gz, build.log.gz, ctest.log.gz, bench.log.gz, profile.log.gz (gzip -9),
+# errors.txt (scripts/build_errors.py: the first failed edges in full, every undefined symbol
+# demangled and deduplicated), summary.json (torch_ref.json folded in) and rows.md (the rows'
+# table); the last three are the small text to commit (50-summary.sh says where).
 # A step whose binaries did not build is recorded as needs-build, with one line naming them.
 #
 #   device call:  scripts/gpu-check.sh   (carry: [".device-deps"] only; never carry build-cuda: a
 #                 carried path absent here is removed there, while ignored build outputs stay
 #                 on a warm machine between calls)
 #   env knobs:    OUT (default /tmp/gpu-check-out), GPU_CHECK_BUDGET (seconds, default 530),
-#                 GPU_CHECK_STEPS (default "risks unpack torchref configure build ctest streamtest
-#                 corebench paired streambench servebench profile goals"; also coretest: every
-#                 mha_core_tests case, a shorter check than ctest's tiers; a second call on the warm machine, e.g.
-#                 GPU_CHECK_STEPS="streamtest streambench", reuses build-cuda: the carried
-#                 prefix is unpacked again only when its MANIFEST changed, and sources whose
-#                 content did not change get back the mtimes of the last build, so a fresh copy
-#                 of the tree does not rebuild everything),
-#                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda)
+#                 GPU_CHECK_STEPS (default below; the others: torchref, coretest (every
+#                 mha_core_tests case, shorter than ctest's tiers), streamtest, corebench, paired,
+#                 streambench, servebench, profile. A second call on the warm machine, e.g.
+#                 GPU_CHECK_STEPS="buildrest ctest", reuses build-cuda: the carried prefix is
+#                 unpacked again only when its MANIFEST changed, and sources whose content did not
+#                 change get back the mtimes of the last build, so a fresh copy of the tree does
+#                 not rebuild everything),
+#                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda),
+#                 SERVE_DEVICE / SERVE_DTYPE, GOALS_ROWS, GPU_ROWS_TINY: 25-rows.sh
+# The default steps in the order they run, and their time on an H100 (16 cores): the build from
+# the earlier leases (212 objects in ~300 s; the serving binaries are 172 of today's 297), the
+# rows estimated from their sizes (scripts/gpu-check/25-rows.sh says what each measures):
+#   risks ~10 s, unpack ~15, configure ~30 (three torch imports included),
+#   build (mha-server, mha-client, mha_echo_floor) ~240,
+#   coldstart ~30, longseq ~35, llamastep ~60, goals (rows c32, decode64, batching) ~45,
+#   summary ~5                                                          = ~470 s of the 530 s;
+#   then buildrest (every other target: tests, benches) and ctest take what is left (a step's
+#   cap is cut to the time left; under 15 s it is recorded no-time). A rerun on the warm machine
+#   finishes them: GPU_CHECK_STEPS="buildrest ctest" (~150 + ~180 s).
 # Prepare here first: scripts/device-deps.sh download .device-deps   (Debian 12 host).
 # The steps live in scripts/gpu-check/NN-*.sh, sourced here in order (they share this shell's
 # variables and functions); summary.json is written by scripts/gpu-check/summary.py.
@@ -29,7 +42,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 OUT=${OUT:-/tmp/gpu-check-out}; mkdir -p "$OUT"
 budget=${GPU_CHECK_BUDGET:-530}
-steps=${GPU_CHECK_STEPS:-risks unpack torchref configure build ctest streamtest corebench paired streambench servebench profile goals}
+steps=${GPU_CHECK_STEPS:-risks unpack configure build coldstart longseq llamastep goals buildrest ctest}
 jobs=${JOBS:-$(nproc)}
 prefix=${MHA_DEPS_PREFIX:-/tmp/mha-deps}
 build=${BUILD:-build-cuda}

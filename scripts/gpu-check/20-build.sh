@@ -1,6 +1,7 @@
 # Sourced by scripts/gpu-check.sh (the driver: its variables, and the functions of the files
-# before this one, in file-name order): PyTorch's own numbers (step torchref), then configure and build (steps
-# configure, build; configure-nographs, build-nographs when the CUDA graphs unit fails).
+# before this one, in file-name order): PyTorch's own numbers (step torchref), then configure and
+# build the serving binaries (steps configure, build; configure-nographs, build-nographs when the
+# CUDA graphs unit fails).
 # ---- 2b. PyTorch's own numbers first: they need no build (a call whose build fails keeps them).
 step torchref 110 "$OUT/bench.log" env LD_LIBRARY_PATH="$orig_ld" python3 bench/torch_gpu_reference.py --out "$OUT/torch_ref.json"
 # ---- 3. Configure + build ----------------------------------------------------------------------
@@ -15,8 +16,11 @@ step configure 120 "$blog" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Re
   -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_cmake" -DTORCH_CUDA_ARCH_LIST="$cap" "${cuda_args[@]}"
 if grep -q 'CUDA support: ON' "$blog"; then cuda_on=true; else cuda_on=false; fi
 echo "gpu-check: CUDA support: $cuda_on"
-# -k 0: one call shows every compile error, not only the first.
-step build 340 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
+# -k 0: one call shows every compile error, not only the first. Step build makes the serving
+# binaries the rows need (25-rows.sh runs them next); step buildrest (30-tests.sh) every other
+# target, after the rows.
+serve_targets=(server/mha-server client/mha-client bench/mha_echo_floor)
+step build 300 "$blog" nice ninja -C "$build" -j"$jobs" -k 0 "${serve_targets[@]}"
 python3 scripts/build_errors.py "$blog" > "$OUT/errors.txt" 2>&1
 # CUDA graphs are the one unit written against LibTorch's CUDA API without a CUDA machine to
 # compile it on: if that unit is what failed, build on without it (eager passes only).
@@ -25,7 +29,7 @@ if grep -q 'cuda_graphs\.cc' "$OUT/errors.txt" && grep -q 'MHA_CUDA_GRAPHS:BOOL=
   mv "$OUT/errors.txt" "$bdir/errors-graphs.txt"
   steps="$steps configure-nographs build-nographs"
   step configure-nographs 60 "$blog" cmake -S . -B "$build" -DMHA_CUDA_GRAPHS=OFF
-  step build-nographs 200 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
+  step build-nographs 200 "$blog" nice ninja -C "$build" -j"$jobs" -k 0 "${serve_targets[@]}"
   { python3 scripts/build_errors.py "$blog"; echo; echo "## the build with MHA_CUDA_GRAPHS=ON"
     cat "$bdir/errors-graphs.txt"; } > "$OUT/errors.txt" 2>&1
 fi

@@ -1,5 +1,14 @@
 # Sourced by scripts/gpu-check.sh (the driver: its variables, and the functions of the files
-# before this one, in file-name order): the tests on CUDA (steps ctest, coretest, streamtest).
+# before this one, in file-name order): the rest of the build (step buildrest), then the tests on
+# CUDA (steps ctest, coretest, streamtest).
+# ---- 3b. Every other target (tests, benches), after the rows: what is left of the budget --------
+step buildrest 300 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
+if grep -q '^===== \[buildrest\] rc=[1-9]' "$blog"; then
+  { python3 scripts/build_errors.py "$blog"
+    [ -f "$bdir/errors-graphs.txt" ] && { echo; echo "## the build with MHA_CUDA_GRAPHS=ON"; cat "$bdir/errors-graphs.txt"; }
+  } > "$OUT/errors.txt" 2>&1
+fi
+[ -f "$build/build.ninja" ] && save_mtimes
 # ---- 4. Tests on CUDA --------------------------------------------------------------------------
 tlog=$OUT/ctest.log; : > "$tlog"
 { echo "## binaries link libtorch_cuda (else at::hasCUDA() is false: --as-needed dropped it)?"

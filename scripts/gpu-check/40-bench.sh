@@ -1,6 +1,6 @@
 # Sourced by scripts/gpu-check.sh (the driver: its variables, and the functions of the files
 # before this one, in file-name order): the benchmarks (steps corebench, paired, servebench, profile,
-# streambench, goals).
+# streambench; goals is in 25-rows.sh).
 # ---- 5. Benchmarks: in-process core (3 shapes x fp16/bf16, decode steps) and PyTorch's own -------
 corebench() {
   for shape in 8,128,512,8 32,1024,1024,16 4,4096,2048,16; do
@@ -58,16 +58,6 @@ servebench() {
 export -f servebench
 built servebench server/mha-server client/mha-client &&
   step servebench 180 "$OUT/bench.log" servebench
-# Issue 26's goal table (bench/run_all.sh, docs/performance.md): the echo floor, server CPU per
-# request and efficiency against the same run's matmul, c=1 added p50, big served/in-process,
-# decode CPU per step, session vs stateless, batching on/off, both sides on SERVE_DEVICE. A dry
-# run on a CPU box: GPU_CHECK_STEPS=goals SERVE_DEVICE=cpu SERVE_DTYPE=float32 BUILD=build
-# scripts/gpu-check.sh
-goals() {
-  bench/run_all.sh --build "$build" --quick --device "${SERVE_DEVICE:-cuda}" \
-    --dtype "${SERVE_DTYPE:-float16}"
-}
-export -f goals
 # Where the time goes: mha_core's kernels per pass (ncu) beside PyTorch's (torch.profiler).
 built profile bench/mha_core_bench && step profile 300 "$OUT/profile.log" scripts/gpu-profile.sh "$build"
 # Host query -> pinned staging -> GPU -> pinned outputs, 1 vs 2 threads (two instances, each on its
@@ -83,5 +73,3 @@ streambench() {
 }
 export -f streambench
 built streambench bench/mha_core_bench && step streambench 60 "$OUT/bench.log" streambench
-built goals server/mha-server client/mha-client bench/mha_echo_floor &&
-  step goals 150 "$OUT/bench.log" goals

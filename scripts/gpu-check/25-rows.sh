@@ -1,0 +1,62 @@
+# Sourced by scripts/gpu-check.sh (the driver: its variables, and the functions of the files
+# before this one, in file-name order): the GPU rows of the open issues, right after the serving
+# binaries are built and before the tests (steps coldstart, longseq, llamastep, goals). Each starts
+# its own mha-server on loopback and writes $bdir/rows_<step>.json (goals: goals.json), which
+# summary.py folds into summary.json and rows.md. Both sides on SERVE_DEVICE (default cuda).
+#   coldstart  issue 46: the first 10 s after READY vs the next 10 s, 64 clients of B=1,T=16 fp16
+#              (bench/gpu_rows.py coldstart)                                        ~30 s, cap 60
+#   longseq    issue 47: T=32768, B=1, E=4096, H=32, bf16, causal, no weights: served vs PyTorch's
+#              SDPA and the core in-process; whether the default --max-work-bytes refuses it
+#              (bench/gpu_rows.py longseq)                                          ~35 s, cap 120
+#   llamastep  issue 46: the Llama layer step E=4096, H=32, KV=8, 128 sessions x 1 token, cache
+#              4096, fp16: round trip p50 and where it goes (bench/gpu_rows.py llamastep; the
+#              prefill of 128 x 4095 tokens, 8 GiB of float32 each way, is most of it)
+#                                                                                   ~60 s, cap 180
+#   goals      issue 26's table (bench/run_all.sh --quick, rows GOALS_ROWS); issue 46 reads two of
+#              them: 64 clients of B=1,T=16 warm req/s (batching on) and decode 64 sessions'
+#              server CPU per step                                                  ~45 s, cap 150
+# A dry run on a CPU box with tiny shapes (each step's whole path, in seconds):
+#   GPU_CHECK_STEPS="coldstart longseq llamastep goals" GPU_ROWS_TINY=1 SERVE_DEVICE=cpu \
+#     SERVE_DTYPE=float32 BUILD=build scripts/gpu-check.sh
+# Shapes: LONGSEQ_SHAPE (T,E,H), LLAMA_SHAPE (N,CACHE,E,H,KV,STEPS), COLDSTART_WINDOW (s).
+if [ -n "${GPU_ROWS_TINY:-}" ]; then
+  : "${LONGSEQ_SHAPE:=512,64,4}" "${LLAMA_SHAPE:=8,64,64,4,2,16}" "${COLDSTART_WINDOW:=2}"
+  export LONGSEQ_SHAPE LLAMA_SHAPE COLDSTART_WINDOW  # the steps run in a child bash
+fi
+# numpy's interpreter (the device's python3 holds torch and numpy; here Debian's /usr/bin/python3).
+rows_py=$(for p in python3 /usr/bin/python3; do
+  LD_LIBRARY_PATH="$orig_ld" "$p" -c 'import numpy' 2>/dev/null && { command -v "$p"; break; }; done)
+export rows_py
+rows() {  # rows NAME ARGS...: bench/gpu_rows.py NAME on SERVE_DEVICE, its JSON into $bdir
+  local name=$1; shift
+  [ -n "$rows_py" ] || { echo "$name: no python3 with numpy"; return 2; }
+  env LD_LIBRARY_PATH="$MHA_ORIG_LD_LIBRARY_PATH" MHA_BENCH_LD_LIBRARY_PATH="${LD_LIBRARY_PATH-}" \
+    "$rows_py" bench/gpu_rows.py "$name" --build "$build" --device "${SERVE_DEVICE:-cuda}" \
+    --out "$bdir/rows_$name.json" "$@"
+}
+coldstart() {
+  local dt=(); [ "${SERVE_DEVICE:-cuda}" = cpu ] && dt=(--dtype "${SERVE_DTYPE:-float32}")
+  rows coldstart "${dt[@]}" --window "${COLDSTART_WINDOW:-10}"
+}
+longseq() {  # bf16 on the device (the issue's), SERVE_DTYPE on a CPU dry run
+  local dt=(); [ "${SERVE_DEVICE:-cuda}" = cpu ] && dt=(--dtype "${SERVE_DTYPE:-float32}")
+  rows longseq "${dt[@]}" --shape "${LONGSEQ_SHAPE:-32768,4096,32}" --passes 3
+}
+llamastep() {
+  local dt=(); [ "${SERVE_DEVICE:-cuda}" = cpu ] && dt=(--dtype "${SERVE_DTYPE:-float32}")
+  rows llamastep "${dt[@]}" --shape "${LLAMA_SHAPE:-128,4096,4096,32,8,64}"
+}
+# Issue 26's goal table (bench/run_all.py, docs/performance.md), both sides on SERVE_DEVICE; its
+# JSON into $bdir/goals.json for issue 46's rows. GOALS_ROWS=all: every row (echo, c1, big and
+# long too: ~30 s more).
+goals() {
+  local r=${GOALS_ROWS:-c32,decode64,batching}; [ "$r" = all ] && r=echo,c32,c1,big,decode64,long,batching
+  bench/run_all.sh --build "$build" --quick --device "${SERVE_DEVICE:-cuda}" \
+    --dtype "${SERVE_DTYPE:-float16}" --rows "$r" --json "$bdir/goals.json"
+}
+export -f rows coldstart longseq llamastep goals
+built coldstart server/mha-server client/mha-client && step coldstart 60 "$OUT/bench.log" coldstart
+built longseq server/mha-server client/mha-client && step longseq 120 "$OUT/bench.log" longseq
+built llamastep server/mha-server client/mha-client && step llamastep 180 "$OUT/bench.log" llamastep
+built goals server/mha-server client/mha-client bench/mha_echo_floor &&
+  step goals 150 "$OUT/bench.log" goals
