@@ -249,7 +249,7 @@ def longseq():
     else:
         row("47", fig, f"not measured: {'; '.join(res.get('errors', []))[-300:]}", "report")
     row("47", f"{GPU}: --max-work-bytes (default) at T={t}, E={e}, H={h}, {a.dtype}",
-        "refused" if refused else ("served" if sv else "—"), "served")
+        f"refused: {refused[0][-300:]}" if refused else ("served" if sv else "—"), "served")
 
 
 def llamastep():

@@ -25,9 +25,9 @@
 # the earlier leases (212 objects in ~300 s; the serving binaries are 172 of today's 297), the
 # rows estimated from their sizes (scripts/gpu-check/25-rows.sh says what each measures):
 #   risks ~10 s, unpack ~15, configure ~30 (three torch imports included),
-#   build (mha-server, mha-client, mha_echo_floor) ~240,
+#   build (mha-server, mha-client, mha_echo_floor) ~240 (cap 340),
 #   coldstart ~30, longseq ~35, llamastep ~60, goals (rows c32, decode64, batching) ~45,
-#   summary ~5                                                          = ~470 s of the 530 s;
+#   the mtimes kept, the linkage report and summary ~15                 = ~480 s of the 530 s;
 #   then buildrest (every other target: tests, benches) and ctest take what is left (a step's
 #   cap is cut to the time left; under 15 s it is recorded no-time). A rerun on the warm machine
 #   finishes them: GPU_CHECK_STEPS="buildrest ctest" (~150 + ~180 s).

@@ -20,7 +20,7 @@ echo "gpu-check: CUDA support: $cuda_on"
 # binaries the rows need (25-rows.sh runs them next); step buildrest (30-tests.sh) every other
 # target, after the rows.
 serve_targets=(server/mha-server client/mha-client bench/mha_echo_floor)
-step build 300 "$blog" nice ninja -C "$build" -j"$jobs" -k 0 "${serve_targets[@]}"
+step build 340 "$blog" nice ninja -C "$build" -j"$jobs" -k 0 "${serve_targets[@]}"
 python3 scripts/build_errors.py "$blog" > "$OUT/errors.txt" 2>&1
 # CUDA graphs are the one unit written against LibTorch's CUDA API without a CUDA machine to
 # compile it on: if that unit is what failed, build on without it (eager passes only).
