@@ -30,7 +30,9 @@
 #   the mtimes kept, the linkage report and summary ~15                 = ~480 s of the 530 s;
 #   then buildrest (every other target: tests, benches) and ctest take what is left (a step's
 #   cap is cut to the time left; under 15 s it is recorded no-time). A rerun on the warm machine
-#   finishes them: GPU_CHECK_STEPS="buildrest ctest" (~150 + ~180 s).
+#   goes on with them: GPU_CHECK_STEPS="buildrest ctest" (~180 s + up to 180 s); a 15-minute
+#   lease has ~5 minutes left after the first call (its start ~1.5 min), so give the rerun
+#   GPU_CHECK_BUDGET=240 and a timeout_s to match, or leave the tests to the next lease.
 # Prepare here first: scripts/device-deps.sh download .device-deps   (Debian 12 host).
 # The steps live in scripts/gpu-check/NN-*.sh, sourced here in order (they share this shell's
 # variables and functions); summary.json is written by scripts/gpu-check/summary.py.
