@@ -268,7 +268,8 @@ def llamastep():
                       {f"model.layers.0.self_attn.{k}_proj.weight": v for k, v in w.items()}, a.dtype)
     prefill, chunk = cache - 1, min(64, cache - 1)
     msg = n * chunk * e * 4  # the prefill's largest message: float32 rows of every session
-    kv_bytes = n * (cache + steps + 32) * 2 * kv * d * 4  # float32 pages at worst
+    elt = 2 if a.device != "cpu" and a.dtype != "float32" else 4  # the CPU computes halves in fp32
+    kv_bytes = n * (cache + steps + 32) * 2 * kv * d * elt  # every session's pages, a block spare
     s = Server("--model-repository", repo, "--default-model", "llama", "--max-sequence-length",
                str(cache + steps), "--max-message-bytes", str(msg + (16 << 20)),
                "--kv-cache-bytes", str(int(kv_bytes * 1.25)))

@@ -73,6 +73,9 @@ Status AfdStream::Layer(int64_t layer, int64_t tokens, bool timed) {
   v1::LayerStepRequest request;
   request.set_id("m" + std::to_string(next_id_++));
   request.set_layer(layer);
+  // The outputs in float32, whatever the model computes in: the residual streams here are float32
+  // (a float16 or bfloat16 model answered in its own dtype, which Output() refused).
+  request.set_output_dtype(v1::FLOAT32);
   const size_t n = static_cast<size_t>(tokens * e_);  // one session's values
   std::vector<float> x(h_.size());
   ffn_.RmsNorm(h_.data(), x.data(), static_cast<int64_t>(ids_.size()) * tokens);
