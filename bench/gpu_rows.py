@@ -307,12 +307,15 @@ def llamastep():
 signal.signal(signal.SIGTERM, lambda *_: sys.exit("gpu_rows.py: terminated (the step's cap)"))
 try:
     {"coldstart": coldstart, "longseq": longseq, "llamastep": llamastep}[a.row]()
+except SystemExit as e:  # a server that never became ready, or the step's cap (SIGTERM)
+    res.setdefault("errors", []).append(str(e.code))
+    raise
 finally:
+    if a.out:  # first: the cap's SIGKILL follows its SIGTERM after 5 s
+        json.dump(res, open(a.out, "w"), indent=1)
     for srv in servers:
         srv.stop()
     subprocess.run(["rm", "-rf", work])
-    if a.out:
-        json.dump(res, open(a.out, "w"), indent=1)
 for err in res.get("errors", []):
     print(f"# error: {err}")
 sys.exit(1 if res.get("errors") or not res["rows"] else 0)

@@ -113,6 +113,9 @@ for f in sorted(glob.glob(os.path.join(bdir, "rows_*.json"))):
                      "goal": "", "step": "?"})
         continue
     rows += [dict(x, step=r["row"]) for x in r.get("rows", [])]
+    if not r.get("rows"):  # cut by its cap, or failed before it measured
+        rows.append({"issue": "", "figure": f"{r['row']}: no row", "goal": "", "step": r["row"],
+                     "measured": "; ".join(map(str, r.get("errors", [])))[-400:] or "—"})
     details[r["row"]] = {k: v for k, v in r.items() if k != "rows"}
 try:
     g = json.load(open(os.path.join(bdir, "goals.json")))
