@@ -42,7 +42,10 @@ class AfdStream {
   void Token(int64_t tokens, bool timed);
   // Whether the stand-in FFN runs after each layer of a prefill chunk / a decode step (both by
   // default; AfdBenchOptions::ffn).
-  void set_ffn(bool prefill, bool decode) { ffn_prefill_ = prefill, ffn_decode_ = decode; }
+  void set_ffn(bool prefill, bool decode) {
+    ffn_prefill_ = prefill;
+    ffn_decode_ = decode;
+  }
   // Half-closes the stream and reads its status (an error is tallied).
   void Finish();
   // --shm: from now on the hidden states go to the server through a shared-memory region of this
