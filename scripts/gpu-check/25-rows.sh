@@ -10,8 +10,8 @@
 #              (bench/gpu_rows.py longseq)                                          ~35 s, cap 120
 #   llamastep  issue 46: the Llama layer step E=4096, H=32, KV=8, 128 sessions x 1 token, cache
 #              4096, fp16: round trip p50 and where it goes (bench/gpu_rows.py llamastep; the
-#              prefill of 128 x 4095 tokens, 8 GiB of float32 each way, is most of it)
-#                                                                                   ~60 s, cap 180
+#              prefill of 128 x 4095 tokens, 8 GiB of float32 each way, is most of it: a
+#              128 MiB message took 0.43 s one way on this 2-core box, loaded) ~60 s, cap 180
 #   goals      issue 26's table (bench/run_all.sh --quick, rows GOALS_ROWS); issue 46 reads two of
 #              them: 64 clients of B=1,T=16 warm req/s (batching on) and decode 64 sessions'
 #              server CPU per step                                                  ~45 s, cap 150
