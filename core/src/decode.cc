@@ -292,7 +292,7 @@ Status DecodeSteps(const MhaModel& model, const std::vector<StepItem>& items,
   } catch (const std::exception& e) {
     error = e.what();
   }
-  for (size_t i = 0; i < items.size(); ++i) items[i].cache->Truncate(lengths[i]);
+  for (size_t i = 0; i < items.size(); ++i) items[i].cache->RollbackTo(lengths[i]);
   return Internal("decode step failed: " + error);
 }
 

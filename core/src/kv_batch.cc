@@ -30,6 +30,7 @@ void KvBatch::Append(const std::vector<KvCache*>& caches, const at::Tensor& k,
   TORCH_CHECK(k.dim() == 3 && k.size(0) == rows && v.size(0) == rows && v.size(1) == t,
               "KvBatch::Append: ", rows, " rows of the caches, got keys ", k.sizes(), " values ",
               v.sizes());
+  for (const KvCache* c : caches) c->CheckWritable(t);  // never into a shared block
   c10::InferenceMode guard;  // the pool's tensors are inference tensors (written in place)
   std::vector<int64_t> slots;
   slots.reserve(static_cast<size_t>(rows * t));

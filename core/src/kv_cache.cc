@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "mha/kv_layout.h"
+#include "mha/kv_spill.h"
 #include "mha/model.h"
 
 namespace mha {
@@ -76,6 +77,7 @@ StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Make(const KvPoolOptions& op
                              std::to_string(options.capacity_bytes) + " bytes on " +
                              layout.device.str() + " failed: " + e.what_without_backtrace());
   }
+  pool->refs_.assign(static_cast<size_t>(pool->total_blocks_), 0);
   pool->free_.reserve(static_cast<size_t>(pool->total_blocks_));
   for (int64_t b = pool->total_blocks_ - 1; b >= 0; --b) pool->free_.push_back(b);
   return pool;
@@ -92,12 +94,61 @@ StatusOr<std::vector<int64_t>> KvBlockPool::Allocate(int64_t count) {
   }
   std::vector<int64_t> blocks(free_.end() - count, free_.end());
   free_.resize(free_.size() - static_cast<size_t>(count));
+  for (int64_t b : blocks) refs_[static_cast<size_t>(b)] = 1;
   return blocks;
+}
+
+void KvBlockPool::Share(const std::vector<int64_t>& blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t b : blocks) {
+    int32_t& refs = refs_.at(static_cast<size_t>(b));
+    TORCH_CHECK(refs > 0, "KvBlockPool::Share: block ", b, " is free");
+    if (++refs == 2) ++shared_;
+  }
 }
 
 void KvBlockPool::Release(const std::vector<int64_t>& blocks) {
   std::lock_guard<std::mutex> lock(mu_);
-  free_.insert(free_.end(), blocks.begin(), blocks.end());
+  for (int64_t b : blocks) {
+    int32_t& refs = refs_[static_cast<size_t>(b)];
+    if (refs <= 0) continue;  // never live: nothing to give back (a bug upstream, not a crash here)
+    if (--refs == 1) --shared_;
+    if (refs == 0) free_.push_back(b);
+  }
+}
+
+void KvBlockPool::CopyBlock(int64_t from, int64_t to) {
+  {
+    c10::InferenceMode guard;  // the pool's tensors are inference tensors (written in place)
+    for (const at::Tensor* store : {&keys(), &values()}) {
+      store->narrow(0, to * block_tokens_, block_tokens_)
+          .copy_(store->narrow(0, from * block_tokens_, block_tokens_));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++copies_;
+}
+
+int64_t KvBlockPool::shared_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shared_;
+}
+
+int64_t KvBlockPool::copies_on_write() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return copies_;
+}
+
+int64_t KvBlockPool::ref_count(int64_t block) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refs_.at(static_cast<size_t>(block));
+}
+
+int64_t KvBlockPool::SharedAmong(const std::vector<int64_t>& blocks) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (int64_t b : blocks) n += refs_.at(static_cast<size_t>(b)) > 1 ? 1 : 0;
+  return n;
 }
 
 int64_t KvBlockPool::used_blocks() const {
@@ -118,21 +169,44 @@ int64_t KvCache::blocks_held() const {
 
 int64_t KvCache::BlocksNeeded(int64_t extra) const {
   const int64_t bt = pool_->block_tokens();
-  const int64_t have = tables_.empty() ? 0 : static_cast<int64_t>(tables_[0].size());
-  const int64_t want = (length_ + extra + bt - 1) / bt;
-  return std::max<int64_t>(0, want - have) * rows_;
+  const int64_t want = (length_ + std::max<int64_t>(0, extra) + bt - 1) / bt;
+  if (spilled()) return want * rows_;
+  int64_t n = 0;
+  for (const auto& table : tables_) {
+    n += std::max<int64_t>(0, want - static_cast<int64_t>(table.size()));
+  }
+  for (const auto& row : SharedTargets(extra)) n += static_cast<int64_t>(row.size());
+  return n;
 }
 
 Status KvCache::Reserve(int64_t extra) {
-  const int64_t needed = BlocksNeeded(extra);
+  if (spilled()) {
+    return FailedPrecondition("the KV cache is spilled (key '" + spill_->key +
+                              "'): restore it before a step");
+  }
+  const std::vector<std::vector<size_t>> shared = SharedTargets(extra);
+  const int64_t bt = pool_->block_tokens();
+  const int64_t want = (length_ + extra + bt - 1) / bt;
+  int64_t needed = 0;
+  for (size_t r = 0; r < tables_.size(); ++r) {
+    needed += static_cast<int64_t>(shared[r].size()) +
+              std::max<int64_t>(0, want - static_cast<int64_t>(tables_[r].size()));
+  }
   if (needed == 0) return Status::Ok();
   auto blocks = pool_->Allocate(needed);
   if (!blocks.ok()) return blocks.status();
-  const size_t per_row = static_cast<size_t>(needed / rows_);
+  auto next = blocks->begin();
+  std::vector<int64_t> dropped;  // this cache's references to the shared blocks it copied
   for (size_t r = 0; r < tables_.size(); ++r) {
-    tables_[r].insert(tables_[r].end(), blocks->begin() + r * per_row,
-                      blocks->begin() + (r + 1) * per_row);
+    std::vector<int64_t>& table = tables_[r];
+    for (size_t j : shared[r]) {
+      pool_->CopyBlock(table[j], *next);
+      dropped.push_back(table[j]);
+      table[j] = *next++;
+    }
+    while (static_cast<int64_t>(table.size()) < want) table.push_back(*next++);
   }
+  pool_->Release(dropped);
   return Status::Ok();
 }
 
@@ -157,6 +231,7 @@ void KvCache::Append(const at::Tensor& k, const at::Tensor& v) {
   const int64_t t = k.size(1);
   TORCH_CHECK(k.size(0) == rows_ && v.size(0) == rows_, "KvCache::Append: ", k.size(0),
               " rows for a cache of ", rows_);
+  CheckWritable(t);
   c10::InferenceMode guard;  // the pool's tensors are inference tensors (written in place)
   const at::Tensor& keys = pool_->keys();
   if (keys.is_cpu()) {
@@ -210,11 +285,12 @@ at::Tensor KvCache::Values() const { return Gather(pool_->values()); }
 
 void KvCache::Release() {
   if (!pool_) return;
-  std::vector<int64_t> all;
-  for (auto& table : tables_) {
-    all.insert(all.end(), table.begin(), table.end());
-    table.clear();
+  if (spill_) {
+    spill_->store->Remove(spill_->key);
+    spill_.reset();
   }
+  const std::vector<int64_t> all = AllBlocks();
+  for (auto& table : tables_) table.clear();
   if (!all.empty()) pool_->Release(all);
   length_ = 0;
 }

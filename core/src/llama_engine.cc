@@ -137,7 +137,7 @@ StatusOr<std::vector<HostTensor>> StepLlamaSessions(const LlamaAttentionStack& s
   if (status.ok()) return outputs;
   if (status.code() == StatusCode::kInternal) {
     for (size_t i = 0; i < entries.size(); ++i) {
-      if (lengths[i] >= 0) entries[i].session->layer(layer)->Truncate(lengths[i]);
+      if (lengths[i] >= 0) entries[i].session->layer(layer)->RollbackTo(lengths[i]);
     }
   }
   return status;

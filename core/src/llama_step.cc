@@ -234,7 +234,7 @@ Status LlamaLayerStep(const LlamaAttentionStack& stack, int64_t layer,
   } catch (const std::exception& e) {
     error = e.what();
   }
-  for (size_t i = 0; i < items.size(); ++i) items[i].cache->Truncate(lengths[i]);
+  for (size_t i = 0; i < items.size(); ++i) items[i].cache->RollbackTo(lengths[i]);
   return Internal("Llama layer step failed: " + error);
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mha/kv_cache.h"
@@ -35,8 +36,9 @@ class LlamaSessionCache {
   // Tokens layer `layer` holds (0 <= layer < num_layers()).
   int64_t length(int64_t layer) const { return Layer(layer).length(); }
   KvCache* layer(int64_t layer) { return layers_.at(static_cast<size_t>(layer)).get(); }
-  int64_t blocks_held() const;  // over every layer
-  int64_t bytes_held() const;   // blocks_held() * the pool's block bytes
+  int64_t blocks_held() const;         // over every layer
+  int64_t bytes_held() const;          // blocks_held() * the pool's block bytes
+  int64_t shared_blocks_held() const;  // those another session holds too (a fork's)
 
   // Whether `tokens` more tokens may go into layer `layer`: INVALID_ARGUMENT for a layer out of
   // range or tokens < 1; OUT_OF_RANGE past max_tokens ("layer 0 holds 12 tokens + 2 new exceed
@@ -49,6 +51,24 @@ class LlamaSessionCache {
   Status Prepare(int64_t layer, int64_t tokens);
   // Every layer's blocks back to the pool; the session is empty again.
   void Release();
+
+  // A new session of the first `tokens` tokens: every layer keeps min(tokens, its length),
+  // sharing its blocks (KvCache::Fork: no block taken until a layer writes). OUT_OF_RANGE for
+  // tokens < 0 or past layer 0's length; FAILED_PRECONDITION while spilled. Same max_tokens.
+  StatusOr<std::unique_ptr<LlamaSessionCache>> Fork(int64_t tokens) const;
+  // Every layer keeps min(tokens, its length), whole blocks past them go back (KvCache::
+  // TruncateTo). OUT_OF_RANGE for tokens < 0 or past layer 0's length, with nothing changed.
+  Status TruncateTo(int64_t tokens);
+
+  // Spills every layer into `store` under "<key_prefix>/layer<l>" (KvCache::Spill): all or
+  // nothing (RESOURCE_EXHAUSTED naming the session's bytes when the store's bound would be
+  // exceeded). Restore takes every layer's blocks in one allocation (RESOURCE_EXHAUSTED with
+  // nothing changed when the pool is short) and copies the bytes back exactly.
+  Status Spill(std::shared_ptr<KvSpillStore> store, const std::string& key_prefix);
+  Status Restore();
+  bool spilled() const;             // any layer spilled
+  int64_t spilled_bytes() const;    // over every layer
+  int64_t BlocksToRestore() const;  // the blocks Restore takes
 
  private:
   LlamaSessionCache() = default;

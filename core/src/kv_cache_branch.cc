@@ -1,0 +1,157 @@
+// KvCache's branches (issue 45): forks sharing blocks by reference count, copy-on-write targets,
+// the rewind that gives blocks back, and spill / restore through a KvSpillStore.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <string>
+#include <utility>
+
+#include "mha/kv_cache.h"
+#include "mha/kv_spill.h"
+
+namespace mha {
+namespace {
+
+std::string Num(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+std::vector<int64_t> KvCache::AllBlocks() const {
+  std::vector<int64_t> all;
+  for (const auto& table : tables_) all.insert(all.end(), table.begin(), table.end());
+  return all;
+}
+
+int64_t KvCache::shared_blocks_held() const { return pool_->SharedAmong(AllBlocks()); }
+
+std::vector<std::vector<size_t>> KvCache::SharedTargets(int64_t extra) const {
+  std::vector<std::vector<size_t>> out(tables_.size());
+  if (extra < 1 || spilled()) return out;
+  const int64_t bt = pool_->block_tokens();
+  const size_t first = static_cast<size_t>(length_ / bt);
+  const size_t end = static_cast<size_t>((length_ + extra + bt - 1) / bt);
+  for (size_t r = 0; r < tables_.size(); ++r) {
+    const std::vector<int64_t>& table = tables_[r];
+    for (size_t j = first; j < std::min(end, table.size()); ++j) {
+      if (pool_->ref_count(table[j]) > 1) out[r].push_back(j);
+    }
+  }
+  return out;
+}
+
+void KvCache::CheckWritable(int64_t count) const {
+  TORCH_CHECK(!spilled(), "KvCache: a write into a spilled cache (Restore first)");
+  const int64_t bt = pool_->block_tokens();
+  std::vector<int64_t> touched;
+  for (const auto& table : tables_) {
+    for (int64_t j = length_ / bt; j < (length_ + count + bt - 1) / bt; ++j) {
+      touched.push_back(table.at(static_cast<size_t>(j)));  // out_of_range without Reserve
+    }
+  }
+  TORCH_CHECK(pool_->SharedAmong(touched) == 0, "KvCache: positions ", length_, "..",
+              length_ + count - 1, " lie in a block another cache holds too (Reserve(", count,
+              ") copies it first)");
+}
+
+StatusOr<std::unique_ptr<KvCache>> KvCache::Fork(int64_t tokens) const {
+  if (spilled()) {
+    return FailedPrecondition("cannot fork a spilled KV cache (key '" + spill_->key +
+                              "'): restore it first");
+  }
+  if (tokens < 0 || tokens > length_) {
+    return OutOfRange("fork of " + Num(tokens) + " tokens: the cache holds " + Num(length_) +
+                      " tokens per row (0 .. " + Num(length_) + ")");
+  }
+  const int64_t bt = pool_->block_tokens();
+  const size_t keep = static_cast<size_t>((tokens + bt - 1) / bt);
+  auto fork = std::make_unique<KvCache>(pool_, rows_);
+  for (size_t r = 0; r < tables_.size(); ++r) {
+    fork->tables_[r].assign(tables_[r].begin(), tables_[r].begin() + keep);
+  }
+  pool_->Share(fork->AllBlocks());
+  fork->length_ = tokens;
+  return fork;
+}
+
+Status KvCache::TruncateTo(int64_t tokens) {
+  if (spilled()) {
+    return FailedPrecondition("cannot truncate a spilled KV cache (key '" + spill_->key +
+                              "'): restore it first");
+  }
+  if (tokens < 0 || tokens > length_) {
+    return OutOfRange("truncate to " + Num(tokens) + " tokens: the cache holds " + Num(length_) +
+                      " tokens per row (0 .. " + Num(length_) + ")");
+  }
+  const int64_t bt = pool_->block_tokens();
+  const size_t keep = static_cast<size_t>((tokens + bt - 1) / bt);
+  std::vector<int64_t> dropped;
+  for (auto& table : tables_) {
+    if (table.size() <= keep) continue;
+    dropped.insert(dropped.end(), table.begin() + keep, table.end());
+    table.resize(keep);
+  }
+  pool_->Release(dropped);
+  length_ = tokens;
+  return Status::Ok();
+}
+
+Status KvCache::Spill(std::shared_ptr<KvSpillStore> store, const std::string& key) {
+  if (store == nullptr) return InvalidArgument("KvCache::Spill: no spill store");
+  if (spilled()) {
+    return FailedPrecondition("the KV cache is spilled already (key '" + spill_->key + "')");
+  }
+  const int64_t bytes = rows_ * length_ * pool_->bytes_per_token();
+  at::Tensor host;
+  if (length_ > 0) {
+    c10::InferenceMode guard;
+    host = at::stack({Keys(), Values()}).to(at::kCPU).contiguous();  // [2, rows, H, L, D]
+    TORCH_CHECK(host.nbytes() == static_cast<size_t>(bytes), "KvCache::Spill: ", host.nbytes(),
+                " bytes gathered, ", bytes, " expected");
+  }
+  MHA_RETURN_IF_ERROR(store->Put(key, length_ > 0 ? host.data_ptr() : nullptr, bytes));
+  const std::vector<int64_t> all = AllBlocks();
+  for (auto& table : tables_) table.clear();
+  pool_->Release(all);
+  spill_ = std::make_unique<Spilled>(Spilled{std::move(store), key, bytes});
+  return Status::Ok();
+}
+
+Status KvCache::Restore() {
+  if (!spilled()) return FailedPrecondition("KvCache::Restore: the cache is not spilled");
+  auto blocks = pool_->Allocate(BlocksNeeded(0));
+  if (!blocks.ok()) {
+    return Status(blocks.status().code(), "restoring the spilled KV cache '" + spill_->key +
+                                              "': " + blocks.status().message());
+  }
+  return RestoreWith(std::move(blocks.value()));
+}
+
+Status KvCache::RestoreWith(std::vector<int64_t> blocks) {
+  const int64_t length = length_, h = pool_->heads(), d = pool_->head_dim();
+  at::Tensor host;
+  if (length > 0) {
+    host = at::empty({2, rows_, h, length, d}, pool_->keys().options().device(at::kCPU));
+    Status s = spill_->store->Get(spill_->key, host.data_ptr(), spill_->bytes);
+    if (!s.ok()) {
+      pool_->Release(blocks);
+      return s;
+    }
+  }
+  const size_t per_row = blocks.size() / static_cast<size_t>(rows_);
+  for (size_t r = 0; r < tables_.size(); ++r) {
+    tables_[r].assign(blocks.begin() + r * per_row, blocks.begin() + (r + 1) * per_row);
+  }
+  const std::unique_ptr<Spilled> was = std::move(spill_);
+  length_ = 0;
+  if (length > 0) {
+    const at::Device device = pool_->keys().device();
+    auto rows = [&](int64_t i) {  // [rows, H, L, D] -> Append's [rows, L, H * D]
+      return host[i].transpose(1, 2).reshape({rows_, length, h * d}).to(device);
+    };
+    Append(rows(0), rows(1));
+  }
+  was->store->Remove(was->key);
+  return Status::Ok();
+}
+
+}  // namespace mha
