@@ -209,5 +209,38 @@ TEST(SessionStoreBranch, AFullSpillStoreEvictsWithTheReason) {
   EXPECT_TRUE(Contains(gone.message(), "the spill store is full (--kv-spill-bytes 100)"));
 }
 
+// A cross-attention session's cache holds the encoder's keys: it forks whole only (the fork
+// attends over the same keys, exactly) and is never truncated.
+TEST(SessionStoreBranch, ACrossAttentionSessionForksWholeAndIsNotTruncated) {
+  auto c = testing::LoadFixtureCase("cross_attention");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Fixture f{*c, testing::LoadCaseModel(*c)};
+  HeldRunner runner;
+  SessionStore store(Options(64), f.model, {"m", "1"}, std::make_shared<SessionDirectory>(),
+                     &runner, nullptr);
+  const int64_t t = f.c.inputs.query.size(1);
+  auto a = store.Open(OpenSessionParams{f.c.inputs.query.size(0), t, ToHost(f.c.inputs.key),
+                                        ToHost(f.c.inputs.value)});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(TensorsNear(StepAll(f, store, runner, a->id, f.c.inputs.query.narrow(1, 0, 2)),
+                          f.c.expected_output.narrow(1, 0, 2), 1e-5));
+  const Status cut = store.Truncate(a->id, 1).status();
+  EXPECT_EQ(cut.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(cut.message(),
+                       "is a cross-attention session: its cache holds the "
+                       "encoder's keys"));
+  const Status part = store.Fork(a->id, 1, "").status();
+  EXPECT_EQ(part.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(part.message(), "so it forks whole only (tokens 0 or 2), got 1"));
+  auto whole = store.Fork(a->id, 0, "a.whole");
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->tokens, 2);
+  EXPECT_TRUE(whole->cross);
+  EXPECT_EQ(whole->shared_blocks, whole->blocks);
+  EXPECT_TRUE(
+      TensorsNear(StepAll(f, store, runner, "a.whole", f.c.inputs.query.narrow(1, 2, t - 2)),
+                  f.c.expected_output.narrow(1, 2, t - 2), 1e-5));
+}
+
 }  // namespace
 }  // namespace mha::serve
