@@ -5,6 +5,10 @@
 //     place: what StepSessions runs on the CPU), 2 = per-session gather.
 //   BM_LlamaLayerStepChunk/<T>: one session at cache 512 taking a T-token prefill chunk.
 // Counters: steps/s and GFLOP/s (2 flops per multiply-add: the projections, q k^T and p v).
+//   BM_LlamaPagedAttention/<sessions>: the attention alone (mha/paged_attention.h) of that step's
+//     queries over the caches, K/V bytes read per second beside BM_CopyRate's.
+//   BM_CopyRate: one core's copy bandwidth (memcpy of 256 MiB to another 256 MiB, bytes copied per
+//     second), the roofline's memory term (bench/llama_roofline.sh).
 // MHA_LLAMA_CHECKPOINT=DIR runs the same on a checkpoint (gen_fixtures.py --llama-checkpoint DIR)
 // instead of random weights; MHA_LLAMA_KV_HEADS=N another number of K/V heads (16 = MHA).
 #include <ATen/ATen.h>
@@ -12,11 +16,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "mha/llama_step.h"
+#include "mha/paged_attention.h"
 
 namespace {
 
@@ -118,6 +124,38 @@ void BM_LlamaLayerStepChunk(benchmark::State& state) {
   Run(state, 1, state.range(0), mha::StepAttention::kPerSession);
 }
 BENCHMARK(BM_LlamaLayerStepChunk)->Arg(4)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_LlamaPagedAttention(benchmark::State& state) {
+  const mha::LlamaConfig& c = Stack().config();
+  std::vector<std::unique_ptr<mha::KvCache>> caches;
+  std::vector<mha::PagedItem> items;
+  for (int64_t i = 0; i < state.range(0); ++i) {
+    caches.push_back(Filled(0));
+    items.push_back(mha::PagedItem{caches.back().get(), 1, true});
+  }
+  const at::Tensor q = at::randn({state.range(0), c.q_dim()});
+  for (auto _ : state) {
+    at::Tensor out = mha::PagedAttention(*Pool(), c.num_attention_heads, items, q);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  const double bytes = 2.0 * static_cast<double>(state.range(0) * kCache * c.kv_dim()) * 4;
+  state.counters["bytes/s"] =
+      benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LlamaPagedAttention)->Arg(4)->Arg(128)->Unit(benchmark::kMicrosecond);
+
+void BM_CopyRate(benchmark::State& state) {
+  const size_t bytes = size_t{256} << 20;  // well past the last-level cache
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_CopyRate)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 }  // namespace
 

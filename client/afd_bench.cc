@@ -84,6 +84,7 @@ void Collect(const std::vector<std::unique_ptr<AfdStream>>& streams, AfdBenchRep
     r->failed_messages += t.failed_messages;
     r->failed_steps += t.failed_steps;
     r->ffn_seconds += t.ffn_seconds;
+    r->output_sum += t.output_sum;
     if (!t.first_error.ok() && r->first_error.empty()) r->first_error = t.first_error.ToString();
     for (size_t l = 0; l < per_layer.size(); ++l) {
       per_layer[l].insert(per_layer[l].end(), t.round_trip_us[l].begin(), t.round_trip_us[l].end());
@@ -123,6 +124,8 @@ StatusOr<AfdBenchReport> RunAfdBench(AttentionClient& client, const AfdBenchOpti
   }
   const StandInFfn ffn(r.embed_dim, o.seed);
   const int64_t messages = (o.steps + 1) * r.layers;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> oip;  // --shm; outlives the streams
+  if (o.shm) oip = inference::GRPCInferenceService::NewStub(client.channel());
   std::vector<std::unique_ptr<AfdStream>> streams;
   for (int s = 0; s < o.streams; ++s) {
     std::vector<std::string> mine;
@@ -134,6 +137,15 @@ StatusOr<AfdBenchReport> RunAfdBench(AttentionClient& client, const AfdBenchOpti
                                                   o.timeout, messages));
   }
   const int64_t chunk = o.prefill_chunk > 0 ? o.prefill_chunk : o.prefill;
+  for (size_t s = 0; oip && s < streams.size(); ++s) {
+    const Status shm =
+        streams[s]->UseSharedMemory(oip.get(), std::max<int64_t>(chunk, 1), static_cast<int>(s));
+    if (!shm.ok()) {
+      streams.clear();
+      for (const auto& id : ids) (void)client.CloseSession(id);
+      return shm;
+    }
+  }
   r.prefill_seconds = Parallel(streams, [&](AfdStream& s) {
     for (int64_t done = 0; done < o.prefill; done += chunk) {
       s.Token(std::min(chunk, o.prefill - done), false);

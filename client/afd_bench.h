@@ -29,6 +29,9 @@ struct AfdBenchOptions {
   int64_t layers = 0;         // layers driven, 0 .. layers-1 (0 = every layer of the model)
   uint64_t seed = 0;
   std::chrono::milliseconds timeout{60000};  // per message
+  // --shm: hidden states and outputs through shared-memory regions (client/shm_regions.h; the
+  // server needs --allow-client-shm=true).
+  bool shm = false;
   // When enabled: the server's CPU seconds over the decode phase, per layer message.
   ServerCpuSource server_cpu;
 };
@@ -51,6 +54,9 @@ struct AfdBenchReport {
   double prefill_seconds = 0, seconds = 0;  // the decode phase
   double steps_per_s = 0, layer_steps_per_s = 0;
   double ffn_seconds = 0;  // the stand-in FFN, every thread summed
+  // Every attention output value received, summed stream by stream: two runs of the same options
+  // (in-band and --shm) agree.
+  double output_sum = 0;
   std::vector<AfdLatency> per_layer;
   AfdLatency all;
   // The server's passes of the decode messages (LayerStepResponse.pass_messages / pass_entries).

@@ -79,11 +79,7 @@ Status AfdStream::Layer(int64_t layer, int64_t tokens, bool timed) {
   for (size_t i = 0; i < ids_.size(); ++i) {
     v1::LayerStepEntry* entry = request.add_entries();
     entry->set_session_id(ids_[i]);
-    v1::Tensor* hidden = entry->mutable_hidden();
-    hidden->set_dtype(v1::FLOAT32);
-    hidden->add_shape(tokens);
-    hidden->add_shape(e_);
-    hidden->set_data(reinterpret_cast<const char*>(x.data() + i * n), n * sizeof(float));
+    SetHidden(i, tokens, x.data() + i * n, entry);
   }
   v1::LayerStepResponse response;
   const auto start = std::chrono::steady_clock::now();
@@ -112,18 +108,60 @@ Status AfdStream::Layer(int64_t layer, int64_t tokens, bool timed) {
   const auto ffn_start = std::chrono::steady_clock::now();
   std::vector<float> o(n);
   for (size_t i = 0; i < ids_.size(); ++i) {
-    const v1::Tensor& out = response.outputs(static_cast<int>(i));
-    if (out.dtype() != v1::FLOAT32 || out.data().size() != n * sizeof(float)) {
-      return Internal("entries[" + std::to_string(i) + "]: output is not [" +
-                      std::to_string(tokens) + ", " + std::to_string(e_) + "] float32");
-    }
-    std::memcpy(o.data(), out.data().data(), n * sizeof(float));
+    MHA_RETURN_IF_ERROR(Output(response, i, tokens, o.data()));
     float* h = h_.data() + i * n;
     for (size_t k = 0; k < n; ++k) h[k] += o[k];
+    for (size_t k = 0; k < n; ++k) tally_.output_sum += o[k];
   }
   ffn_.Apply(h_.data(), static_cast<int64_t>(ids_.size()) * tokens);  // W read once per layer
   tally_.ffn_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - ffn_start).count();
+  return Status::Ok();
+}
+
+Status AfdStream::UseSharedMemory(inference::GRPCInferenceService::StubInterface* stub,
+                                  int64_t max_tokens, int index) {
+  const size_t bytes = ids_.size() * static_cast<size_t>(max_tokens * e_) * sizeof(float);
+  const std::string name = "mha-client-afd" + std::to_string(index);
+  auto in = ShmObject::Create(stub, name + "-in", bytes);
+  if (!in.ok()) return in.status();
+  auto out = ShmObject::Create(stub, name + "-out", bytes);
+  if (!out.ok()) return out.status();
+  shm_in_ = std::move(in.value());
+  shm_out_ = std::move(out.value());
+  return Status::Ok();
+}
+
+void AfdStream::SetHidden(size_t i, int64_t tokens, const float* x,
+                          v1::LayerStepEntry* entry) const {
+  const size_t bytes = static_cast<size_t>(tokens * e_) * sizeof(float);
+  v1::Tensor* hidden = entry->mutable_hidden();
+  hidden->set_dtype(v1::FLOAT32);
+  hidden->add_shape(tokens);
+  hidden->add_shape(e_);
+  if (!shm_in_) {
+    hidden->set_data(reinterpret_cast<const char*>(x), bytes);
+    return;
+  }
+  std::memcpy(shm_in_->data() + i * bytes, x, bytes);
+  for (auto [ref, region] : {std::pair{hidden->mutable_shared_memory(), shm_in_.get()},
+                             std::pair{entry->mutable_output_shared_memory(), shm_out_.get()}}) {
+    ref->set_shared_memory_region(region->name());
+    ref->set_shared_memory_byte_size(bytes);
+    ref->set_shared_memory_offset(i * bytes);
+  }
+}
+
+Status AfdStream::Output(const v1::LayerStepResponse& response, size_t i, int64_t tokens,
+                         float* o) const {
+  const size_t bytes = static_cast<size_t>(tokens * e_) * sizeof(float);
+  const v1::Tensor& out = response.outputs(static_cast<int>(i));
+  const size_t got = shm_out_ ? out.shared_memory().shared_memory_byte_size() : out.data().size();
+  if (out.dtype() != v1::FLOAT32 || got != bytes) {
+    return Internal("entries[" + std::to_string(i) + "]: output is not [" + std::to_string(tokens) +
+                    ", " + std::to_string(e_) + "] float32");
+  }
+  std::memcpy(o, shm_out_ ? shm_out_->data() + i * bytes : out.data().data(), bytes);
   return Status::Ok();
 }
 

@@ -33,13 +33,17 @@ std::chrono::microseconds CallTimeout(const BenchOptions& o, std::mt19937_64& rn
 // Serialized once: every call sends the same bytes (the server still parses each one). With
 // --protocol oip each request is sent as the ModelInferRequest that oip_translate makes of it (an
 // untranslatable one is sent empty, and its error counted).
-// With --shm (options.shm) the OIP requests name the shared-memory regions instead.
+// With --shm (options.shm) the requests name the shared-memory regions instead.
 std::vector<grpc::ByteBuffer> Serialize(const std::vector<v1::ForwardRequest>& requests,
                                         WireProtocol protocol, const ShmRegions* shm) {
   std::vector<grpc::ByteBuffer> buffers;
   for (size_t i = 0; i < requests.size(); ++i) {
     const v1::ForwardRequest& request = requests[i];
     std::string bytes = request.SerializeAsString();
+    if (protocol == WireProtocol::kNative && shm != nullptr) {
+      v1::ForwardRequest placed = request;
+      bytes = shm->RewriteV1(i, &placed).ok() ? placed.SerializeAsString() : std::string();
+    }
     if (protocol == WireProtocol::kOip) {
       auto infer = ToModelInferRequest(request);
       if (infer.ok() && shm != nullptr && !shm->Rewrite(i, &infer.value()).ok()) {

@@ -32,7 +32,8 @@ struct BenchOptions {
   // When enabled: the server's CPU seconds read just before and after the timed run (after the
   // warmup), reported per successful request (server_cpu.h).
   ServerCpuSource server_cpu;
-  // --shm with --protocol oip: the requests' tensors in these shared-memory regions (not owned).
+  // --shm: the requests' tensors in these shared-memory regions (not owned): made by
+  // ShmRegions::Create for --protocol oip, by CreateV1 for mha.v1.
   const ShmRegions* shm = nullptr;
 };
 

@@ -27,6 +27,9 @@ void AfdCommand::Add(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", options.seed, "Seed of the stand-in FFN and embeddings")
       ->capture_default_str();
+  cmd->add_flag("--shm", options.shm,
+                "Hidden states and outputs through shared-memory regions (registered through the "
+                "Open Inference Protocol; the server needs --allow-client-shm=true)");
   AddServerCpuFlags(cmd, &options.server_cpu);  // per layer message of the decode phase
   cmd->add_flag("--json", json, "Print one JSON object");
 }

@@ -53,17 +53,66 @@ void ForwardCommand::Add(CLI::App& app) {
   cmd->add_option("-o,--output", output_file, "Write output (+attn_weights) as safetensors");
   cmd->add_option("--plot", plot_file,
                   "Draw the returned weights of batch row 0 as heatmaps, one panel per head (PNG)");
+  cmd->add_flag("--shm", shm,
+                "Inputs and the output through shared-memory regions (mha.v1; the server needs "
+                "--allow-client-shm=true; docs/shared-memory.md)");
 }
+
+namespace {
+
+// forward --shm: `request` rewritten to name the regions `regions` creates (its inputs written
+// there); `read_back` then puts the output from the region into the response's data.
+struct ForwardShm {
+  std::unique_ptr<inference::GRPCInferenceService::Stub> oip;  // outlives `regions`
+  std::unique_ptr<ShmRegions> regions;  // unregisters through `oip` when destroyed
+
+  Status Place(AttentionClient& client, v1::ForwardRequest* request) {
+    if (client.options().protocol != WireProtocol::kNative) {
+      return InvalidArgument("forward --shm: mha.v1 only (bench --shm takes --protocol oip)");
+    }
+    oip = inference::GRPCInferenceService::NewStub(client.channel());
+    auto created = ShmRegions::CreateV1(oip.get(), {*request});
+    if (!created.ok()) return created.status();
+    regions = std::move(created.value());
+    return regions->RewriteV1(0, request);
+  }
+  Status ReadBack(v1::ForwardResponse* response) const {
+    v1::Tensor* out = response->mutable_output();
+    const v1::SharedMemoryRef& at = out->shared_memory();
+    const ShmObject& region = regions->output();
+    if (at.shared_memory_region() != region.name() ||
+        at.shared_memory_offset() + at.shared_memory_byte_size() > region.size()) {
+      return Internal("forward --shm: the output is not in region '" + region.name() + "'");
+    }
+    out->set_data(region.data() + at.shared_memory_offset(), at.shared_memory_byte_size());
+    out->clear_shared_memory();
+    return Status::Ok();
+  }
+};
+
+}  // namespace
 
 int ForwardCommand::Run(AttentionClient& client) {
   auto request = BuildRequest(client, shape);
   if (!request.ok()) return Fail(request.status());
+  ForwardShm placed;
+  v1::ForwardRequest sent = *request;
+  if (shm) {
+    if (const Status s = placed.Place(client, &sent); !s.ok()) return Fail(s);
+  }
   const auto start = std::chrono::steady_clock::now();
   std::string request_id;
-  auto response = client.ForwardRaw(*request, std::nullopt, &request_id);
+  auto response = client.ForwardRaw(sent, std::nullopt, &request_id);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!response.ok()) return Fail(response.status());
+  const size_t wire_bytes = response->ByteSizeLong();  // before a shared-memory output is read in
+  if (shm) {
+    std::printf("shared memory: inputs from region '%s', output read back from region '%s'\n",
+                sent.query().shared_memory().shared_memory_region().c_str(),
+                response->output().shared_memory().shared_memory_region().c_str());
+    if (const Status s = placed.ReadBack(&response.value()); !s.ok()) return Fail(s);
+  }
   auto result = ParseForwardResponse(*response);
   if (!result.ok()) return Fail(result.status());
   std::printf("model %s v%s  request_id %s  latency %.3f ms (queue %.3f, compute %.3f)\n",
@@ -80,7 +129,7 @@ int ForwardCommand::Run(AttentionClient& client) {
     if (tensor->defined()) PrintStats(name, *tensor);
   }
   PrintHeadStats(*result);
-  std::printf("response: %zu bytes\n", response->ByteSizeLong());
+  std::printf("response: %zu bytes\n", wire_bytes);
   if (!plot_file.empty()) {
     if (const Status s = PlotForward(*result, *request, plot_file); !s.ok()) return Fail(s);
   }
@@ -141,8 +190,8 @@ void BenchCommand::Add(CLI::App& app) {
   cmd->add_option("--seq-max", seq_max,
                   "Random query length per request: largest T (uniform in [min, max])");
   cmd->add_flag("--shm", shm,
-                "With --protocol oip: inputs and the output through shared-memory regions "
-                "(the server needs --allow-client-shm=true; docs/shared-memory.md)");
+                "Inputs and the output through shared-memory regions, over mha.v1 or --protocol "
+                "oip (the server needs --allow-client-shm=true; docs/shared-memory.md)");
   AddServerCpuFlags(cmd, &options.server_cpu);
 }
 
@@ -178,10 +227,13 @@ int BenchCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout
   options.seed = shape.seed;
   std::unique_ptr<inference::GRPCInferenceService::Stub> oip;  // outlives `regions`
   std::unique_ptr<ShmRegions> regions;  // unregisters through `oip` when destroyed
-  if (shm) {
-    if (client.options().protocol != WireProtocol::kOip) {
-      return Fail(InvalidArgument("--shm needs --protocol oip"));
-    }
+  if (shm && client.options().protocol == WireProtocol::kNative) {
+    oip = inference::GRPCInferenceService::NewStub(client.channel());
+    auto created = ShmRegions::CreateV1(oip.get(), *requests);
+    if (!created.ok()) return Fail(created.status());
+    regions = std::move(created.value());
+    options.shm = regions.get();
+  } else if (shm) {
     std::vector<inference::ModelInferRequest> infer;
     for (const auto& r : *requests) {
       auto translated = ToModelInferRequest(r);

@@ -31,6 +31,7 @@ struct ForwardCommand {
   CLI::App* cmd = nullptr;
   ShapeFlags shape;
   std::string output_file, plot_file;
+  bool shm = false;  // --shm: query/key/value and output through shared memory (mha.v1)
 };
 
 struct BenchCommand {

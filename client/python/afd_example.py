@@ -8,7 +8,9 @@ layer's attention outputs [t, E] back in the same order; between layers it adds 
 session's residual stream (a real FFN side would run its MLP there). With --fixture DIR (a case of
 tests/fixtures/llama written by PyTorch) it steps that case's sessions (prefill chunks, then single
 tokens) and checks every output against the fixture's causal forward of the layer; exits 1 on a
-mismatch. Needs only grpcio, protobuf and numpy.
+mismatch. With --shm every entry's hidden states go through a shared-memory region and its
+outputs come back through another (shm_regions.py; the server needs --allow-client-shm=true).
+Needs only grpcio, protobuf and numpy.
 
     client/python/gen_stubs.sh                   # once: generates mha/v1/*_pb2*.py
     /usr/bin/python3 client/python/afd_example.py --target localhost:8500 --model llama \\
@@ -26,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mha.v1 import attention_pb2 as pb, attention_pb2_grpc as rpc  # noqa: E402 (gen_stubs.sh)
+from shm_regions import ShmRegions  # noqa: E402
 
 
 def to_wire(a):
@@ -74,13 +77,21 @@ class LayerSteps:
             pass
 
 
-def step_layer(stream, layer, sessions, rows, tag):
-    """One message: `rows[i]` [t, E] of sessions[i] at `layer`; the outputs in the same order."""
+def step_layer(stream, layer, sessions, rows, tag, regions=None):
+    """One message: `rows[i]` [t, E] of sessions[i] at `layer`; the outputs in the same order.
+    With `regions` the rows go through its input region and the outputs through its output one."""
     request = pb.LayerStepRequest(id=f"{tag}.l{layer}", layer=layer)
+    at = 0
     for sid, x in zip(sessions, rows):
-        request.entries.add(session_id=sid, hidden=to_wire(x))
+        entry = request.entries.add(session_id=sid, hidden=to_wire(x))
+        if regions:
+            size = len(entry.hidden.data)
+            entry.hidden.CopyFrom(regions.put(entry.hidden, at))
+            regions.place_output(entry.output_shared_memory, size, at)
+            at += size
     answer = stream.send(request)
-    return [from_wire(t) for t in answer.outputs], list(answer.layer_tokens)
+    outputs = [regions.get(t) if regions else t for t in answer.outputs]
+    return [from_wire(t) for t in outputs], list(answer.layer_tokens)
 
 
 def main():
@@ -92,8 +103,11 @@ def main():
     p.add_argument("--steps", type=int, default=8, help="without --fixture: decode steps")
     p.add_argument("--prefill", type=int, default=5, help="without --fixture: prefill tokens")
     p.add_argument("--atol", type=float, default=1e-5)
+    p.add_argument("--shm", action="store_true",
+                   help="hidden states and outputs through shared memory (docs/shared-memory.md)")
     args = p.parse_args()
-    stub = rpc.AttentionServiceStub(grpc.insecure_channel(args.target))
+    channel = grpc.insecure_channel(args.target)
+    stub = rpc.AttentionServiceStub(channel)
     info = stub.GetModel(pb.GetModelRequest(name=args.model))
     if info.architecture != "llama":
         print(f"model {info.name} is not a Llama model ({info.architecture})")
@@ -117,12 +131,16 @@ def main():
     sessions = [stub.OpenSession(pb.OpenSessionRequest(model=info.name)).session_id
                 for _ in inputs]
     stream = LayerSteps(stub)
+    # Big enough for every session's largest chunk at once.
+    regions = ShmRegions(channel, 4 * info.embed_dim * sum(max(c) for c in chunks)) \
+        if args.shm else None
     done, worst = [0] * len(inputs), 0.0
     for r in range(max(len(c) for c in chunks)):
         active = [i for i in range(len(inputs)) if r < len(chunks[i])]
         x = [inputs[i][done[i]:done[i] + chunks[i][r]] for i in active]
         for layer in range(info.num_layers):
-            outs, tokens = step_layer(stream, layer, [sessions[i] for i in active], x, f"r{r}")
+            outs, tokens = step_layer(stream, layer, [sessions[i] for i in active], x, f"r{r}",
+                                      regions)
             for k, i in enumerate(active):
                 assert tokens[k] == done[i] + chunks[i][r], (tokens[k], done[i], chunks[i][r])
                 if expected is not None:
@@ -132,6 +150,8 @@ def main():
         for i in active:
             done[i] += chunks[i][r]
     stream.close()
+    if regions:
+        regions.close()
     for sid in sessions:
         closed = stub.CloseSession(pb.CloseSessionRequest(session_id=sid))
         print(f"session {sid}: {closed.tokens} tokens, {closed.kv_blocks} KV blocks freed")

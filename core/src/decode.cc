@@ -161,6 +161,11 @@ std::vector<at::Tensor> AttendEach(const MhaModel& model, const std::vector<Step
 }
 
 // One output projection over every item's rows, split back into the items' outputs.
+// x [N, in] times a transposed weight [in, out] (+ bias): at::linear of the weight.
+at::Tensor LinearT(const at::Tensor& x, const at::Tensor& weight_t, const at::Tensor& bias) {
+  return bias.defined() ? at::addmm(bias, x, weight_t) : at::mm(x, weight_t);
+}
+
 void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
                     const std::vector<at::Tensor>& combined) {
   const MhaWeights& w = model.weights();
@@ -168,7 +173,9 @@ void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
   const int64_t e = model.options().embed_dim;
   const at::Tensor joined = combined.size() == 1 ? combined[0] : at::cat(combined, 0);
   at::Tensor out_all =
-      at::linear(joined, w.out_weight, w.out_bias).to(ToScalarType(model.options().dtype));
+      (model.out_weight_t().defined() ? LinearT(joined, model.out_weight_t(), w.out_bias)
+                                      : at::linear(joined, w.out_weight, w.out_bias))
+          .to(ToScalarType(model.options().dtype));
   const bool all_host = std::none_of(items.begin(), items.end(), [](const StepItem& item) {
     return item.inputs->query.is_cuda();
   });
@@ -188,20 +195,23 @@ void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
   }
 }
 
-// Q, K and V of every new token: one GEMM on the fused in-projection [3E, E] when the model has
-// one, some item is self-attention and the pass has at least kFusedRows rows (q, k, v are then
-// column views of its output); else one GEMM per weight (q only when every item is
-// cross-attention). Below kFusedRows OpenBLAS (0.3.21, this box) runs three [E, E] GEMMs about
-// twice as fast as one [3E, E] (E=512, one thread: 1 row 180 vs 380 us, 2 rows 280 vs 540 us);
-// from 4 rows on the two are within noise and the fused one saves two dispatches.
+// Q, K and V of every new token when some item is self-attention and the model has the fused
+// in-projection: on the CPU one GEMM on its transposed copy (MhaModel::in_proj_weight_t) for any
+// number of rows; elsewhere one GEMM on it from kFusedRows rows on (q, k, v are column views of
+// its output). Else one GEMM per weight (q only when every item is cross-attention). Below
+// kFusedRows OpenBLAS (0.3.21, this box) runs three [E, E] GEMMs of the checkpoint's layout about
+// twice as fast as one [3E, E] (E=512, one thread: 1 row 180 vs 380 us, 2 rows 280 vs 540 us).
 constexpr int64_t kFusedRows = 4;
 
 void Project(const MhaModel& model, const at::Tensor& all, bool any_self, at::Tensor* q,
              at::Tensor* k, at::Tensor* v) {
   const MhaWeights& w = model.weights();
   const int64_t e = model.options().embed_dim;
-  if (any_self && model.in_proj_weight().defined() && all.size(0) >= kFusedRows) {
-    const at::Tensor qkv = at::linear(all, model.in_proj_weight(), model.in_proj_bias());
+  if (any_self && model.in_proj_weight().defined() &&
+      (model.in_proj_weight_t().defined() || all.size(0) >= kFusedRows)) {
+    const at::Tensor qkv = model.in_proj_weight_t().defined()
+                               ? LinearT(all, model.in_proj_weight_t(), model.in_proj_bias())
+                               : at::linear(all, model.in_proj_weight(), model.in_proj_bias());
     *q = qkv.narrow(1, 0, e);
     *k = qkv.narrow(1, e, e);
     *v = qkv.narrow(1, 2 * e, e);

@@ -41,6 +41,7 @@ std::vector<std::vector<size_t>> KvCache::SharedTargets(int64_t extra) const {
 
 void KvCache::CheckWritable(int64_t count) const {
   TORCH_CHECK(!spilled(), "KvCache: a write into a spilled cache (Restore first)");
+  if (count < 1) return;
   const int64_t bt = pool_->block_tokens();
   std::vector<int64_t> touched;
   for (const auto& table : tables_) {

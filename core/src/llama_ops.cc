@@ -11,11 +11,6 @@
 namespace mha::internal {
 namespace {
 
-// From this many rows on the fused [(H + 2 KV) D, E] GEMM; below, one GEMM per weight (the
-// measurement behind decode.cc's kFusedRows: OpenBLAS 0.3.21 runs three small GEMMs about twice as
-// fast as one fused for 1-2 rows, within noise from 4 rows on).
-constexpr int64_t kFusedRows = 4;
-
 at::Tensor RotateHalf(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
@@ -23,18 +18,16 @@ at::Tensor RotateHalf(const at::Tensor& x) {
 
 }  // namespace
 
+at::Tensor LinearT(const at::Tensor& x, const at::Tensor& weight_t, const at::Tensor& bias) {
+  return bias.defined() ? at::addmm(bias, x, weight_t) : at::mm(x, weight_t);
+}
+
 void ProjectQkv(const LlamaLayer& layer, const LlamaConfig& config, const at::Tensor& x,
                 at::Tensor* q, at::Tensor* k, at::Tensor* v) {
-  if (x.size(0) >= kFusedRows) {
-    const at::Tensor qkv = at::linear(x, layer.qkv_weight, layer.qkv_bias);
-    *q = qkv.narrow(1, 0, config.q_dim());
-    *k = qkv.narrow(1, config.q_dim(), config.kv_dim());
-    *v = qkv.narrow(1, config.q_dim() + config.kv_dim(), config.kv_dim());
-    return;
-  }
-  *q = at::linear(x, layer.q_weight, layer.q_bias);
-  *k = at::linear(x, layer.k_weight, layer.k_bias);
-  *v = at::linear(x, layer.v_weight, layer.v_bias);
+  const at::Tensor qkv = LinearT(x, layer.qkv_weight_t, layer.qkv_bias);
+  *q = qkv.narrow(1, 0, config.q_dim());
+  *k = qkv.narrow(1, config.q_dim(), config.kv_dim());
+  *v = qkv.narrow(1, config.q_dim() + config.kv_dim(), config.kv_dim());
 }
 
 void RopeTables(const at::Tensor& positions, const LlamaConfig& config, at::ScalarType dtype,

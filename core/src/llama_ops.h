@@ -16,16 +16,22 @@
 
 namespace mha::internal {
 
-// One layer placed for computing: the fused q/k/v projection [(H + 2 KV) * D, E] (q, k and v
-// weights are row views of it) and its bias (attention_bias only), the output projection.
+// One layer placed for computing, its weights laid out once at load as the GEMMs read them
+// (x W^T as x times a contiguous [in, out] matrix: OpenBLAS packs that layout for each call about
+// twice as fast as the checkpoint's [out, in], and one GEMM on the fused weight is then at least as
+// fast as three apart even for one row; docs/performance.md): the fused q/k/v projection
+// transposed, [E, (H + 2 KV) * D], and its bias (attention_bias only); the output projection
+// transposed, [H * D, E].
 struct LlamaLayer {
-  at::Tensor qkv_weight, qkv_bias;
-  at::Tensor q_weight, k_weight, v_weight, q_bias, k_bias, v_bias;
-  at::Tensor o_weight, o_bias;
+  at::Tensor qkv_weight_t, qkv_bias;
+  at::Tensor o_weight_t, o_bias;
 };
 
-// Projects rows x [N, E] into q [N, H * D], k and v [N, KV * D]: one GEMM on the fused weight from
-// kFusedRows rows on, one per weight below (OpenBLAS runs small GEMMs faster apart: decode.cc).
+// x [N, in] times a transposed weight [in, out] (+ bias [out]): at::linear of the weight.
+at::Tensor LinearT(const at::Tensor& x, const at::Tensor& weight_t, const at::Tensor& bias);
+
+// Projects rows x [N, E] into q [N, H * D], k and v [N, KV * D] (column views of one GEMM's
+// output).
 void ProjectQkv(const LlamaLayer& layer, const LlamaConfig& config, const at::Tensor& x,
                 at::Tensor* q, at::Tensor* k, at::Tensor* v);
 

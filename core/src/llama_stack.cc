@@ -16,24 +16,20 @@ at::Tensor Place(const at::Tensor& t, const c10::Device& device, at::ScalarType 
   return t.defined() ? t.to(device, dtype).contiguous() : at::Tensor();
 }
 
-// One layer on `device` in `dtype`: q/k/v concatenated into one weight, then viewed back.
-internal::LlamaLayer PlaceLayer(const LlamaLayerWeights& w, const LlamaConfig& c,
-                                const c10::Device& device, at::ScalarType dtype) {
+// One layer on `device` in `dtype`: q/k/v concatenated into one weight, it and o_proj's stored
+// transposed (internal::LlamaLayer).
+internal::LlamaLayer PlaceLayer(const LlamaLayerWeights& w, const c10::Device& device,
+                                at::ScalarType dtype) {
   internal::LlamaLayer l;
-  const int64_t q = c.q_dim(), kv = c.kv_dim();
-  l.qkv_weight = at::cat({Place(w.q_weight, device, dtype), Place(w.k_weight, device, dtype),
-                          Place(w.v_weight, device, dtype)});
-  l.q_weight = l.qkv_weight.narrow(0, 0, q);
-  l.k_weight = l.qkv_weight.narrow(0, q, kv);
-  l.v_weight = l.qkv_weight.narrow(0, q + kv, kv);
+  l.qkv_weight_t = at::cat({Place(w.q_weight, device, dtype), Place(w.k_weight, device, dtype),
+                            Place(w.v_weight, device, dtype)})
+                       .t()
+                       .contiguous();
   if (w.q_bias.defined()) {
     l.qkv_bias = at::cat({Place(w.q_bias, device, dtype), Place(w.k_bias, device, dtype),
                           Place(w.v_bias, device, dtype)});
-    l.q_bias = l.qkv_bias.narrow(0, 0, q);
-    l.k_bias = l.qkv_bias.narrow(0, q, kv);
-    l.v_bias = l.qkv_bias.narrow(0, q + kv, kv);
   }
-  l.o_weight = Place(w.o_weight, device, dtype);
+  l.o_weight_t = Place(w.o_weight, device, dtype).t().contiguous();
   l.o_bias = Place(w.o_bias, device, dtype);
   return l;
 }
@@ -88,7 +84,7 @@ void LlamaAttentionStack::Place(const std::vector<LlamaLayerWeights>& layers,
                                 at::ScalarType dtype) {
   layers_.clear();
   for (const LlamaLayerWeights& w : layers) {
-    layers_.push_back(PlaceLayer(w, config_, device_, dtype));
+    layers_.push_back(PlaceLayer(w, device_, dtype));
   }
   // The copies were queued on this thread's current stream; a pass on another stream must not
   // read the weights before they land.
@@ -149,7 +145,9 @@ at::Tensor LlamaAttentionStack::RunForward(int64_t layer, const at::Tensor& hidd
       internal::ApplyRope(k.reshape({b, t, c.num_key_value_heads, d}), cos, sin).transpose(1, 2);
   const at::Tensor vh = v.reshape({b, t, c.num_key_value_heads, d}).transpose(1, 2);
   const at::Tensor attended = internal::GroupedAttention(qh, kh, vh, /*causal=*/true);
-  const at::Tensor out = at::linear(attended, w.o_weight, w.o_bias);
+  const at::Tensor out =
+      internal::LinearT(attended.reshape({b * t, c.q_dim()}), w.o_weight_t, w.o_bias)
+          .view({b, t, c.hidden_size});
   return out.to(hidden.device(), ToScalarType(dtype_));
 }
 
@@ -166,7 +164,7 @@ StatusOr<std::shared_ptr<KvBlockPool>> LlamaAttentionStack::CreateKvPool(
 int64_t LlamaAttentionStack::parameter_count() const {
   int64_t count = 0;
   for (const internal::LlamaLayer& l : layers_) {
-    for (const at::Tensor* t : {&l.qkv_weight, &l.qkv_bias, &l.o_weight, &l.o_bias}) {
+    for (const at::Tensor* t : {&l.qkv_weight_t, &l.qkv_bias, &l.o_weight_t, &l.o_bias}) {
       if (t->defined()) count += t->numel();
     }
   }

@@ -162,7 +162,8 @@ void RunStep(const LlamaAttentionStack& stack, int64_t layer,
   } else {
     attended = AttendGathered(c, items, q);
   }
-  at::Tensor out = at::linear(attended, w.o_weight, w.o_bias).to(ToScalarType(stack.dtype()));
+  at::Tensor out =
+      internal::LinearT(attended, w.o_weight_t, w.o_bias).to(ToScalarType(stack.dtype()));
   if (std::all_of(items.begin(), items.end(),
                   [](const LlamaStepItem& i) { return i.hidden.is_cpu(); })) {
     out = out.cpu();  // one copy back for every item
@@ -197,7 +198,8 @@ Status CheckLlamaStep(const LlamaAttentionStack& stack, int64_t layer,
 }
 
 bool LlamaPagedApplies(const LlamaConfig& config, const std::vector<LlamaStepItem>& items) {
-  if (items.empty() || config.group_size() > kMaxPagedGroup) return false;
+  static_cast<void>(config);  // any number of query heads per K/V head (paged_kernel.h)
+  if (items.empty()) return false;
   const KvBlockPool& pool = items.front().cache->pool();
   if (!PagedPoolSupported(pool)) return false;
   for (const LlamaStepItem& item : items) {

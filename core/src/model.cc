@@ -99,6 +99,11 @@ void MhaModel::PlaceWeights(const MhaWeights& source, const c10::Device& device,
       weights_.v_bias = in_proj_bias_.narrow(0, 2 * e, e);
     }
   }
+  in_proj_weight_t_ = out_weight_t_ = at::Tensor();
+  if (device.is_cpu()) {
+    if (in_proj_weight_.defined()) in_proj_weight_t_ = in_proj_weight_.t().contiguous();
+    out_weight_t_ = weights_.out_weight.t().contiguous();
+  }
   compute_scalar_type_ = dtype;
   device_ = device;
   // The copies and the concatenation above were queued on this thread's current (default) stream;

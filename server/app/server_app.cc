@@ -152,7 +152,7 @@ Status ServerApp::StartHttp() {
 
 Status ServerApp::StartGrpc() {
   service_ = std::make_unique<AttentionServiceImpl>(
-      core_.get(), GrpcFrontendOptions{c_.max_message_bytes, c_.stream_window});
+      core_.get(), GrpcFrontendOptions{c_.max_message_bytes, c_.stream_window, shm_.get()});
   control_ = std::make_unique<ModelControlServiceImpl>(core_.get(), admin_token_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -22,6 +22,9 @@ namespace mha::serve {
 struct LayerStepEntry {
   std::string session_id;
   HostTensor hidden;  // [t, E]: may borrow the wire message's bytes
+  // The bytes the place its output goes to holds (a shared-memory region the front end writes
+  // it into); -1: the output travels in the answer. Checked before the step changes the session.
+  int64_t output_capacity = -1;
 };
 
 struct LayerStepRequest {

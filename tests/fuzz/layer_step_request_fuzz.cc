@@ -2,7 +2,8 @@
 // parse the protobuf, DecodeLayerStepRequest (session ids, tensor headers, byte counts, borrowed
 // tensors), ServerCore::StepLayer (sessions, layers, shapes, the layer-order rule, limits) on a
 // small Llama stack (tests/fixtures/llama/stack4_sessions: L=4, E=32) with four open sessions "f0"
-// .. "f3", and for an answered message EncodeLayerStepResponse. Limits are small so that every
+// .. "f3", and for an answered message EncodeLayerStepResponse. Hidden states and output places
+// may name the shared-memory region "fuzz" (fuzz_shm.h). Limits are small so that every
 // accepted pass is cheap; nothing may crash, leak or trip a sanitizer.
 #include <google/protobuf/stubs/logging.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <utility>
 
 #include "fuzz_common.h"
+#include "fuzz_shm.h"
 #ifndef MHA_FIXTURES_DIR  // the normal build: tests/common/test_paths.h (MHA_FUZZ defines it)
 #include "test_paths.h"
 #endif
@@ -59,14 +61,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mha::serve::ServerCore* core = LlamaCore();  // before parsing: it silences protobuf's log
   mha::v1::LayerStepRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
-  auto decoded = mha::serve::DecodeLayerStepRequest(request, 4 << 20, /*borrow=*/true);
+  mha::serve::ShmPlan shm;
+  auto decoded = mha::serve::DecodeLayerStepRequest(request, 4 << 20, /*borrow=*/true,
+                                                    FuzzShmRegistry(), &shm);
   if (!decoded.ok()) return 0;
   std::promise<mha::serve::LayerStepResponse> answer;
   core->StepLayer(std::move(decoded.value()),
                   [&answer](mha::serve::LayerStepResponse r) { answer.set_value(std::move(r)); });
   const mha::serve::LayerStepResponse response = answer.get_future().get();
   mha::v1::LayerStepResponse out;
-  if (!mha::serve::EncodeLayerStepResponse(request, response, &out).ok()) {
+  if (!mha::serve::EncodeLayerStepResponse(request, response, &out, &shm).ok()) {
     mha::serve::EncodeLayerStepError(request, response.status, &out);
   }
   return 0;

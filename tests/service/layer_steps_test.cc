@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -281,6 +282,37 @@ TEST_F(LayerStepsTest, TheAfdDriverStepsEveryLayerOfEverySession) {
   auto refused = client::RunAfdBench(*client, o);
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(refused.status().message(), "not a Llama model (multihead_attention)"));
+}
+
+// mha-client afd --shm (client/afd_stream.h): the hidden states and outputs through shared-memory
+// regions registered through the Open Inference Protocol give the same outputs as in-band (one
+// stream, so that both runs make the same passes), and without --allow-client-shm the driver is
+// refused before it steps anything.
+TEST_F(LayerStepsTest, TheAfdDriverThroughSharedMemoryGetsTheInBandOutputs) {
+  ASSERT_TRUE(server_.Start({"--allow-client-shm=true"}));
+  auto client = server_.Client();
+  client::AfdBenchOptions o;
+  o.model = "llama";
+  o.sessions = 3;
+  o.steps = 4;
+  o.prefill = 5;
+  o.prefill_chunk = 2;
+  auto in_band = client::RunAfdBench(*client, o);
+  ASSERT_TRUE(in_band.ok()) << in_band.status().ToString();
+  o.shm = true;
+  auto shm = client::RunAfdBench(*client, o);
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  EXPECT_EQ(shm->first_error, "");
+  EXPECT_EQ(shm->failed_messages, 0);
+  EXPECT_EQ(shm->messages, in_band->messages);
+  EXPECT_NE(in_band->output_sum, 0.0);
+  EXPECT_NEAR(shm->output_sum, in_band->output_sum, 1e-6 * std::abs(in_band->output_sum) + 1e-6);
+  AfdServer without;  // registration off
+  ASSERT_TRUE(without.Start({}));
+  auto refused = client::RunAfdBench(*without.Client(), o);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(refused.status().message(), "--allow-client-shm=true"))
+      << refused.status().ToString();
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 # every model (it compares the server's numbers with PyTorch and exits non-zero on mismatch) and
 # client/python/oip_client_example.py (the Open Inference Protocol, raw and typed inputs),
 # client/python/session_example.py (a decoding session, every step checked against PyTorch) and
-# client/python/afd_example.py (LayerSteps on a Llama fixture, every output checked),
+# client/python/afd_example.py (LayerSteps on a Llama fixture, every output checked), the
+# forward, session and LayerSteps examples again with --shm (tensors through shared memory),
 # stops the server by PID (SIGTERM) and checks its exit code. Then once more over mTLS (certs from
 # make_test_certs.sh): the example's --tls-* flags against a server that requires client certs.
 #   run_python_example.sh MHA_SERVER SOURCE_DIR WORK_DIR
@@ -31,7 +32,8 @@ ln -s "$src/tests/fixtures/llama/stack4_sessions" "$work/repo/llama"  # a Llama 
 start_server() {
   rm -f "$work/port"
   "$server_bin" --grpc-address 127.0.0.1:0 --port-file "$work/port" --metrics-address 127.0.0.1:0 \
-    --http-address 127.0.0.1:0 --http-port-file "$work/http_port" --model-repository "$work/repo" --default-model format_safetensors "$@" \
+    --http-address 127.0.0.1:0 --http-port-file "$work/http_port" --model-repository "$work/repo" --default-model format_safetensors \
+    --allow-client-shm=true "$@" \
     >"$work/server.log" 2>&1 &
   pid=$!
   wait_for_port_file "$pid" "$work/port" "$work/server.log"
@@ -47,6 +49,10 @@ for m in $models; do
   PYTHONPATH="$work/stubs" "$python" "$src/client/python/mha_client_example.py" \
     --target "127.0.0.1:$port" --model "$m" --weights "$weights" || status=1
 done
+echo "== format_safetensors through shared memory (--shm)"
+PYTHONPATH="$work/stubs" "$python" "$src/client/python/mha_client_example.py" \
+  --target "127.0.0.1:$port" --model format_safetensors \
+  --weights "$work/repo/format_safetensors/model.safetensors" --shm || status=1
 
 # The Open Inference Protocol example: ModelInfer with raw and with typed (fp32_contents) inputs.
 m=format_safetensors
@@ -62,12 +68,21 @@ echo "== decoding session: decode_causal"
 PYTHONPATH="$work/stubs" "$python" "$src/client/python/session_example.py" \
   --target "127.0.0.1:$port" --model decode_causal \
   --weights "$work/repo/decode_causal/model.safetensors" --batch 2 --seq 20 --prefill 5 || status=1
+echo "== decoding session through shared memory (--shm): decode_causal"
+PYTHONPATH="$work/stubs" "$python" "$src/client/python/session_example.py" \
+  --target "127.0.0.1:$port" --model decode_causal \
+  --weights "$work/repo/decode_causal/model.safetensors" --batch 2 --seq 20 --prefill 5 --shm \
+  || status=1
 
 # The FFN side of LayerSteps: 8 sessions of the Llama fixture, every output == PyTorch's.
 echo "== LayerSteps (afd_example.py): llama"
 PYTHONPATH="$work/stubs" "$python" "$src/client/python/afd_example.py" \
   --target "127.0.0.1:$port" --model llama --fixture "$src/tests/fixtures/llama/stack4_sessions" \
   || status=1
+echo "== LayerSteps through shared memory (afd_example.py --shm): llama"
+PYTHONPATH="$work/stubs" "$python" "$src/client/python/afd_example.py" \
+  --target "127.0.0.1:$port" --model llama --fixture "$src/tests/fixtures/llama/stack4_sessions" \
+  --shm || status=1
 
 # KServe v2 REST with python3-requests: JSON, binary tensors and a sequence, each == PyTorch.
 echo "== REST (python3-requests): format_safetensors"

@@ -4,6 +4,7 @@
 # ports with --allow-client-shm=true, --max-shm-bytes 1048576 and a hold gate, runs the "on"
 # checks, stops it by PID (SIGTERM: exit code 0 expected, every region unmapped on the way); then
 # once more without --allow-client-shm and with --admin-token-file for the "off" checks.
+# v1_shm_test.py (mha.v1 tensors in shared memory) runs on the "on" server after shm_test.py.
 #   run_shm_test.sh MHA_TEST_SERVER SOURCE_DIR WORK_DIR
 set -eu
 server_bin=$1
@@ -19,6 +20,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 . "$src/tests/service/server_wait.sh"
 ln -s "$src/tests/fixtures/cases/format_safetensors" "$work/repo/format_safetensors"
+ln -s "$src/tests/fixtures/llama/stack4_sessions" "$work/repo/llama"  # v1_shm_test.py's LayerSteps
 "$src/client/python/gen_stubs.sh" "$work/stubs" >/dev/null
 
 start_server() {
@@ -46,6 +48,11 @@ start_server --allow-client-shm=true --max-shm-bytes 1048576 --test-hold-dir "$w
 PYTHONPATH="$work/stubs" "$python" "$src/tests/service/shm_test.py" --mode on \
   --target "$target" --http "$http" --fixture "$fixture" --hold-dir "$work/hold" \
   --server-pid "$pid" || { status=1; tail -20 "$work/server.log"; }
+# mha.v1 (Forward, ForwardStream, LayerSteps) on the same server and registry.
+PYTHONPATH="$work/stubs" "$python" "$src/tests/service/v1_shm_test.py" --target "$target" \
+  --fixture "$fixture" --llama-fixture "$src/tests/fixtures/llama/stack4_sessions" \
+  --hold-dir "$work/hold" ||
+  { status=1; tail -20 "$work/server.log"; }
 stop_server
 
 echo "secret-token" >"$work/token"

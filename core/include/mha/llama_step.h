@@ -33,16 +33,10 @@ struct LlamaStepItem {
 Status CheckLlamaStep(const LlamaAttentionStack& stack, int64_t layer,
                       const std::vector<LlamaStepItem>& items);
 
-// Query heads per K/V head up to which the pages are read in place. Beyond, each K/V row serves
-// enough queries that gathering the (small) K/V heads and BLAS's matmuls win. bench/
-// llama_step_bench.cc BM_LlamaLayerStep, 128 sessions x 1 token at cache 512, E=1024 H=16 D=64,
-// one thread, CPU time paged vs gather: KV=16 (1 per K/V head) 58 vs 90 ms, KV=8 (2) 63 vs 62 ms,
-// KV=4 (4) 42 vs 36 ms, KV=1 (16) 36 vs 20 ms (docs/afd.md).
-constexpr int64_t kMaxPagedGroup = 2;
-
 // Whether a step of `items` reads the pages in place (mha/paged_attention.h): float32 pages on the
-// CPU, one pool, at most kMaxPagedTokens new tokens per item, at most kMaxPagedGroup query heads
-// per K/V head. Other steps gather each cache.
+// CPU, one pool, at most kMaxPagedTokens new tokens per item; any number of query heads per K/V
+// head (each K/V row of a block is met by its whole group while in L1: bench/llama_step_bench.cc,
+// docs/performance.md). Other steps gather each cache.
 bool LlamaPagedApplies(const LlamaConfig& config, const std::vector<LlamaStepItem>& items);
 
 // Whether a step of `items` may attend padded (mha/decode.h's kPadded): at least two items of one

@@ -55,6 +55,13 @@ class MhaModel {
   // row views of it); undefined unless kdim == vdim == E (the bias also when bias=False).
   const at::Tensor& in_proj_weight() const { return in_proj_weight_; }
   const at::Tensor& in_proj_bias() const { return in_proj_bias_; }
+  // On the CPU, the decode step's weights laid out once at load as its GEMMs read them
+  // (DecodeSteps, mha/decode.h): in_proj_weight() transposed, [E, 3E] contiguous (undefined with
+  // it), and out_weight transposed, [E, E]. OpenBLAS packs x times a contiguous [in, out] matrix
+  // faster than x times [out, in]^T, and then one GEMM for q, k and v is the fastest even for one
+  // row (docs/performance.md). Undefined on a GPU.
+  const at::Tensor& in_proj_weight_t() const { return in_proj_weight_t_; }
+  const at::Tensor& out_weight_t() const { return out_weight_t_; }
 
  private:
   MhaModel() = default;
@@ -83,6 +90,7 @@ class MhaModel {
   MhaWeights weights_;
   at::Tensor in_proj_weight_;  // [3E, E] fused q/k/v for self-attention (same_embed_dim only)
   at::Tensor in_proj_bias_;    // [3E] or undefined
+  at::Tensor in_proj_weight_t_, out_weight_t_;  // CPU only: [E, 3E], [E, E]
   std::string device_name_;
   c10::Device device_{c10::kCPU};
   DType compute_dtype_ = DType::kFloat32;

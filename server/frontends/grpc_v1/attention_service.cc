@@ -15,15 +15,18 @@ namespace {
 
 struct UnaryCall {
   v1::ForwardRequest request;
+  ShmPlan shm;  // the shared-memory regions its tensors use, held until answered
 };
 
 }  // namespace
 
 StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
                                       const GrpcFrontendOptions& options, bool borrow,
-                                      grpc::CallbackServerContext* context, const RequestLog& log) {
+                                      grpc::CallbackServerContext* context, const RequestLog& log,
+                                      ShmPlan* plan) {
   MHA_RETURN_IF_ERROR(CheckSessionHeader(context, request.session_id()));
-  auto decoded = DecodeForwardRequest(request, options.max_message_bytes, borrow);
+  auto decoded =
+      DecodeForwardRequest(request, options.max_message_bytes, borrow, options.shm, plan);
   if (!decoded.ok()) return decoded.status();
   StampRequest(context, log, &decoded.value());
   return decoded;
@@ -44,19 +47,19 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerCont
       core_->CountRequest(std::nullopt, parsed, log.start, Protocol::kNative);
       return finish(parsed);
     }
-    auto decoded = DecodeCall(call->request, options_, /*borrow=*/true, context, log);
+    auto decoded = DecodeCall(call->request, options_, /*borrow=*/true, context, log, &call->shm);
     if (!decoded.ok()) {
       core_->CountRequest(call->request.model(), decoded.status(), log.start, Protocol::kNative);
       return finish(decoded.status());
     }
     const bool need_weights = decoded->inputs.need_weights;
     // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
-    core_->Infer(std::move(decoded.value()),
-                 [finish, response_bytes, need_weights, call](InferenceResponse result) {
-                   // The output's bytes go to gRPC without a copy (borrowed_bytes.h).
-                   const Status status = WriteForwardResponse(result, need_weights, response_bytes);
-                   finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
-                 });
+    core_->Infer(std::move(decoded.value()), [finish, response_bytes, need_weights,
+                                              call](InferenceResponse result) {
+      // The output's bytes go to gRPC without a copy (borrowed_bytes.h).
+      const Status status = WriteForwardResponse(result, need_weights, response_bytes, &call->shm);
+      finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
+    });
   });
 }
 

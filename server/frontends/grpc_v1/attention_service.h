@@ -17,6 +17,9 @@ namespace mha::serve {
 struct GrpcFrontendOptions {
   int64_t max_message_bytes = kDefaultMaxMessageBytes;  // a request above it is RESOURCE_EXHAUSTED
   int stream_window = 4;  // requests of one ForwardStream submitted but not yet written
+  // Registered shared-memory regions (the server's one registry, which the Open Inference
+  // Protocol's front ends register into); null = a tensor naming a region is refused.
+  const SharedMemoryRegistry* shm = nullptr;
 };
 
 // Forward is registered raw (bytes in, bytes out) so that a request that does not parse can be
@@ -73,8 +76,10 @@ class AttentionServiceImpl final : public v1::AttentionService::WithRawCallbackM
 };
 
 // Decodes `request` and adds what the call knows: deadline, cancellation, request id, start.
+// Shared-memory tensors go into `plan` (forward_request.h), kept by the caller until answered.
 StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
                                       const GrpcFrontendOptions& options, bool borrow,
-                                      grpc::CallbackServerContext* context, const RequestLog& log);
+                                      grpc::CallbackServerContext* context, const RequestLog& log,
+                                      ShmPlan* plan);
 
 }  // namespace mha::serve

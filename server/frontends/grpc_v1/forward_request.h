@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "mha/v1/attention.pb.h"
+#include "server/frontends/common/shm_tensor.h"
 #include "server/serving/inference.h"
 #include "server/serving/repository/model_repository.h"
 
@@ -16,20 +17,27 @@ namespace mha::serve {
 
 // borrow: the input tensors point into `request`'s bytes (no copy) where alignment allows; the
 // request must then outlive the Infer call (true for unary calls, not for a stream's reused
-// buffer).
+// buffer). Tensors in shared memory (tensor_shm.h) are read from `shm`'s regions into `plan`
+// (inputs, then the places of output [0] and attn_weights [1]), which the caller keeps until the
+// answer is encoded; without a registry they are refused.
 StatusOr<InferenceRequest> DecodeForwardRequest(const v1::ForwardRequest& request,
-                                                int64_t max_message_bytes, bool borrow);
+                                                int64_t max_message_bytes, bool borrow,
+                                                const SharedMemoryRegistry* shm = nullptr,
+                                                ShmPlan* plan = nullptr);
 
 // Encodes an OK response: output, attn_weights (when need_weights), model, version, timings.
 // With `output_bytes`, the output's data is left out of `out` and returned there instead (the
-// host tensor to send without a copy: WriteForwardResponse).
+// host tensor to send without a copy: WriteForwardResponse). With `shm` (the decode's plan) the
+// input regions are checked intact and output / attn_weights placed in shared memory are written
+// there, their tensors carrying the place and no data.
 Status EncodeForwardResponse(const InferenceResponse& response, bool need_weights,
-                             v1::ForwardResponse* out, HostTensor* output_bytes = nullptr);
+                             v1::ForwardResponse* out, HostTensor* output_bytes = nullptr,
+                             const ShmPlan* shm = nullptr);
 
 // The unary Forward's answer as raw bytes: EncodeForwardResponse with the output's data borrowed
 // from the tensor (server/frontends/common/borrowed_bytes.h), no copy of it in the server.
 Status WriteForwardResponse(const InferenceResponse& response, bool need_weights,
-                            grpc::ByteBuffer* out);
+                            grpc::ByteBuffer* out, const ShmPlan* shm = nullptr);
 
 // OpenSession's request: size, version length, key and value both or neither, tensor headers.
 // Shapes against the model are ServerCore's to check.

@@ -16,7 +16,10 @@ namespace mha::serve {
 struct ForwardStreamPolicy {
   using Request = v1::ForwardRequest;
   using Response = v1::ForwardResponse;
-  using Pending = bool;  // need_weights
+  struct Pending {
+    bool need_weights = false;
+    std::shared_ptr<ShmPlan> shm;  // the shared-memory regions its tensors use, until answered
+  };
   static constexpr char kMethod[] = "ForwardStream";
   static constexpr Protocol kProtocol = Protocol::kNative;
   static constexpr bool kErrorsEndStream = true;
@@ -25,8 +28,8 @@ struct ForwardStreamPolicy {
   int window() const { return service->options().stream_window; }
   static const std::string& ModelOf(const Request& request) { return request.model(); }
   StatusOr<InferenceRequest> Decode(const Request& request, grpc::CallbackServerContext* context,
-                                    const RequestLog& log, Pending* need_weights) const;
-  static Status Encode(const Request& request, const Pending& need_weights,
+                                    const RequestLog& log, Pending* pending) const;
+  static Status Encode(const Request& request, const Pending& pending,
                        const InferenceResponse& result, Response* out);
 
   AttentionServiceImpl* service;  // not owned

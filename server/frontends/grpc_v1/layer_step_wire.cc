@@ -5,12 +5,14 @@
 
 #include "proto/wire/tensor_codec.h"
 #include "server/frontends/common/request_limits.h"
+#include "server/frontends/grpc_v1/tensor_shm.h"
 #include "server/serving/sessions/session_directory.h"
 
 namespace mha::serve {
 
 StatusOr<LayerStepRequest> DecodeLayerStepRequest(const v1::LayerStepRequest& r,
-                                                  int64_t max_message_bytes, bool borrow) {
+                                                  int64_t max_message_bytes, bool borrow,
+                                                  const SharedMemoryRegistry* shm, ShmPlan* plan) {
   MHA_RETURN_IF_ERROR(CheckMessageBytes(r.ByteSizeLong(), max_message_bytes));
   MHA_RETURN_IF_ERROR(CheckModelVersion(r.model_version()));
   LayerStepRequest out;
@@ -33,9 +35,17 @@ StatusOr<LayerStepRequest> DecodeLayerStepRequest(const v1::LayerStepRequest& r,
       return InvalidArgument(field + ".hidden: dtype " + codec::DataTypeName(dtype) +
                              " is not allowed (use FLOAT32, FLOAT16 or BFLOAT16)");
     }
-    auto hidden = codec::DecodeTensor(e.hidden(), field + ".hidden", borrow);
+    auto hidden = DecodeV1Tensor(e.hidden(), field + ".hidden", borrow, shm, plan);
     if (!hidden.ok()) return hidden.status();
     out.entries.push_back(LayerStepEntry{e.session_id(), std::move(hidden.value())});
+    if (!e.has_output_shared_memory()) continue;
+    auto place = PlaceV1Output(e.output_shared_memory(), field + ".output", shm);
+    if (!place.ok()) return place.status();
+    if (!place->has_value()) continue;
+    if (plan == nullptr) return NoShmRegistry(field + ".output");
+    plan->outputs.resize(static_cast<size_t>(r.entries_size()));
+    out.entries.back().output_capacity = static_cast<int64_t>((*place)->bytes);
+    plan->outputs[static_cast<size_t>(i)] = std::move(place.value());
   }
   return out;
 }
@@ -50,12 +60,20 @@ void EncodeLayerStepError(const v1::LayerStepRequest& request, const Status& sta
 }
 
 Status EncodeLayerStepResponse(const v1::LayerStepRequest& request, const LayerStepResponse& r,
-                               v1::LayerStepResponse* out) {
+                               v1::LayerStepResponse* out, const ShmPlan* shm) {
   if (!r.status.ok()) return r.status;
+  if (shm != nullptr) MHA_RETURN_IF_ERROR(CheckShmInputs(*shm));  // read intact by the core
   out->set_id(request.id());
   out->set_layer(request.layer());
-  for (const HostTensor& output : r.outputs) {
-    MHA_RETURN_IF_ERROR(codec::EncodeTensor(output, out->add_outputs()));
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    const bool placed = shm != nullptr && i < shm->outputs.size() && shm->outputs[i];
+    if (placed) {
+      const std::string field = "entries[" + std::to_string(i) + "].output";
+      MHA_RETURN_IF_ERROR(
+          EncodeV1ShmTensor(r.outputs[i], *shm->outputs[i], field, out->add_outputs()));
+    } else {
+      MHA_RETURN_IF_ERROR(codec::EncodeTensor(r.outputs[i], out->add_outputs()));
+    }
   }
   for (int64_t tokens : r.layer_tokens) out->add_layer_tokens(tokens);
   out->set_model(r.model);

@@ -8,12 +8,13 @@ namespace mha::serve {
 
 StatusOr<LayerStepRequest> LayerStepsPolicy::Decode(const Request& request,
                                                     grpc::CallbackServerContext* context,
-                                                    const RequestLog& log,
-                                                    Pending* /*pending*/) const {
+                                                    const RequestLog& log, Pending* pending) const {
   // The stream keeps each message until its answer: the tensors may borrow its bytes.
-  auto decoded =
-      DecodeLayerStepRequest(request, service->options().max_message_bytes, /*borrow=*/true);
+  auto plan = std::make_shared<ShmPlan>();
+  auto decoded = DecodeLayerStepRequest(request, service->options().max_message_bytes,
+                                        /*borrow=*/true, service->options().shm, plan.get());
   if (!decoded.ok()) return decoded.status();
+  if (!plan->empty()) pending->shm = std::move(plan);
   decoded->start = log.start;
   decoded->deadline = SteadyDeadline(context);
   decoded->is_cancelled = [context] { return context->IsCancelled(); };
@@ -27,9 +28,9 @@ void LayerStepsPolicy::Run(LayerStepRequest request,
   core()->StepLayer(std::move(request), std::move(done));
 }
 
-Status LayerStepsPolicy::Encode(const Request& request, const Pending& /*pending*/,
+Status LayerStepsPolicy::Encode(const Request& request, const Pending& pending,
                                 const LayerStepResponse& result, Response* out) {
-  return EncodeLayerStepResponse(request, result, out);
+  return EncodeLayerStepResponse(request, result, out, pending.shm.get());
 }
 
 std::unique_ptr<LayerStepsPolicy::Response> LayerStepsPolicy::ErrorAnswer(const Request& request,

@@ -27,7 +27,9 @@ struct LayerStepsPolicy {
   using Response = v1::LayerStepResponse;
   using Decoded = LayerStepRequest;
   using Result = LayerStepResponse;
-  struct Pending {};
+  struct Pending {
+    std::shared_ptr<ShmPlan> shm;  // the shared-memory regions its tensors use, until answered
+  };
   static constexpr char kMethod[] = "LayerSteps";
   static constexpr Protocol kProtocol = Protocol::kNative;
   static constexpr bool kErrorsEndStream = false;

@@ -22,6 +22,7 @@
 #include "mha/host_tensor.h"
 #include "mha/status.h"
 #include "server/frontends/common/shared_memory_registry.h"
+#include "server/frontends/common/shm_tensor.h"
 
 namespace mha::serve::oip {
 
@@ -33,24 +34,11 @@ bool IsShmParameter(const std::string& name);
 
 using TensorParameters = google::protobuf::Map<std::string, inference::InferParameter>;
 
-struct ShmRef {
-  std::string region;
-  uint64_t byte_size = 0;
-  uint64_t offset = 0;
-};
-
 // The tensor's shared-memory parameters; nullopt when it has none. INVALID_ARGUMENT naming
 // `field` for a region without its byte size, a byte size or offset without a region, a
 // parameter of the wrong kind or a negative one.
 StatusOr<std::optional<ShmRef>> ShmParameters(const TensorParameters& parameters,
                                               const std::string& field);
-
-// What a request holds of shared memory until it is answered.
-struct ShmPlan {
-  std::vector<ShmSlice> inputs;
-  std::vector<std::optional<ShmSlice>> outputs;  // by the call's output index; empty = none
-  bool empty() const { return inputs.empty() && outputs.empty(); }
-};
 
 // An input in shared memory: the slice of the region (registry->Acquire), its byte size checked
 // against the tensor's, then the tensor borrowing it (`out`); the slice joins plan->inputs.
@@ -62,9 +50,6 @@ Status DecodeShmInput(const inference::ModelInferRequest::InferInputTensor& t, c
 Status PlaceShmOutputs(const inference::ModelInferRequest& request,
                        const std::vector<std::string>& names, const SharedMemoryRegistry* registry,
                        ShmPlan* plan);
-
-// After the forward pass: every input region still intact (ShmSlice::Check).
-Status CheckShmInputs(const ShmPlan& plan);
 
 // Writes `tensor` into `slot` (INVALID_ARGUMENT when it does not fit), checks the region is
 // intact afterwards, and fills `meta`'s parameters.

@@ -205,7 +205,7 @@ TEST(KvCachePages, AppendsReadBackExactlyThroughTheBlockGather) {
   EXPECT_EQ(cache.length(), 11);
   EXPECT_TRUE(at::equal(cache.Keys(), split_heads(k, 4)));
   EXPECT_TRUE(at::equal(cache.Values(), split_heads(v, 4)));
-  cache.Truncate(6);
+  cache.RollbackTo(6);
   EXPECT_TRUE(at::equal(cache.Keys(), split_heads(k.narrow(1, 0, 6), 4)));
 }
 

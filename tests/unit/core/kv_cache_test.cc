@@ -1,8 +1,9 @@
 // KvCache (mha/kv_cache.h) on a pool made from a layout (no model): a session's cache grows block
 // by block per row, all or nothing; appended rows read back exactly in split_heads layout and lie
-// where table() says in the pool's pages; Truncate forgets tokens but keeps their blocks; Release
-// and destruction give every block back; misuse throws. (Merged decoding over caches is
-// decode_test.cc / decode_paged_test.cc; several caches in one op is kv_batch_test.cc.)
+// where table() says in the pool's pages; RollbackTo forgets tokens but keeps their blocks,
+// TruncateTo gives them back; forks share blocks by reference count and copy one on its first
+// write; Release and destruction give every block back; misuse throws. (Merged decoding over caches
+// is decode_test.cc / decode_paged_test.cc; several caches in one op is kv_batch_test.cc.)
 #include "mha/kv_cache.h"
 
 #include <ATen/ATen.h>
@@ -11,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <vector>
 
+#include "mha/kv_batch.h"
 #include "mha/kv_layout.h"
 
 namespace mha {
@@ -105,18 +108,18 @@ TEST(KvCacheTest, TheTableSaysWhereEachTokenLiesInThePool) {
   }
 }
 
-TEST(KvCacheTest, TruncateForgetsTokensButKeepsTheirBlocks) {
+TEST(KvCacheTest, RollbackForgetsTokensButKeepsTheirBlocks) {
   auto pool = Pool(16);
   ASSERT_NE(pool, nullptr);
   KvCache cache(pool, 1);
   const at::Tensor k = at::randn({1, 7, kEmbed}), v = at::randn({1, 7, kEmbed});
   ASSERT_TRUE(cache.Reserve(7).ok());
   cache.Append(k, v);
-  cache.Truncate(3);
+  cache.RollbackTo(3);
   EXPECT_EQ(cache.length(), 3);
   EXPECT_EQ(cache.blocks_held(), 2);
   EXPECT_TRUE(at::equal(cache.Keys(), SplitHeads(k.narrow(1, 0, 3))));
-  cache.Truncate(5);  // never grows
+  cache.RollbackTo(5);  // never grows
   EXPECT_EQ(cache.length(), 3);
   // The next append goes where the forgotten tokens were.
   const at::Tensor k2 = at::randn({1, 2, kEmbed}), v2 = at::randn({1, 2, kEmbed});
@@ -158,6 +161,161 @@ TEST(KvCacheTest, AppendingRowsThatDoNotMatchThrows) {
   EXPECT_THROW(cache.Append(at::randn({2, 1, kEmbed + 1}), at::randn({2, 1, kEmbed + 1})),
                c10::Error);
   EXPECT_EQ(cache.length(), 0);
+}
+
+// `n` random tokens appended to `cache` (after its Reserve).
+void Grow(KvCache* cache, int64_t n) {
+  ASSERT_TRUE(cache->Reserve(n).ok());
+  cache->Append(at::randn({cache->rows(), n, kEmbed}), at::randn({cache->rows(), n, kEmbed}));
+}
+
+std::unique_ptr<KvCache> ForkOf(const KvCache& cache, int64_t tokens) {
+  auto fork = cache.Fork(tokens);
+  EXPECT_TRUE(fork.ok()) << fork.status().ToString();
+  return fork.ok() ? std::move(fork.value()) : nullptr;
+}
+
+TEST(KvBlockPoolTest, ReferenceCountsFreeABlockAtZeroAndCountItOnce) {
+  auto pool = Pool(4);
+  ASSERT_NE(pool, nullptr);
+  auto blocks = pool->Allocate(2);
+  ASSERT_TRUE(blocks.ok());
+  EXPECT_EQ(pool->ref_count((*blocks)[0]), 1);
+  pool->Share(*blocks);
+  pool->Share({(*blocks)[0]});
+  EXPECT_EQ(pool->ref_count((*blocks)[0]), 3);
+  EXPECT_EQ(pool->used_blocks(), 2) << "a shared block counts once";
+  EXPECT_EQ(pool->shared_blocks(), 2);
+  EXPECT_EQ(pool->SharedAmong({(*blocks)[1]}), 1);
+  pool->Release(*blocks);
+  EXPECT_EQ(pool->shared_blocks(), 1);
+  EXPECT_EQ(pool->used_blocks(), 2);
+  pool->Release(*blocks);
+  EXPECT_EQ(pool->used_blocks(), 1);
+  EXPECT_EQ(pool->ref_count((*blocks)[1]), 0);
+  pool->Release({(*blocks)[0]});
+  EXPECT_EQ(pool->used_blocks(), 0);
+  EXPECT_EQ(pool->shared_blocks(), 0);
+  EXPECT_THROW(pool->Share({(*blocks)[0]}), c10::Error) << "a free block cannot be shared";
+}
+
+TEST(KvBlockPoolTest, CopyBlockCopiesEverySlotOfKeysAndValues) {
+  auto pool = Pool(4);
+  ASSERT_NE(pool, nullptr);
+  KvCache cache(pool, 1);
+  Grow(&cache, 4);
+  const int64_t from = cache.table(0)[0], to = from == 3 ? 2 : 3;
+  pool->CopyBlock(from, to);
+  EXPECT_EQ(pool->copies_on_write(), 1);
+  c10::InferenceMode guard;
+  for (const at::Tensor* store : {&pool->keys(), &pool->values()}) {
+    EXPECT_TRUE(at::equal(store->narrow(0, to * kBlockTokens, kBlockTokens),
+                          store->narrow(0, from * kBlockTokens, kBlockTokens)));
+  }
+}
+
+TEST(KvCacheTest, AForkSharesItsSourcesBlocksAndTakesNone) {
+  auto pool = Pool(16);
+  ASSERT_NE(pool, nullptr);
+  KvCache source(pool, 2);
+  Grow(&source, 6);
+  for (int64_t tokens : {6, 5, 4, 1, 0}) {
+    auto fork = ForkOf(source, tokens);
+    ASSERT_NE(fork, nullptr);
+    const int64_t blocks = (tokens + kBlockTokens - 1) / kBlockTokens;
+    EXPECT_EQ(pool->used_blocks(), 4) << tokens;
+    EXPECT_EQ(fork->length(), tokens);
+    EXPECT_EQ(fork->blocks_held(), 2 * blocks);
+    EXPECT_EQ(fork->shared_blocks_held(), 2 * blocks);
+    EXPECT_EQ(source.shared_blocks_held(), 2 * blocks);
+    for (int64_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(fork->table(r),
+                std::vector<int64_t>(source.table(r).begin(), source.table(r).begin() + blocks));
+    }
+    EXPECT_TRUE(at::equal(fork->Keys(), source.Keys().narrow(2, 0, tokens)));
+  }
+  EXPECT_EQ(source.shared_blocks_held(), 0) << "every fork released its references";
+}
+
+TEST(KvCacheTest, TheFirstWriteIntoASharedBlockCopiesThatBlockOnly) {
+  auto pool = Pool(16);
+  ASSERT_NE(pool, nullptr);
+  KvCache source(pool, 2);
+  Grow(&source, 6);
+  const at::Tensor keys = source.Keys(), values = source.Values();
+  auto fork = ForkOf(source, 6);
+  ASSERT_NE(fork, nullptr);
+  EXPECT_EQ(fork->BlocksNeeded(1), 2) << "a copy of the partial block per row";
+  EXPECT_EQ(fork->BlocksNeeded(3), 4) << "and a new block per row";
+  const at::Tensor k = at::randn({2, 1, kEmbed}), v = at::randn({2, 1, kEmbed});
+  ASSERT_TRUE(fork->Reserve(1).ok());
+  EXPECT_EQ(pool->used_blocks(), 6);
+  EXPECT_EQ(pool->copies_on_write(), 2);
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(fork->table(r)[0], source.table(r)[0]) << "the full block stays shared";
+    EXPECT_NE(fork->table(r)[1], source.table(r)[1]);
+  }
+  fork->Append(k, v);
+  EXPECT_TRUE(at::equal(source.Keys(), keys)) << "the source's tokens are untouched";
+  EXPECT_TRUE(at::equal(source.Values(), values));
+  EXPECT_TRUE(at::equal(fork->Keys(), at::cat({keys, SplitHeads(k)}, 2)));
+  EXPECT_TRUE(at::equal(fork->Values(), at::cat({values, SplitHeads(v)}, 2)));
+  EXPECT_EQ(source.BlocksNeeded(1), 0) << "its partial block is its own again";
+  Grow(&source, 1);
+  EXPECT_EQ(pool->copies_on_write(), 2);
+}
+
+TEST(KvCacheTest, AWriteIntoASharedBlockThrowsWithNothingWritten) {
+  auto pool = Pool(16);
+  ASSERT_NE(pool, nullptr);
+  KvCache source(pool, 2);
+  Grow(&source, 8);
+  source.RollbackTo(5);  // a failed step's tokens: block 1 stays reserved, and is forked below
+  auto fork = ForkOf(source, 5);
+  ASSERT_NE(fork, nullptr);
+  const at::Tensor keys = fork->Keys();
+  const at::Tensor k = at::randn({2, 1, kEmbed}), v = at::randn({2, 1, kEmbed});
+  EXPECT_THROW(source.Append(k, v), c10::Error);
+  EXPECT_THROW(KvBatch::Append({&source}, k, v), c10::Error);
+  EXPECT_THROW(fork->Append(k, v), std::exception);
+  EXPECT_EQ(source.length(), 5);
+  EXPECT_EQ(fork->length(), 5);
+  ASSERT_TRUE(source.Reserve(1).ok());
+  KvBatch::Append({&source}, k, v);
+  EXPECT_TRUE(at::equal(fork->Keys(), keys));
+}
+
+TEST(KvCacheTest, TruncateToGivesWholeBlocksBackAndRefusesOutOfRange) {
+  auto pool = Pool(16);
+  ASSERT_NE(pool, nullptr);
+  KvCache cache(pool, 2);
+  Grow(&cache, 9);
+  const at::Tensor keys = cache.Keys();
+  ASSERT_TRUE(cache.TruncateTo(5).ok());
+  EXPECT_EQ(cache.length(), 5);
+  EXPECT_EQ(cache.blocks_held(), 4);
+  EXPECT_EQ(pool->used_blocks(), 4);
+  EXPECT_TRUE(at::equal(cache.Keys(), keys.narrow(2, 0, 5)));
+  for (int64_t bad : {6, -1}) {
+    const Status s = cache.TruncateTo(bad);
+    EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+    EXPECT_EQ(s.message(), "truncate to " + std::to_string(bad) +
+                               " tokens: the cache holds 5 tokens per row (0 .. 5)");
+    auto fork = cache.Fork(bad);
+    EXPECT_EQ(fork.status().code(), StatusCode::kOutOfRange);
+    EXPECT_EQ(fork.status().message(), "fork of " + std::to_string(bad) +
+                                           " tokens: the cache holds 5 tokens per row (0 .. 5)");
+  }
+  EXPECT_EQ(cache.length(), 5);
+  auto fork = ForkOf(cache, 5);
+  ASSERT_NE(fork, nullptr);
+  ASSERT_TRUE(fork->TruncateTo(3).ok());
+  EXPECT_EQ(pool->used_blocks(), 4) << "a shared block just loses the fork's reference";
+  EXPECT_EQ(cache.shared_blocks_held(), 2);
+  ASSERT_TRUE(cache.TruncateTo(0).ok());
+  EXPECT_EQ(pool->used_blocks(), 2) << "the fork's";
+  fork.reset();
+  EXPECT_EQ(pool->used_blocks(), 0);
 }
 
 }  // namespace

@@ -156,6 +156,13 @@ Status CheckLayerStep(const LlamaVersion& e, const LayerStepRequest& r,
     rows += t;
     t_max = std::max(t_max, t);
     response += t * l.hidden_size * out;
+    if (entry.output_capacity >= 0 && t * l.hidden_size * out > entry.output_capacity) {
+      return InvalidArgument(
+          field + ".output: shared_memory_byte_size " + Num(entry.output_capacity) +
+          " is too small for the output's " + Num(t * l.hidden_size * out) + " bytes (shape [" +
+          Num(t) + ", " + Num(l.hidden_size) + "] " +
+          ElementTypeName(ToElementType(r.output_dtype.value_or(l.dtype))) + ")");
+    }
   }
   const int64_t keys = std::min(l.max_positions, limits.max_sequence_length);
   return CheckWork(StepWorkBytes(l, rows, t_max, keys), response, limits,
