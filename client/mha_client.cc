@@ -78,6 +78,34 @@ StatusOr<v1::CloseSessionResponse> AttentionClient::CloseSession(const std::stri
   return response;
 }
 
+StatusOr<v1::ForkSessionResponse> AttentionClient::ForkSession(const std::string& session_id,
+                                                               int64_t tokens,
+                                                               const std::string& new_session_id) {
+  grpc::ClientContext context;
+  Prepare(&context, std::nullopt, "", session_id);
+  v1::ForkSessionRequest request;
+  request.set_session_id(session_id);
+  request.set_tokens(tokens);
+  request.set_new_session_id(new_session_id);
+  v1::ForkSessionResponse response;
+  const grpc::Status s = stub_->ForkSession(&context, request, &response);
+  if (!s.ok()) return codec::FromGrpcStatus(s);
+  return response;
+}
+
+StatusOr<v1::TruncateSessionResponse> AttentionClient::TruncateSession(
+    const std::string& session_id, int64_t tokens) {
+  grpc::ClientContext context;
+  Prepare(&context, std::nullopt, "", session_id);
+  v1::TruncateSessionRequest request;
+  request.set_session_id(session_id);
+  request.set_tokens(tokens);
+  v1::TruncateSessionResponse response;
+  const grpc::Status s = stub_->TruncateSession(&context, request, &response);
+  if (!s.ok()) return codec::FromGrpcStatus(s);
+  return response;
+}
+
 StatusOr<v1::RepositoryIndexResponse> AttentionClient::RepositoryIndex() {
   grpc::ClientContext context;
   PrepareAdmin(&context, std::nullopt);

@@ -97,6 +97,13 @@ class AttentionClient {
   StatusOr<v1::OpenSessionResponse> OpenSession(
       const v1::OpenSessionRequest& request, std::optional<std::chrono::milliseconds> timeout = {});
   StatusOr<v1::CloseSessionResponse> CloseSession(const std::string& session_id);
+  // A new session holding the first `tokens` tokens of `session_id` (0 = all; its KV blocks shared
+  // until written), and a session's rewind to its first `tokens` tokens. Both carry the source's
+  // x-session-id: the fork lives on the source's replica.
+  StatusOr<v1::ForkSessionResponse> ForkSession(const std::string& session_id, int64_t tokens = 0,
+                                                const std::string& new_session_id = "");
+  StatusOr<v1::TruncateSessionResponse> TruncateSession(const std::string& session_id,
+                                                        int64_t tokens);
 
   // The per-layer step stream of Llama models (docs/afd_stream.md): Write a message per layer of a
   // batch of sessions, Read its answer (in message order; a failed message's answer carries

@@ -9,37 +9,13 @@
 #include <vector>
 
 #include "client/bench/bench_tally.h"
+#include "client/bench/decode_branch.h"
+#include "client/bench/decode_tally.h"
 #include "client/decoding_session.h"
 #include "proto/wire/status_convert.h"
 
 namespace mha::client {
 namespace {
-
-v1::Tensor RandomQuery(int64_t b, int64_t t, int64_t e, std::mt19937_64* rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> data(static_cast<size_t>(b * t * e));
-  for (float& x : data) x = normal(*rng);
-  v1::Tensor tensor;
-  tensor.set_dtype(v1::FLOAT32);
-  for (int64_t d : {b, t, e}) tensor.add_shape(d);
-  tensor.set_data(
-      std::string(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float)));
-  return tensor;
-}
-
-struct Tally {
-  std::mutex mu;
-  std::vector<double> latencies;
-  int64_t errors = 0;
-  std::string first_error;
-  int64_t kv_blocks = 0, kv_block_tokens = 0, cached_tokens = 0;
-  int64_t resumes = 0;
-  std::vector<double> replay_ms;
-  void Error(const Status& s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (errors++ == 0) first_error = s.ToString();
-  }
-};
 
 // Sends a session's steps: a unary Forward each, or messages of one ForwardStream (the stream's
 // deadline covers all of them: `timeout` per step).
@@ -177,6 +153,12 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   if (o.sessions < 1 || o.tokens < 1 || o.batch < 1 || o.prefill < 0) {
     return InvalidArgument("decode: --sessions, --tokens and --batch must be >= 1");
   }
+  if (o.fork < 0 || o.speculate < 0 || (o.fork > 0 && o.speculate > 0) ||
+      ((o.fork > 0 || o.speculate > 0) && (o.stateless || o.stream))) {
+    return InvalidArgument(
+        "decode: --fork and --speculate are >= 0, one at a time, and without --stateless or "
+        "--stream");
+  }
   auto info = client.GetModel(o.model);
   if (!info.ok()) return info.status();
   DecodeBenchReport report;
@@ -192,6 +174,8 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   threads.reserve(static_cast<size_t>(o.sessions));
   for (int i = 0; i < o.sessions; ++i) {
     threads.emplace_back([&, i] {
+      if (o.fork > 0) return RunForkedSession(client, o, report.embed_dim, i, &tally);
+      if (o.speculate > 0) return RunSpeculativeSession(client, o, report.embed_dim, i, &tally);
       (o.stateless ? RunStateless : RunSession)(client, o, report.embed_dim, i, &tally);
     });
   }
@@ -252,6 +236,18 @@ std::string DecodeBenchReportText(const DecodeBenchOptions& o, const DecodeBench
                 static_cast<long long>(r.steps), static_cast<long long>(r.errors), r.seconds,
                 r.steps_per_s, r.tokens_per_s, r.mean_us, r.p50_us, r.p90_us, r.p99_us, r.max_us);
   std::string text = buf;
+  if (o.fork > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "fork: %d continuations of each session's prefix (the steps are theirs)\n",
+                  o.fork);
+    text += buf;
+  } else if (o.speculate > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "speculate: each step is a round of %lld tokens appended, then 0..%lld of them "
+                  "truncated (latency: both calls)\n",
+                  static_cast<long long>(o.speculate), static_cast<long long>(o.speculate));
+    text += buf;
+  }
   if (r.kv_blocks > 0 && r.cached_tokens > 0) {
     const double slots = static_cast<double>(r.kv_blocks) * r.kv_block_tokens;
     std::snprintf(buf, sizeof(buf),

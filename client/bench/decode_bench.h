@@ -31,6 +31,13 @@ struct DecodeBenchOptions {
   uint64_t seed = 0;
   // A session lost with its replica is re-opened and replayed (client/decoding_session.h).
   bool resume = true;
+  // > 0: each session, after its prefill, forks this many continuations (ForkSession of every
+  // token) and each continuation steps `tokens` times (a thread each); the source only holds the
+  // prefix (client/decode_branch.h).
+  int fork = 0;
+  // > 0: speculative decoding: each of the `tokens` rounds appends this many tokens in one step,
+  // then truncates back a random 0..speculate of them (TruncateSession); a round's latency is both.
+  int64_t speculate = 0;
   // When enabled: the server's CPU seconds before and after the run, reported per answered step
   // (sessions opened, prefilled and closed included, as `seconds` is).
   ServerCpuSource server_cpu;

@@ -337,6 +337,14 @@ void DecodeCommand::Add(CLI::App& app) {
   cmd->add_flag("!--no-resume", options.resume,
                 "A session lost with its replica fails its step (default: re-open the same id "
                 "and replay its tokens, counted as resumed)");
+  cmd->add_option("--fork", options.fork,
+                  "Fork N continuations of each session after its prefill (ForkSession: KV "
+                  "blocks shared); each continuation steps --tokens times")
+      ->capture_default_str();
+  cmd->add_option("--speculate", options.speculate,
+                  "Speculative decoding: each of --tokens rounds appends K tokens in one step, "
+                  "then truncates back a random 0..K of them (TruncateSession)")
+      ->capture_default_str();
   AddServerCpuFlags(cmd, &options.server_cpu);
   cmd->add_flag("--json", json, "Print one JSON object");
 }

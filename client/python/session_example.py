@@ -4,9 +4,11 @@
 Opens a session on a self-attention model, sends a prefill chunk and then one token per step
 (ForwardRequest.session_id, only the new tokens in query), and compares every step's output with
 the matching rows of one full causal forward of torch.nn.MultiheadAttention over the whole
-sequence (float64 slow path). Closes the session. Exits 1 on any mismatch. With --shm every
-step's query goes through a shared-memory region and its output comes back through another
-(shm_regions.py; the server needs --allow-client-shm=true).
+sequence (float64 slow path). With --shm every step's query goes through a shared-memory region
+and its output comes back through another (shm_regions.py; the server needs
+--allow-client-shm=true). Then forks the session at half its tokens (ForkSession: the fork shares
+the prefix's KV blocks) and decodes another continuation in the fork, checked against the causal
+forward of the fork's own sequence. Closes both sessions. Exits 1 on any mismatch.
 
     client/python/gen_stubs.sh                       # once: generates mha/v1/*_pb2*.py
     /usr/bin/python3 client/python/session_example.py --target localhost:8500 \\
@@ -27,6 +29,41 @@ from mha_client_example import (add_common_args, build_module, from_wire, make_c
 from shm_regions import ShmRegions  # noqa: E402
 
 
+def causal_forward(mha, x):
+    """PyTorch's full causal self-attention of x [B, T, E] (float64), batch first."""
+    t = x.shape[1]
+    causal = torch.triu(torch.full((t, t), float("-inf"), dtype=torch.float64), 1)
+    q = x.double().transpose(0, 1)
+    out, _ = torch.nn.functional.multi_head_attention_forward(
+        q, q, q, mha.embed_dim, mha.num_heads, mha.in_proj_weight, mha.in_proj_bias, mha.bias_k,
+        mha.bias_v, mha.add_zero_attn, 0.0, mha.out_proj.weight, mha.out_proj.bias,
+        training=False, need_weights=False, attn_mask=causal)
+    return out.transpose(0, 1)
+
+
+def decode_fork(stub, mha, session_id, x, keep):
+    """Forks session_id at `keep` tokens, decodes a new continuation there one token per step and
+    returns the worst error against the causal forward of the fork's own sequence."""
+    # ForkSession carries the source's id; the fork lives on the source's server, and its own
+    # calls carry its own id (a client-chosen one here, as OpenSession's).
+    fork = stub.ForkSession(attention_pb2.ForkSessionRequest(
+        session_id=session_id, tokens=keep, new_session_id=session_id + ".fork"),
+        metadata=[("x-session-id", session_id)])
+    pin = [("x-session-id", fork.session_id)]
+    print(f"fork {fork.session_id}: {fork.tokens} tokens, {fork.kv_blocks} KV blocks "
+          f"({fork.kv_shared_blocks} shared with {session_id})")
+    branch = torch.cat([x[:, :keep], torch.randn(x.shape[0], x.shape[1] - keep, x.shape[2])], 1)
+    expected = causal_forward(mha, branch)
+    worst = 0.0
+    for p_ in range(keep, branch.shape[1]):
+        answer = stub.Forward(attention_pb2.ForwardRequest(
+            session_id=fork.session_id, query=to_wire(branch[:, p_:p_ + 1])), metadata=pin)
+        worst = max(worst, (from_wire(answer.output).double() - expected[:, p_:p_ + 1]).abs().max()
+                    .item())
+    stub.CloseSession(attention_pb2.CloseSessionRequest(session_id=fork.session_id), metadata=pin)
+    return worst
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_common_args(p)
@@ -40,13 +77,7 @@ def main():
                        config.get("add_zero_attn", False), config.get("prefix", ""))
     torch.manual_seed(args.seed)
     x = torch.randn(args.batch, args.seq, mha.embed_dim)
-    causal = torch.triu(torch.full((args.seq, args.seq), float("-inf"), dtype=torch.float64), 1)
-    q = x.double().transpose(0, 1)
-    expected, _ = torch.nn.functional.multi_head_attention_forward(
-        q, q, q, mha.embed_dim, mha.num_heads, mha.in_proj_weight, mha.in_proj_bias, mha.bias_k,
-        mha.bias_v, mha.add_zero_attn, 0.0, mha.out_proj.weight, mha.out_proj.bias,
-        training=False, need_weights=False, attn_mask=causal)
-    expected = expected.transpose(0, 1)
+    expected = causal_forward(mha, x)
 
     channel = make_channel(args)
     stub = attention_pb2_grpc.AttentionServiceStub(channel)
@@ -75,6 +106,7 @@ def main():
         worst = max(worst, (out - expected[:, p_:p_ + n]).abs().max().item())
         p_ += n
         assert answer.session_tokens == p_, (answer.session_tokens, p_)
+    worst = max(worst, decode_fork(stub, mha, session_id, x, max(1, args.seq // 2)))
     closed = stub.CloseSession(attention_pb2.CloseSessionRequest(session_id=session_id),
                                metadata=pin)
     if regions:

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "mha/options.h"
+#include "server/serving/sessions/session_spill.h"
 
 namespace mha::serve {
 namespace {
@@ -81,6 +82,7 @@ StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
   if (!o.startup_models.empty() && o.model_control != ModelControlMode::kExplicit) {
     return InvalidArgument("--load-model needs --model-control-mode explicit");
   }
+  MHA_RETURN_IF_ERROR(CheckSpillDir(o.sessions));
   return o;
 }
 
@@ -249,9 +251,18 @@ void AddSessionFlags(CLI::App& app, ServerConfig* c) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
   AddEnum(app, "--kv-cache-full-policy", &c->core.sessions.full_policy,
           "Decoding sessions, when the KV cache pool is full: refuse (RESOURCE_EXHAUSTED for "
-          "the new session or the step) or evict-lru (end idle sessions, least recently used "
-          "first)",
+          "the new session or the step), evict-lru (end idle sessions, least recently used "
+          "first) or spill (move idle sessions' KV blocks to --kv-spill-dir, or host memory for "
+          "a pool on a GPU, least recently used first; they come back at their next step)",
           &ParseKvFullPolicy, &KvFullPolicyName);
+  Add(app, "--kv-spill-dir", &c->core.sessions.spill_dir,
+      "Decoding sessions, --kv-cache-full-policy spill with a pool on the CPU: spilled sessions' "
+      "files go here, one subdirectory per model version (removed at unload and shutdown); "
+      "checked writable at startup");
+  Add(app, "--kv-spill-bytes", &c->core.sessions.spill_bytes,
+      "Decoding sessions, --kv-cache-full-policy spill: bytes each model version may spill (a "
+      "session that would exceed it is evicted)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
 }
 
 void AddLifecycleFlags(CLI::App& app, ServerConfig* c) {

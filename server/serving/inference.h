@@ -64,6 +64,27 @@ struct CloseSessionResponse {
   int64_t kv_blocks = 0;  // blocks given back
 };
 
+// ForkSession: a new session holding the first `tokens` tokens of `session_id` (docs/sessions.md).
+struct ForkSessionRequest {
+  std::string session_id;      // the source
+  int64_t tokens = 0;          // tokens per row kept; 0 = all
+  std::string new_session_id;  // client-chosen (CheckSessionId); "" = the server makes one
+};
+
+// The fork: OpenSession's answer plus what it holds.
+struct ForkSessionResponse {
+  OpenSessionResponse session;
+  int64_t tokens = 0;            // tokens per row
+  int64_t kv_shared_blocks = 0;  // of session.kv_blocks, those another session holds too
+};
+
+// TruncateSession's answer: what the session holds now.
+struct TruncateSessionResponse {
+  int64_t tokens = 0;
+  int64_t kv_blocks = 0;
+  int64_t kv_shared_blocks = 0;
+};
+
 struct InferenceResponse {
   Status status;
   HostOutputs outputs;  // set when status is OK: in output_dtype / weights_dtype already

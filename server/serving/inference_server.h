@@ -78,6 +78,15 @@ class InferenceServer {
   virtual StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) {
     return Unimplemented("this server has no decoding sessions");
   }
+  // A new session sharing the first tokens of another (copy-on-write KV blocks); a session's
+  // rewind. Both refused while a step of the session is queued or running.
+  virtual StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest& request) {
+    return Unimplemented("this server has no decoding sessions");
+  }
+  virtual StatusOr<TruncateSessionResponse> TruncateSession(const std::string& session_id,
+                                                            int64_t tokens) {
+    return Unimplemented("this server has no decoding sessions");
+  }
   // One message of the per-layer step exchange (mha.v1 LayerSteps, docs/afd_stream.md): validated
   // once, then run in a pass of its layer; `done` is called exactly once (see LayerStepDone). The
   // message's outcome is counted here, not by the front end.

@@ -60,6 +60,9 @@ class ServerCore final : public InferenceServer, public ModelController {
   // --max-sequence-length); CloseSession gives the session's KV blocks back.
   StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request) override;
   StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) override;
+  StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest& request) override;
+  StatusOr<TruncateSessionResponse> TruncateSession(const std::string& session_id,
+                                                    int64_t tokens) override;
   // A layer step message (server_core_layers.cc): the version is its sessions'; its kind runs it.
   void StepLayer(LayerStepRequest request, LayerStepDone done) override;
 

@@ -1,4 +1,5 @@
-// ServerCore's decoding sessions (docs/sessions.md): OpenSession / CloseSession and the routing
+// ServerCore's decoding sessions (docs/sessions.md): OpenSession / CloseSession / ForkSession /
+// TruncateSession and the routing
 // of a step (a request with a session_id) to the session's model version, whose kind checks and
 // queues it.
 #include <utility>
@@ -47,6 +48,27 @@ StatusOr<CloseSessionResponse> ServerCore::CloseSession(const std::string& sessi
   auto handle = SessionHandle(session_id);
   if (!handle.ok()) return handle.status();
   return (*handle)->served->CloseSession(session_id);
+}
+
+StatusOr<ForkSessionResponse> ServerCore::ForkSession(const ForkSessionRequest& r) {
+  if (!r.new_session_id.empty()) {
+    MHA_RETURN_IF_ERROR(CheckSessionId(r.new_session_id, "new_session_id"));
+    if (session_directory_->Find(r.new_session_id).ok()) {  // before any work; Add decides races
+      return AlreadyExists("new_session_id: '" + r.new_session_id +
+                           "' is open on this server already (close it, or choose another id)");
+    }
+  }
+  if (stopping_) return Unavailable("server is shutting down");
+  auto handle = SessionHandle(r.session_id);
+  if (!handle.ok()) return handle.status();
+  return (*handle)->served->ForkSession(r);
+}
+
+StatusOr<TruncateSessionResponse> ServerCore::TruncateSession(const std::string& session_id,
+                                                              int64_t tokens) {
+  auto handle = SessionHandle(session_id);
+  if (!handle.ok()) return handle.status();
+  return (*handle)->served->TruncateSession(session_id, tokens);
 }
 
 void ServerCore::InferStep(InferenceRequest request, InferDone done) {

@@ -60,6 +60,12 @@ class AttentionServiceImpl final : public v1::AttentionService::WithRawCallbackM
   grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
                                          const v1::CloseSessionRequest* request,
                                          v1::CloseSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
+                                        const v1::ForkSessionRequest* request,
+                                        v1::ForkSessionResponse* response) override;
+  grpc::ServerUnaryReactor* TruncateSession(grpc::CallbackServerContext* context,
+                                            const v1::TruncateSessionRequest* request,
+                                            v1::TruncateSessionResponse* response) override;
   // The per-layer step stream of multi-layer models (layer_steps.h, docs/afd_stream.md).
   grpc::ServerBidiReactor<v1::LayerStepRequest, v1::LayerStepResponse>* LayerSteps(
       grpc::CallbackServerContext* context) override;

@@ -1,5 +1,6 @@
-// mha.v1 OpenSession / CloseSession (docs/sessions.md): translate to ServerCore and back. A
-// step is an ordinary Forward with ForwardRequest.session_id (attention_service.cc).
+// mha.v1 OpenSession / CloseSession / ForkSession / TruncateSession (docs/sessions.md): translate
+// to ServerCore and back. A step is an ordinary Forward with ForwardRequest.session_id
+// (attention_service.cc).
 #include "mha/text.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/attention_service.h"
@@ -42,6 +43,49 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CloseSession(grpc::CallbackServe
       response->set_kv_blocks(closed->kv_blocks);
     }
     return {closed.status(), "session=" + Abbreviate(request->session_id())};
+  });
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::ForkSession(grpc::CallbackServerContext* context,
+                                                            const v1::ForkSessionRequest* request,
+                                                            v1::ForkSessionResponse* response) {
+  return Unary(context, "ForkSession", [&]() -> UnaryAnswer {
+    if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
+      return {header, ""};
+    }
+    auto forked =
+        core_->ForkSession({request->session_id(), request->tokens(), request->new_session_id()});
+    const std::string log = "session=" + Abbreviate(request->session_id());
+    if (!forked.ok()) return {forked.status(), log};
+    const OpenSessionResponse& s = forked->session;
+    response->set_session_id(s.session_id);
+    response->set_model(s.model);
+    response->set_model_version(s.model_version);
+    response->set_tokens(forked->tokens);
+    response->set_kv_blocks(s.kv_blocks);
+    response->set_kv_shared_blocks(forked->kv_shared_blocks);
+    response->set_batch_size(s.batch_size);
+    response->set_max_tokens(s.max_tokens);
+    response->set_cross_attention(s.cross_attention);
+    response->set_kv_block_tokens(s.kv_block_tokens);
+    return {Status::Ok(), log + " fork=" + s.session_id};
+  });
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::TruncateSession(
+    grpc::CallbackServerContext* context, const v1::TruncateSessionRequest* request,
+    v1::TruncateSessionResponse* response) {
+  return Unary(context, "TruncateSession", [&]() -> UnaryAnswer {
+    if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
+      return {header, ""};
+    }
+    auto truncated = core_->TruncateSession(request->session_id(), request->tokens());
+    if (truncated.ok()) {
+      response->set_tokens(truncated->tokens);
+      response->set_kv_blocks(truncated->kv_blocks);
+      response->set_kv_shared_blocks(truncated->kv_shared_blocks);
+    }
+    return {truncated.status(), "session=" + Abbreviate(request->session_id())};
   });
 }
 

@@ -54,6 +54,11 @@ class ServedModel {
   // Decoding sessions (docs/sessions.md). Ids are checked and unique server-wide by the caller.
   virtual StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request) = 0;
   virtual StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) = 0;
+  // A fork of one of this version's sessions (its id checked and free server-wide by the caller)
+  // and a session's rewind (docs/sessions.md, "Fork, truncate and spill").
+  virtual StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest& request) = 0;
+  virtual StatusOr<TruncateSessionResponse> TruncateSession(const std::string& session_id,
+                                                            int64_t tokens) = 0;
   // A Forward call with a session_id on one of this version's sessions: the step's own checks,
   // then queued behind the session's earlier steps.
   virtual Status CheckStep(const InferenceRequest& request) const = 0;

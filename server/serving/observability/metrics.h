@@ -26,6 +26,11 @@
 //   mha_kv_cache_bytes_used{model,version}      gauge, bytes of the KV blocks in use
 //   mha_session_evictions_total{model}          counter, sessions evicted (evict-lru policy)
 //   mha_session_step_duration_seconds{model}    histogram, session steps (handler start -> finish)
+//   mha_kv_cache_blocks_shared{model,version}   gauge, blocks held by more than one session (forks)
+//   mha_kv_cache_copies_on_write_total{model,version}  counter, shared blocks copied on a write
+//   mha_sessions_spilled{model,version}, mha_kv_spill_bytes{model,version}  gauges (spill policy)
+//   mha_session_spills_total{model}, mha_session_restores_total{model}  counters
+//   mha_session_restore_duration_seconds{model} histogram, a spilled session's restore
 //   mha_request_stage_seconds_total{model,stage} counter, computed requests' time by stage
 //                                               (decode queue merge forward split handoff respond)
 //   mha_staged_requests_total{model}            counter, the requests counted in it

@@ -93,6 +93,10 @@ void StatsSnapshot::Add(const StatsSnapshot& o) {
   sessions_open += o.sessions_open, kv_blocks_used += o.kv_blocks_used;
   kv_blocks_total += o.kv_blocks_total, kv_bytes_used += o.kv_bytes_used;
   session_evictions += o.session_evictions;
+  kv_blocks_shared += o.kv_blocks_shared, kv_copies_on_write += o.kv_copies_on_write;
+  sessions_spilled += o.sessions_spilled, kv_spill_bytes += o.kv_spill_bytes;
+  session_spills += o.session_spills, session_restores += o.session_restores;
+  restore.Add(o.restore);
   for (size_t i = 0; i < stage_ns.size(); ++i) stage_ns[i] += o.stage_ns[i];
   staged += o.staged;
 }
@@ -115,7 +119,8 @@ StatsAggregator::StatsAggregator(std::string model_name, std::string version_nam
       batch_rows_(&CountBounds()),
       batch_tokens_(&TokenBounds()),
       padding_(&EfficiencyBounds()),
-      step_(&DurationBounds()) {}
+      step_(&DurationBounds()),
+      restore_(&DurationBounds()) {}
 
 void StatsAggregator::RecordRequest(StatusCode code, double seconds, Protocol protocol) {
   const int c = std::clamp(static_cast<int>(code), 0, kStatusCodeCount - 1);
@@ -158,6 +163,18 @@ void StatsAggregator::SetSessionUsage(int64_t sessions, int64_t used, int64_t to
   bytes_used_.store(used * block_bytes, kRelaxed);
 }
 
+void StatsAggregator::SetSessionBranching(const SessionBranching& b) {
+  shared_.store(b.shared_blocks, kRelaxed);
+  copies_.store(b.copies_on_write, kRelaxed);
+  spilled_.store(b.spilled_sessions, kRelaxed);
+  spilled_bytes_.store(b.spilled_bytes, kRelaxed);
+}
+
+void StatsAggregator::RecordSessionRestore(double seconds) {
+  restores_.fetch_add(1, kRelaxed);
+  restore_.Observe(seconds);
+}
+
 const char* StageName(Stage stage) {
   static constexpr const char* kNames[kStageCount] = {"decode", "queue",   "merge",  "forward",
                                                       "split",  "handoff", "respond"};
@@ -198,6 +215,10 @@ StatsSnapshot StatsAggregator::Read() const {
   s.sessions_open = sessions_.load(kRelaxed), s.kv_blocks_used = blocks_used_.load(kRelaxed);
   s.kv_blocks_total = blocks_total_.load(kRelaxed), s.kv_bytes_used = bytes_used_.load(kRelaxed);
   s.session_evictions = evictions_.load(kRelaxed);
+  s.kv_blocks_shared = shared_.load(kRelaxed), s.kv_copies_on_write = copies_.load(kRelaxed);
+  s.sessions_spilled = spilled_.load(kRelaxed), s.kv_spill_bytes = spilled_bytes_.load(kRelaxed);
+  s.session_spills = spills_.load(kRelaxed), s.session_restores = restores_.load(kRelaxed);
+  s.restore = restore_.Read();
   for (size_t i = 0; i < s.stage_ns.size(); ++i) s.stage_ns[i] = stage_ns_[i].load(kRelaxed);
   s.staged = staged_.load(kRelaxed);
   return s;

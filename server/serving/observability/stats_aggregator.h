@@ -74,10 +74,19 @@ struct StatsSnapshot {
   int64_t queue_depth = 0, inflight = 0;
   int64_t sessions_open = 0, kv_blocks_used = 0, kv_blocks_total = 0, kv_bytes_used = 0;
   uint64_t session_evictions = 0;
+  int64_t kv_blocks_shared = 0, kv_copies_on_write = 0, sessions_spilled = 0, kv_spill_bytes = 0;
+  uint64_t session_spills = 0, session_restores = 0;
+  AtomicHistogram::Snapshot restore;
   std::array<uint64_t, kStageCount> stage_ns{};  // summed over `staged` requests
   uint64_t staged = 0;
   void Add(const StatsSnapshot& other);
   uint64_t Calls(StatusCode code) const;  // over every protocol
+};
+
+// The branching sessions of a version (issue 45): its pool's shared blocks and copies on write,
+// and its spill store.
+struct SessionBranching {
+  int64_t shared_blocks = 0, copies_on_write = 0, spilled_sessions = 0, spilled_bytes = 0;
 };
 
 class StatsAggregator {
@@ -101,6 +110,9 @@ class StatsAggregator {
   void SetSessionUsage(int64_t sessions, int64_t blocks_used, int64_t blocks_total,
                        int64_t block_bytes);
   void RecordSessionEviction() { evictions_.fetch_add(1, std::memory_order_relaxed); }
+  void SetSessionBranching(const SessionBranching& b);
+  void RecordSessionSpill() { spills_.fetch_add(1, std::memory_order_relaxed); }
+  void RecordSessionRestore(double seconds);
   void RecordStep(double seconds) { step_.Observe(seconds); }
   // One computed request's breakdown (counts the request); AddStage adds to one stage's sum only.
   void RecordStages(const StageTimes& ns);
@@ -120,7 +132,9 @@ class StatsAggregator {
   std::atomic<double> real_tokens_{0}, padded_tokens_{0};
   std::atomic<int64_t> queue_depth_{0}, inflight_{0};
   std::atomic<int64_t> sessions_{0}, blocks_used_{0}, blocks_total_{0}, bytes_used_{0};
-  std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> evictions_{0}, spills_{0}, restores_{0};
+  std::atomic<int64_t> shared_{0}, copies_{0}, spilled_{0}, spilled_bytes_{0};
+  AtomicHistogram restore_;
   std::array<std::atomic<uint64_t>, kStageCount> stage_ns_{};
   std::atomic<uint64_t> staged_{0};
 };

@@ -132,6 +132,9 @@ void ExportModelSeries(const std::map<std::string, ModelSum>& models,
   ExportHistogram(models, "mha_session_step_duration_seconds",
                   "Session step duration in the server (handler start to finish)",
                   &StatsSnapshot::step, DurationBounds(), true, out);
+  ExportHistogram(models, "mha_session_restore_duration_seconds",
+                  "A spilled session's restore into the KV cache pool (spill policy)",
+                  &StatsSnapshot::restore, DurationBounds(), true, out);
   MetricFamily real =
       Family("mha_real_tokens_total", "Tokens of the requests themselves", MetricType::Counter);
   MetricFamily padded =
@@ -143,6 +146,12 @@ void ExportModelSeries(const std::map<std::string, ModelSum>& models,
   MetricFamily evictions =
       Family("mha_session_evictions_total", "Idle sessions evicted to free KV cache blocks",
              MetricType::Counter);
+  MetricFamily spills =
+      Family("mha_session_spills_total", "Idle sessions spilled to free KV cache blocks",
+             MetricType::Counter);
+  MetricFamily restores =
+      Family("mha_session_restores_total", "Spilled sessions restored at their next step",
+             MetricType::Counter);
   for (const auto& [model, sum] : models) {
     AddCounter(real, {{"model", model}}, sum.all.real_tokens);
     AddCounter(padded, {{"model", model}}, sum.all.padded_tokens);
@@ -150,9 +159,13 @@ void ExportModelSeries(const std::map<std::string, ModelSum>& models,
     AddGauge(inflight, {{"model", model}}, static_cast<double>(sum.all.inflight));
     if (sum.has_version) {
       AddCounter(evictions, {{"model", model}}, static_cast<double>(sum.all.session_evictions));
+      AddCounter(spills, {{"model", model}}, static_cast<double>(sum.all.session_spills));
+      AddCounter(restores, {{"model", model}}, static_cast<double>(sum.all.session_restores));
     }
   }
-  for (auto* f : {&real, &padded, &depth, &inflight, &evictions}) out->push_back(std::move(*f));
+  for (auto* f : {&real, &padded, &depth, &inflight, &evictions, &spills, &restores}) {
+    out->push_back(std::move(*f));
+  }
 }
 
 void ExportSessions(const std::map<std::string, ModelSum>& models, std::vector<MetricFamily>* out) {
@@ -165,6 +178,17 @@ void ExportSessions(const std::map<std::string, ModelSum>& models, std::vector<M
              "KV cache blocks in the version's pool (--kv-cache-bytes)", MetricType::Gauge);
   MetricFamily bytes = Family("mha_kv_cache_bytes_used",
                               "Bytes of the KV cache blocks held by sessions", MetricType::Gauge);
+  MetricFamily shared = Family("mha_kv_cache_blocks_shared",
+                               "KV cache blocks held by more than one session (forks; counted "
+                               "once in mha_kv_cache_blocks_used)",
+                               MetricType::Gauge);
+  MetricFamily copies =
+      Family("mha_kv_cache_copies_on_write_total",
+             "Shared KV cache blocks copied when a session wrote into them", MetricType::Counter);
+  MetricFamily spilled = Family("mha_sessions_spilled",
+                                "Sessions whose KV cache is in the spill store", MetricType::Gauge);
+  MetricFamily spill_bytes = Family(
+      "mha_kv_spill_bytes", "Bytes of the spilled sessions' keys and values", MetricType::Gauge);
   for (const auto& [model, sum] : models) {
     for (const auto& [version, s] : sum.versions) {
       const std::vector<ClientMetric::Label> labels{{"model", model}, {"version", version}};
@@ -172,9 +196,15 @@ void ExportSessions(const std::map<std::string, ModelSum>& models, std::vector<M
       AddGauge(used, labels, static_cast<double>(s.kv_blocks_used));
       AddGauge(total, labels, static_cast<double>(s.kv_blocks_total));
       AddGauge(bytes, labels, static_cast<double>(s.kv_bytes_used));
+      AddGauge(shared, labels, static_cast<double>(s.kv_blocks_shared));
+      AddCounter(copies, labels, static_cast<double>(s.kv_copies_on_write));
+      AddGauge(spilled, labels, static_cast<double>(s.sessions_spilled));
+      AddGauge(spill_bytes, labels, static_cast<double>(s.kv_spill_bytes));
     }
   }
-  for (auto* f : {&open, &used, &total, &bytes}) out->push_back(std::move(*f));
+  for (auto* f : {&open, &used, &total, &bytes, &shared, &copies, &spilled, &spill_bytes}) {
+    out->push_back(std::move(*f));
+  }
 }
 
 // mha_request_stage_seconds_total{model,stage} over mha_staged_requests_total{model}: where a

@@ -16,8 +16,11 @@ namespace mha::serve {
 enum class KvFullPolicy {
   kRefuse,    // new sessions and steps that need blocks get RESOURCE_EXHAUSTED
   kEvictLru,  // idle sessions are evicted, least recently used first, until the blocks fit
+  // idle sessions' blocks move to the version's spill store, least recently used first (evicted
+  // when it is full), and come back at their next step
+  kSpill,
 };
-// "refuse" / "evict-lru".
+// "refuse" / "evict-lru" / "spill".
 StatusOr<KvFullPolicy> ParseKvFullPolicy(const std::string& name);
 const char* KvFullPolicyName(KvFullPolicy policy);
 
@@ -26,6 +29,11 @@ struct SessionOptions {
   int64_t idle_timeout_s = 600;  // --session-idle-timeout-s: idle longer ends it; 0 = never
   const ClockSource* clock = &RealClock();           // idle time is read here (tests: a FakeClock)
   KvFullPolicy full_policy = KvFullPolicy::kRefuse;  // --kv-cache-full-policy
+  // Under spill: a pool on the CPU spills into files in a subdirectory of spill_dir made for the
+  // version (removed with it), a pool on a GPU into host memory; both hold at most spill_bytes per
+  // version.
+  std::string spill_dir = "/tmp/mha-kv-spill";  // --kv-spill-dir
+  int64_t spill_bytes = int64_t{1} << 30;       // --kv-spill-bytes
   size_t max_pending_steps = 16;  // steps of one session waiting behind the one in flight
   // A step's estimated working memory and response (server/serving/budget.h), as for any request:
   // --max-work-bytes and --max-response-bytes (ServerCore fills them from its limits).

@@ -14,12 +14,21 @@ namespace mha::serve {
 StatusOr<KvFullPolicy> ParseKvFullPolicy(const std::string& name) {
   if (name == "refuse") return KvFullPolicy::kRefuse;
   if (name == "evict-lru") return KvFullPolicy::kEvictLru;
+  if (name == "spill") return KvFullPolicy::kSpill;
   return InvalidArgument("--kv-cache-full-policy: '" + Abbreviate(name) +
-                         "' is not a policy (refuse, evict-lru)");
+                         "' is not a policy (refuse, evict-lru, spill)");
 }
 
 const char* KvFullPolicyName(KvFullPolicy policy) {
-  return policy == KvFullPolicy::kEvictLru ? "evict-lru" : "refuse";
+  switch (policy) {
+    case KvFullPolicy::kEvictLru:
+      return "evict-lru";
+    case KvFullPolicy::kSpill:
+      return "spill";
+    case KvFullPolicy::kRefuse:
+      break;
+  }
+  return "refuse";
 }
 
 SessionStore::SessionStore(SessionOptions options, std::shared_ptr<const MhaModel> model,
@@ -47,7 +56,12 @@ Status SessionStore::EnsurePoolLocked() {
                                        "bytes each) on {}",
                                        location_.model, location_.version, pool.total_blocks(),
                                        pool.block_tokens(), pool.block_bytes(), info_.device);
-                                 });
+                                 },
+                                 info_.device);
+}
+
+std::string SessionStore::PerBlockLocked() const {
+  return std::to_string(table_.pool()->block_tokens()) + " tokens per block";
 }
 
 void SessionStore::SweepExpired() {
@@ -57,8 +71,7 @@ void SessionStore::SweepExpired() {
 
 // Frees `blocks` blocks (SessionTable::MakeRoomLocked), never by ending `keep`.
 Status SessionStore::MakeRoomLocked(int64_t blocks, const Session* keep, const std::string& what) {
-  return table_.MakeRoomLocked(blocks, keep, what,
-                               std::to_string(table_.pool()->block_tokens()) + " tokens per block");
+  return table_.MakeRoomLocked(blocks, keep, what, PerBlockLocked());
 }
 
 // RESOURCE_EXHAUSTED when the step's estimated working memory or response (its weights over
@@ -165,6 +178,8 @@ Status SessionStore::AdmitLocked(const SessionPtr& session, InferenceTask* task)
                       " tokens decoded + " + std::to_string(t) + " new exceed its max_tokens " +
                       std::to_string(s.info.max_tokens) + " (open a session with more)");
   }
+  // A spilled session's blocks come back first (room made as for a step, never by spilling it).
+  MHA_RETURN_IF_ERROR(table_.RestoreLocked(session, PerBlockLocked()));
   if (!s.info.cross) {
     MHA_RETURN_IF_ERROR(
         MakeRoomLocked(s.cache->BlocksNeeded(t), &s,
@@ -278,6 +293,18 @@ OpenSessionResponse OpenedSession(const SessionInfo& info, const std::string& mo
 StatusOr<CloseSessionResponse> ClosedSession(const StatusOr<SessionInfo>& info) {
   if (!info.ok()) return info.status();
   return CloseSessionResponse{info->tokens, info->blocks};
+}
+
+StatusOr<ForkSessionResponse> ForkedSession(const StatusOr<SessionInfo>& info,
+                                            const std::string& model, const std::string& version) {
+  if (!info.ok()) return info.status();
+  return ForkSessionResponse{OpenedSession(info.value(), model, version), info->tokens,
+                             info->shared_blocks};
+}
+
+StatusOr<TruncateSessionResponse> TruncatedSession(const StatusOr<SessionInfo>& info) {
+  if (!info.ok()) return info.status();
+  return TruncateSessionResponse{info->tokens, info->blocks, info->shared_blocks};
 }
 
 }  // namespace mha::serve

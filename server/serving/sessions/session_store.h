@@ -46,6 +46,11 @@ OpenSessionResponse OpenedSession(const SessionInfo& info, const std::string& mo
                                   const std::string& version);
 // CloseSession's answer: the closed session's tokens and blocks, or why it could not be closed.
 StatusOr<CloseSessionResponse> ClosedSession(const StatusOr<SessionInfo>& info);
+// ForkSession's answer for the fork `info` on `model` version `version`, or why it failed.
+StatusOr<ForkSessionResponse> ForkedSession(const StatusOr<SessionInfo>& info,
+                                            const std::string& model, const std::string& version);
+// TruncateSession's answer: what the session holds now, or why it could not be truncated.
+StatusOr<TruncateSessionResponse> TruncatedSession(const StatusOr<SessionInfo>& info);
 
 class SessionStore {
  public:
@@ -66,6 +71,14 @@ class SessionStore {
   // its limits) as the session's next step; `done` as ModelRunner::Submit's, with
   // session_tokens set.
   void Step(const std::string& id, InferenceTask task, DoneCallback done);
+  // A new session (id `new_id`, checked by the caller; "" = NewSessionId()) holding the first
+  // `tokens` tokens of session `id` (0 = all), sharing its blocks (session_store_branch.cc).
+  // NOT_FOUND, FAILED_PRECONDITION while a step holds it, INVALID_ARGUMENT / OUT_OF_RANGE for
+  // tokens (SessionTable, CheckBranchTokens); a cross-attention session forks whole only.
+  StatusOr<SessionInfo> Fork(const std::string& id, int64_t tokens, const std::string& new_id);
+  // Keeps the first `tokens` tokens of session `id`, giving whole blocks back. Refusals as Fork's;
+  // a cross-attention session: FAILED_PRECONDITION (its cache holds the encoder's keys).
+  StatusOr<SessionInfo> Truncate(const std::string& id, int64_t tokens);
   // Ends the sessions idle longer than the timeout (also done by every call above).
   void SweepExpired();
 
@@ -90,6 +103,7 @@ class SessionStore {
   using StepPtr = std::shared_ptr<PendingStep>;
 
   Status EnsurePoolLocked();
+  std::string PerBlockLocked() const;  // what a block holds, for the pool-full refusals
   Status MakeRoomLocked(int64_t blocks, const Session* keep, const std::string& what);
   Status AdmitLocked(const SessionPtr& session, InferenceTask* task);
   // Its turn came: admits the step and hands it to the scheduler, or answers its refusal.

@@ -1,18 +1,21 @@
 // SessionTable: the decoding sessions of one model version, whatever its kind's cache: the map of
 // sessions, the version's KV block pool, their entries in the server-wide SessionDirectory, idle
-// expiry, LRU eviction under --kv-cache-full-policy evict-lru (never a session a step holds) and
+// expiry, LRU eviction under --kv-cache-full-policy evict-lru (never a session a step holds), LRU
+// spill under --kv-cache-full-policy spill (and the restore at a spilled session's next step) and
 // the session metrics. Each kind's store (sessions/session_store.h for one-layer models; a kind's
 // own folder for the others) keeps its own lock and calls the *Locked functions with it held. A
 // step holds its sessions through the table's StepGate (sessions/step_gate.h), the same for every
 // kind.
 //
 // A Session type has: `SessionInfo info`, `std::unique_ptr<Cache> cache` (Release(),
-// blocks_held()), `Clock::time_point last_used`, `bool ended`, and `StepLine steps` (the steps
-// that hold it: a step is waiting or running on it while it is not empty).
+// blocks_held(), Spill(store, key), Restore(), spilled(); BlocksToRestore below),
+// `Clock::time_point last_used`, `bool ended`, and `StepLine steps` (the steps that hold it: a step
+// is waiting or running on it while it is not empty).
 #pragma once
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -22,10 +25,14 @@
 
 #include "mha/engine.h"
 #include "mha/kv_cache.h"
+#include "mha/kv_spill.h"
+#include "mha/llama_session_cache.h"
+#include "mha/text.h"
 #include "server/serving/clock.h"
 #include "server/serving/observability/stats_aggregator.h"
 #include "server/serving/sessions/session_directory.h"
 #include "server/serving/sessions/session_options.h"
+#include "server/serving/sessions/session_spill.h"
 #include "server/serving/sessions/step_gate.h"
 
 namespace mha::serve {
@@ -34,10 +41,15 @@ struct SessionInfo {
   std::string id;
   bool cross = false;
   int64_t batch_size = 0, max_tokens = 0;
-  int64_t tokens = 0;  // decoded per row so far
-  int64_t blocks = 0;  // KV blocks held
+  int64_t tokens = 0;         // decoded per row so far
+  int64_t blocks = 0;         // KV blocks held
+  int64_t shared_blocks = 0;  // of those, held by another session too (a fork's)
   int64_t block_tokens = 0;
 };
+
+// The blocks a spilled cache takes back (either kind's).
+inline int64_t BlocksToRestore(const KvCache& cache) { return cache.BlocksNeeded(0); }
+inline int64_t BlocksToRestore(const LlamaSessionCache& cache) { return cache.BlocksToRestore(); }
 
 struct SessionUsage {
   int64_t sessions = 0, blocks_used = 0, blocks_total = 0, block_bytes = 0;
@@ -58,16 +70,26 @@ class SessionTable {
         metrics_(metrics),
         gate_(options.max_pending_steps) {}
 
-  // The pool, made by `make` on the first call; `describe` logs it once.
+  // The pool, made by `make` on the first call; `describe` logs it once. Under the spill policy,
+  // the version's spill store too (files for a pool on the CPU, `device` "cpu").
   Status EnsurePoolLocked(const std::function<StatusOr<std::shared_ptr<KvBlockPool>>()>& make,
-                          const std::function<void(const KvBlockPool&)>& describe) {
+                          const std::function<void(const KvBlockPool&)>& describe,
+                          const std::string& device) {
     if (pool_) return Status::Ok();
+    if (options_.full_policy == KvFullPolicy::kSpill && !spill_) {
+      auto spill = MakeSpillStore(options_, location_, device == "cpu");
+      if (!spill.ok()) return spill.status();
+      spill_ = *spill;
+      spdlog::info("model {} v{}: KV spill store in {} (at most {} bytes)", location_.model,
+                   location_.version, spill_->Describe(), spill_->max_bytes());
+    }
     auto pool = make();
     if (!pool.ok()) return pool.status();
     pool_ = *pool;
     describe(*pool_);
     return Status::Ok();
   }
+  const std::shared_ptr<KvSpillStore>& spill_store() const { return spill_; }
   const std::shared_ptr<KvBlockPool>& pool() const { return pool_; }
 
   Map& sessions() { return sessions_; }
@@ -86,6 +108,7 @@ class SessionTable {
   // Ends `session`: NOT_FOUND with `why` from now on; its blocks go back now, or when the step
   // holding it lets it go.
   void EndLocked(const Ptr& session, const std::string& why) {
+    if (session->cache->spilled()) --spilled_sessions_;
     session->ended = true;
     directory_->End(session->info.id, why);
     sessions_.erase(session->info.id);
@@ -124,6 +147,7 @@ class SessionTable {
                             location_.version + " was unloaded or replaced";
     for (auto& [id, session] : sessions_) directory_->End(id, why);
     sessions_.clear();
+    spilled_sessions_ = 0;
     PublishLocked();
   }
 
@@ -147,26 +171,64 @@ class SessionTable {
   // `what` and the pool (`per_block`: what one block holds, in the kind's words).
   Status MakeRoomLocked(int64_t blocks, const Session* keep, const std::string& what,
                         const std::string& per_block) {
-    while (pool_->free_blocks() < blocks && options_.full_policy == KvFullPolicy::kEvictLru) {
-      Ptr victim;
-      for (const auto& [id, s] : sessions_) {
-        if (s.get() == keep || s->steps.held() || s->cache->blocks_held() == 0) continue;
-        if (!victim || s->last_used < victim->last_used) victim = s;
-      }
+    bool changed = false;
+    while (pool_->free_blocks() < blocks && options_.full_policy != KvFullPolicy::kRefuse) {
+      Ptr victim = LeastRecentlyUsedIdleLocked(keep);
       if (!victim) break;
+      changed = true;
+      std::string why =
+          "was evicted (least recently used) to free KV cache blocks for another session "
+          "(--kv-cache-full-policy evict-lru, --kv-cache-bytes)";
+      if (options_.full_policy == KvFullPolicy::kSpill) {
+        const Status spilled = SpillLocked(victim, what);
+        if (spilled.ok()) continue;
+        why = "was evicted (least recently used) to free KV cache blocks for another session: " +
+              std::string(spilled.code() == StatusCode::kResourceExhausted
+                              ? "the spill store is full (--kv-spill-bytes "
+                              : "its spill failed (--kv-spill-bytes ") +
+              std::to_string(spill_->max_bytes()) + "): " + spilled.message();
+      }
       spdlog::info("model {} v{}: evicting session {} ({} blocks) for {}", location_.model,
                    location_.version, victim->info.id, victim->cache->blocks_held(), what);
-      EndLocked(victim,
-                "was evicted (least recently used) to free KV cache blocks for another "
-                "session (--kv-cache-full-policy evict-lru, --kv-cache-bytes)");
+      EndLocked(victim, why);
       if (metrics_) metrics_->RecordSessionEviction();
     }
+    if (changed) PublishLocked();
     if (pool_->free_blocks() >= blocks) return Status::Ok();
     return ResourceExhausted("KV cache full: " + what + " needs " + std::to_string(blocks) +
                              " blocks, " + std::to_string(pool_->free_blocks()) + " of " +
                              std::to_string(pool_->total_blocks()) + " free (" + per_block +
                              "; --kv-cache-bytes, --kv-cache-full-policy " +
                              KvFullPolicyName(options_.full_policy) + ")");
+  }
+
+  // A spilled session's blocks back before its step (or fork, or truncate): room is made as for a
+  // step (spilling others, never `session` nor a session a step holds), then its bytes come back
+  // exactly. No-op for a session that is not spilled.
+  Status RestoreLocked(const Ptr& session, const std::string& per_block) {
+    if (!session->cache->spilled()) return Status::Ok();
+    const int64_t blocks = BlocksToRestore(*session->cache);
+    MHA_RETURN_IF_ERROR(MakeRoomLocked(
+        blocks, session.get(), "restoring spilled session '" + session->info.id + "'", per_block));
+    const auto start = std::chrono::steady_clock::now();
+    MHA_RETURN_IF_ERROR(session->cache->Restore());
+    --spilled_sessions_;
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (metrics_) metrics_->RecordSessionRestore(took.count());
+    PublishLocked();
+    return Status::Ok();
+  }
+
+  // Session `id` for a fork or a truncate (`what`): NOT_FOUND (the directory's reason) when it is
+  // not open here, FAILED_PRECONDITION while a step of it is queued or running.
+  StatusOr<Ptr> IdleSessionLocked(const std::string& id, const std::string& what) const {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return directory_->NotFoundFor(id);
+    if (it->second->steps.held()) {
+      return FailedPrecondition("session '" + Abbreviate(id) +
+                                "' has a step queued or running: " + what + " after its answer");
+    }
+    return it->second;
   }
 
   SessionUsage UsageLocked() const {
@@ -184,16 +246,45 @@ class SessionTable {
     if (!metrics_ || !pool_) return;
     metrics_->SetSessionUsage(static_cast<int64_t>(sessions_.size()), pool_->used_blocks(),
                               pool_->total_blocks(), pool_->block_bytes());
+    metrics_->SetSessionBranching({pool_->shared_blocks(), pool_->copies_on_write(),
+                                   spilled_sessions_, spill_ ? spill_->bytes_held() : 0});
   }
 
+  int64_t spilled_sessions() const { return spilled_sessions_; }
+
  private:
+  // The least recently used session no step holds that holds blocks (never `keep`), or null.
+  Ptr LeastRecentlyUsedIdleLocked(const Session* keep) const {
+    Ptr victim;
+    for (const auto& [id, s] : sessions_) {
+      if (s.get() == keep || s->steps.held() || s->cache->blocks_held() == 0) continue;
+      if (!victim || s->last_used < victim->last_used) victim = s;
+    }
+    return victim;
+  }
+
+  // Moves `victim`'s tokens into the spill store (its blocks go back); the store's refusal else.
+  Status SpillLocked(const Ptr& victim, const std::string& what) {
+    const int64_t blocks = victim->cache->blocks_held();
+    const std::string key = victim->info.id + "#" + std::to_string(next_spill_++);
+    MHA_RETURN_IF_ERROR(victim->cache->Spill(spill_, key));
+    ++spilled_sessions_;
+    if (metrics_) metrics_->RecordSessionSpill();
+    spdlog::debug("model {} v{}: spilled session {} ({} blocks, {} bytes) for {}", location_.model,
+                  location_.version, victim->info.id, blocks, victim->cache->spilled_bytes(), what);
+    return Status::Ok();
+  }
+
   const SessionOptions options_;
   const SessionLocation location_;
   const std::shared_ptr<SessionDirectory> directory_;
   StatsAggregator* const metrics_;
   const StepGate gate_;
-  std::shared_ptr<KvBlockPool> pool_;  // made on the first EnsurePoolLocked
+  std::shared_ptr<KvBlockPool> pool_;    // made on the first EnsurePoolLocked
+  std::shared_ptr<KvSpillStore> spill_;  // under the spill policy, made with the pool
   Map sessions_;
+  int64_t spilled_sessions_ = 0;  // of sessions_
+  int64_t next_spill_ = 0;        // spill keys: id#n
 };
 
 }  // namespace mha::serve

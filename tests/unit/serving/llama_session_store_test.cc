@@ -3,17 +3,20 @@
 // one block per layer taken at open, refusals naming the entry, messages taking turns at the
 // session gate, the layer-order rule at Prepare, a session closed while a step holds it and while
 // messages wait for it, the full pool under refuse and evict-lru, idle expiry on
-// a fake clock.
+// a fake clock, fork and truncate refusals, and the spill policy: three sessions on a pool of one
+// session's blocks, every layer of every step equal to the fixture's PyTorch rows.
 #include "server/serving/kinds/llama/llama_session_store.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "llama_serving_util.h"
+#include "mha/llama_session.h"
 
 namespace mha::serve {
 namespace {
@@ -29,9 +32,11 @@ class LlamaSessionStoreTest : public ::testing::Test {
   }
   // A store whose pool holds `blocks` blocks of 4 tokens (512 bytes each).
   std::unique_ptr<LlamaSessionStore> Store(int64_t blocks,
-                                           KvFullPolicy policy = KvFullPolicy::kRefuse) {
+                                           KvFullPolicy policy = KvFullPolicy::kRefuse,
+                                           const std::string& spill_dir = "") {
     SessionOptions o = testing::SmallPool(blocks * 4 * model_.info.kv_bytes_per_token, 4);
     o.full_policy = policy;
+    if (!spill_dir.empty()) o.spill_dir = spill_dir;
     o.clock = &clock_;
     o.idle_timeout_s = 60;
     o.max_pending_steps = 2;
@@ -202,6 +207,73 @@ TEST_F(LlamaSessionStoreTest, UnloadingEndsEverySession) {
   store.reset();
   EXPECT_TRUE(Contains(directory_->NotFoundFor("a").message(),
                        "ended: its model 'llama' version 1 was unloaded or replaced"));
+}
+
+TEST_F(LlamaSessionStoreTest, ForkAndTruncateRefuseUnknownBusyAndOutOfRangeTokens) {
+  auto store = Store(16);
+  ASSERT_TRUE(store->Open(100, "a").ok());
+  EXPECT_EQ(store->Fork("nope", 0, "").status().code(), StatusCode::kNotFound);
+  const Status past = store->Truncate("a", 1).status();
+  EXPECT_EQ(past.code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(Contains(past.message(),
+                       "tokens: 1 is past the session's length (session 'a' "
+                       "holds 0 tokens)"))
+      << past.message();
+  EXPECT_EQ(store->Fork("a", -1, "").status().code(), StatusCode::kInvalidArgument);
+  const Message held = Enter(*store, {"a"});
+  ASSERT_TRUE(held.started());
+  const Status busy = store->Fork("a", 0, "b").status();
+  EXPECT_EQ(busy.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(busy.message(),
+                       "session 'a' has a step queued or running: fork after its "
+                       "answer"));
+  store->Finish(**held.hold);
+  auto fork = store->Fork("a", 0, "b");
+  ASSERT_TRUE(fork.ok()) << fork.status().ToString();
+  EXPECT_EQ(fork->blocks, 0) << "an empty session's fork shares nothing";
+  EXPECT_EQ(store->usage().sessions, 2);
+}
+
+// Three sessions of 6 tokens (2 blocks per layer, 8 in all) on a pool of 8 blocks: each step of a
+// session restores it (spilling the least recently used other) and every layer's output equals
+// the fixture's PyTorch row.
+TEST_F(LlamaSessionStoreTest, SpillUnderATinyPoolRestoresEveryLayerExactly) {
+  testing::TempDir dir;
+  auto store = Store(8, KvFullPolicy::kSpill, dir.path());
+  const testing::LlamaCase c = testing::LoadLlamaCase("stack4_sessions");
+  const std::vector<std::string> ids = {"s0", "s1", "s2"};
+  for (const std::string& id : ids) ASSERT_TRUE(store->Open(100, id).ok());
+  for (int64_t p = 0; p < 6; ++p) {
+    for (const std::string& id : ids) {
+      const Message m = Enter(*store, {id});
+      ASSERT_TRUE(m.started());
+      at::Tensor hidden = c.Io(id + ".input").narrow(0, p, 1);
+      for (int64_t layer = 0; layer < 4; ++layer) {
+        ASSERT_TRUE(store->Prepare(m.session(), layer, 1).ok()) << id << " token " << p;
+        at::Tensor out;
+        ASSERT_TRUE(
+            StepSessions(*model_.stack, layer, {{m.session()->cache.get(), hidden, &out}}).ok());
+        EXPECT_TRUE(
+            testing::TensorsNear(out, c.Io(id + ".output." + std::to_string(layer)).narrow(0, p, 1),
+                                 testing::kFp32Tolerance))
+            << id << " token " << p << " layer " << layer;
+        hidden = hidden + out;
+      }
+      store->Finish(**m.hold);
+    }
+  }
+  int64_t files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+    files += e.is_regular_file() ? 1 : 0;
+  }
+  EXPECT_EQ(files, 2 * 4) << "s0 and s1 are spilled: a file per layer each";
+  for (const std::string& id : ids) {
+    EXPECT_TRUE(store->Close(id).ok());
+    EXPECT_FALSE(Contains(directory_->NotFoundFor(id).message(), "evicted")) << id;
+  }
+  EXPECT_EQ(store->usage().blocks_used, 0);
+  store.reset();
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
 }  // namespace

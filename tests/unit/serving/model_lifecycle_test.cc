@@ -42,6 +42,12 @@ class FakeServed final : public ServedModel {
     return Refused();
   }
   StatusOr<CloseSessionResponse> CloseSession(const std::string&) override { return Refused(); }
+  StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest&) override {
+    return Refused();
+  }
+  StatusOr<TruncateSessionResponse> TruncateSession(const std::string&, int64_t) override {
+    return Refused();
+  }
   Status CheckStep(const InferenceRequest&) const override { return Refused(); }
   void Step(const std::string&, InferenceTask task, DoneCallback done) override {
     Refuse(task, done, Refused());

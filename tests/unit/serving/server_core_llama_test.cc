@@ -188,6 +188,77 @@ TEST_F(ServerCoreLlamaTest, LayerStepsEqualTheFixturesCausalForward) {
   EXPECT_TRUE(core_->CloseSession(b).ok());
 }
 
+// A stack session's fork and truncate (docs/afd.md): the fork writes other tokens into the block
+// it shares (copied first), the source goes on with its own, and the truncated source replays;
+// each branch equals the causal forward of its own sequence: the fixture's PyTorch rows for the
+// source, the stateless forward of every layer (itself equal to PyTorch) for the fork.
+TEST_F(ServerCoreLlamaTest, ForkAndTruncateOfAStackEqualEachBranchsCausalForward) {
+  const testing::LlamaCase c = testing::LoadLlamaCase("stack4_sessions");
+  const at::Tensor x = c.Io("s0.input"), y = c.Io("s1.input").narrow(0, 0, 3);
+  // Steps `id` with `rows` through every layer (the residual stream between layers).
+  auto step_all = [&](const std::string& id, at::Tensor rows) {
+    std::vector<at::Tensor> outs;
+    for (int64_t layer = 0; layer < 4; ++layer) {
+      const LayerStepResponse r = Step(Message(layer, {{id, ToHost(rows.contiguous())}}));
+      EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+      if (!r.status.ok()) return outs;
+      outs.push_back(ToTensor(r.outputs[0]));
+      rows = rows + outs.back();
+    }
+    return outs;
+  };
+  auto check = [&](const std::vector<at::Tensor>& got, const std::string& s, int64_t begin) {
+    ASSERT_EQ(got.size(), 4u);
+    for (int64_t l = 0; l < 4; ++l) {
+      EXPECT_TRUE(testing::TensorsNear(
+          got[l], c.Io(s + ".output." + std::to_string(l)).narrow(0, begin, got[l].size(0)),
+          testing::kFp32Tolerance))
+          << s << " layer " << l << " from token " << begin;
+    }
+  };
+  const std::string a = Open("llama");
+  check(step_all(a, x.narrow(0, 0, 6)), "s0", 0);
+  ForkSessionRequest fork;
+  fork.session_id = a;
+  fork.tokens = 5;
+  auto forked = core_->ForkSession(fork);
+  ASSERT_TRUE(forked.ok()) << forked.status().ToString();
+  EXPECT_EQ(forked->tokens, 5);
+  EXPECT_EQ(forked->session.kv_blocks, 8) << "two shared blocks per layer";
+  EXPECT_EQ(forked->kv_shared_blocks, 8);
+  const std::vector<at::Tensor> branch = step_all(forked->session.session_id, y);
+  ASSERT_EQ(branch.size(), 4u);
+  at::Tensor seq = at::cat({x.narrow(0, 0, 5), y}).unsqueeze(0);  // the fork's own sequence
+  for (int64_t l = 0; l < 4; ++l) {
+    InferenceRequest r;
+    r.model = "llama";
+    r.layer = l;
+    r.inputs.query = ToHost(seq.contiguous());
+    const InferenceResponse out = Forward(std::move(r));
+    ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+    const at::Tensor full = ToTensor(out.outputs.output);
+    EXPECT_TRUE(testing::TensorsNear(branch[l], full[0].narrow(0, 5, 3), testing::kFp32Tolerance))
+        << "fork, layer " << l;
+    seq = seq + full;
+  }
+  check(step_all(a, x.narrow(0, 6, 2)), "s0", 6);  // the source kept its token 5
+  auto cut = core_->TruncateSession(a, 3);
+  ASSERT_TRUE(cut.ok()) << cut.status().ToString();
+  EXPECT_EQ(cut->tokens, 3);
+  EXPECT_EQ(cut->kv_blocks, 4);
+  check(step_all(a, x.narrow(0, 3, 5)), "s0", 3);
+  const Status past = core_->TruncateSession(a, 9).status();
+  EXPECT_EQ(past.code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(Contains(past.message(), "tokens: 9 is past the session's length (session '" + a +
+                                           "' holds 8 tokens)"));
+  fork.tokens = -1;
+  EXPECT_EQ(core_->ForkSession(fork).status().code(), StatusCode::kInvalidArgument);
+  fork.session_id = "s-unknown";
+  EXPECT_EQ(core_->ForkSession(fork).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(core_->CloseSession(a).ok());
+  EXPECT_TRUE(core_->CloseSession(forked->session.session_id).ok());
+}
+
 TEST_F(ServerCoreLlamaTest, LayerStepRefusalsNameTheFieldAndNumbers) {
   const std::string a = Open("llama"), b = Open("llama"), g = Open("gqa");
   OpenSessionRequest mha_open;

@@ -5,91 +5,15 @@
 
 #include <gtest/gtest.h>
 
-#include <deque>
-#include <mutex>
-
-#include "mha/tensor_adapter.h"
 #include "server/serving/observability/stats_aggregator.h"
-#include "server/serving/scheduling/merge/pass_runner.h"
-#include "test_util.h"
+#include "session_store_test_util.h"
 
 namespace mha::serve {
 namespace {
 
 using testing::Contains;
 using testing::TensorsNear;
-
-// Holds each submitted task; RunOldest computes it for real (DecodeStep) and answers it.
-class HeldRunner final : public ModelRunner {
- public:
-  void Submit(InferenceTask task, DoneCallback done) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    held_.push_back({std::move(task), std::move(done)});
-  }
-  void Shutdown() override {}
-  size_t queue_depth() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return held_.size();
-  }
-  void RunOldest() {
-    std::pair<InferenceTask, DoneCallback> next;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ASSERT_FALSE(held_.empty());
-      next = std::move(held_.front());
-      held_.pop_front();
-    }
-    InferenceResult result;
-    // The step alone, as a scheduler runs it: DecodeStep on its cache, the answer on the host.
-    result.status = MakeModelPassRunner(next.first.model)->RunOne(next.first, &result.outputs);
-    next.first = InferenceTask();
-    next.second(std::move(result));
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::deque<std::pair<InferenceTask, DoneCallback>> held_;
-};
-
-struct Fixture {
-  testing::FixtureCase c;
-  std::shared_ptr<const MhaModel> model;
-};
-
-Fixture Load() {
-  Fixture f;
-  auto c = testing::LoadFixtureCase("decode_causal");  // E=32 H=4 B=2 T=12, 256 B per token
-  EXPECT_TRUE(c.ok());
-  f.c = *c;
-  f.model = testing::LoadCaseModel(f.c);
-  return f;
-}
-
-InferenceTask StepTask(const Fixture& f, int64_t p) {
-  InferenceTask task;
-  task.model = f.model;
-  task.inputs.query = ToHost(f.c.inputs.query.narrow(1, p, 1));
-  return task;
-}
-
-struct Answers {
-  std::mutex mu;
-  std::vector<InferenceResult> results;
-  DoneCallback Callback() {
-    return [this](InferenceResult r) {
-      std::lock_guard<std::mutex> lock(mu);
-      results.push_back(std::move(r));
-    };
-  }
-};
-
-SessionOptions Options(int64_t blocks, KvFullPolicy policy = KvFullPolicy::kRefuse) {
-  SessionOptions o;
-  o.pool = KvPoolOptions{blocks * 4 * 256, 4};
-  o.full_policy = policy;
-  o.max_pending_steps = 2;
-  return o;
-}
+using namespace testing_sessions;  // NOLINT(build/namespaces)
 
 TEST(SessionStore, StepsOfOneSessionWaitBehindTheOneInFlightAndApplyInOrder) {
   const Fixture f = Load();

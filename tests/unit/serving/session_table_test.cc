@@ -2,7 +2,9 @@
 // cache that holds pool blocks: LRU eviction ends the least recently used session no step holds
 // (never `keep`), counts it and tells the directory why; refuse answers RESOURCE_EXHAUSTED in the
 // kind's words; idle expiry skips held sessions; a held session's blocks go back when released;
-// the table's end tells every session's id why.
+// the table's end tells every session's id why; spill moves the least recently used idle session
+// into the store (host memory for a pool off the CPU) and restore brings it back, a full store
+// evicts with the reason.
 #include "server/serving/sessions/session_table.h"
 
 #include <gtest/gtest.h>
@@ -16,15 +18,42 @@
 namespace mha::serve {
 namespace {
 
+// Holds pool blocks; a spill keeps 100 bytes per block in the store under its key.
 struct FakeCache {
   std::shared_ptr<KvBlockPool> pool;
   std::vector<int64_t> blocks;
+  std::shared_ptr<KvSpillStore> store;
+  std::string key;
+  int64_t spilled_blocks = 0;
   void Release() {
     pool->Release(blocks);
     blocks.clear();
+    if (store) store->Remove(key);
+    store.reset();
   }
   int64_t blocks_held() const { return static_cast<int64_t>(blocks.size()); }
+  bool spilled() const { return store != nullptr; }
+  int64_t spilled_bytes() const { return spilled_blocks * 100; }
+  Status Spill(std::shared_ptr<KvSpillStore> to, const std::string& k) {
+    const std::vector<char> bytes(blocks.size() * 100, 1);
+    MHA_RETURN_IF_ERROR(to->Put(k, bytes.data(), static_cast<int64_t>(bytes.size())));
+    spilled_blocks = blocks_held();
+    pool->Release(blocks);
+    blocks.clear();
+    store = std::move(to);
+    key = k;
+    return Status::Ok();
+  }
+  Status Restore() {
+    auto got = pool->Allocate(spilled_blocks);
+    if (!got.ok()) return got.status();
+    blocks = *got;
+    store->Remove(key);
+    store.reset();
+    return Status::Ok();
+  }
 };
+int64_t BlocksToRestore(const FakeCache& cache) { return cache.spilled_blocks; }
 
 struct FakeSession {
   SessionInfo info;
@@ -36,8 +65,9 @@ struct FakeSession {
 
 class SessionTableTest : public ::testing::Test {
  protected:
-  void Make(KvFullPolicy policy) {
+  void Make(KvFullPolicy policy, int64_t spill_bytes = 1 << 20) {
     SessionOptions o;
+    o.spill_bytes = spill_bytes;
     o.pool.capacity_bytes = 1 << 20;
     o.pool.block_tokens = 4;
     o.full_policy = policy;
@@ -48,7 +78,7 @@ class SessionTableTest : public ::testing::Test {
     ASSERT_NE(model, nullptr);
     ASSERT_TRUE(table_
                     ->EnsurePoolLocked([&] { return KvBlockPool::Create(o.pool, *model); },
-                                       [](const KvBlockPool&) {})
+                                       [](const KvBlockPool&) {}, "cuda:0")
                     .ok());
   }
   // A step that holds `session` at the table's gate (started: nothing waits before it).
@@ -139,6 +169,53 @@ TEST_F(SessionTableTest, ExpirySkipsHeldSessionsAndAHeldSessionKeepsItsBlocksUnt
       << Why("last");
   last->cache->Release();
   EXPECT_EQ(table_->pool()->used_blocks(), 0);
+}
+
+TEST_F(SessionTableTest, SpillMovesTheLeastRecentlyUsedIdleSessionAndRestoreBringsItBack) {
+  Make(KvFullPolicy::kSpill);
+  ASSERT_NE(table_->spill_store(), nullptr);
+  EXPECT_EQ(table_->spill_store()->Describe(), "host memory") << "a pool off the CPU";
+  const int64_t total = table_->pool()->total_blocks();
+  auto held = Open("held", total / 4, 1);  // the oldest, but a step holds it
+  const StepTurnPtr step = Hold(held);
+  auto old = Open("old", total / 4, 2);
+  auto recent = Open("recent", total - 2 * (total / 4), 3);
+  EXPECT_TRUE(table_->MakeRoomLocked(1, nullptr, "a test", "4 tokens per block").ok());
+  EXPECT_TRUE(old->cache->spilled());
+  EXPECT_FALSE(old->ended) << "a spilled session stays open";
+  EXPECT_FALSE(held->cache->spilled() || recent->cache->spilled());
+  EXPECT_EQ(table_->pool()->free_blocks(), total / 4);
+  StatsSnapshot s = stats_.Read();
+  EXPECT_EQ(s.sessions_spilled, 1);
+  EXPECT_EQ(s.kv_spill_bytes, total / 4 * 100);
+  EXPECT_EQ(s.session_spills, 1u);
+  EXPECT_EQ(s.session_evictions, 0u);
+  // Its restore needs its blocks back: `recent` (idle) spills, never `old` itself.
+  ASSERT_TRUE(table_->pool()->Allocate(table_->pool()->free_blocks()).ok());
+  EXPECT_TRUE(table_->RestoreLocked(old, "4 tokens per block").ok());
+  EXPECT_FALSE(old->cache->spilled());
+  EXPECT_EQ(old->cache->blocks_held(), total / 4);
+  EXPECT_TRUE(recent->cache->spilled());
+  s = stats_.Read();
+  EXPECT_EQ(s.session_restores, 1u);
+  EXPECT_EQ(s.restore.count, 1u);
+  EXPECT_EQ(s.sessions_spilled, 1);
+  table_->EndLocked(recent, "was closed (a test)");
+  EXPECT_EQ(table_->spill_store()->bytes_held(), 0) << "ending a spilled session drops its bytes";
+  EXPECT_EQ(table_->spilled_sessions(), 0);
+  table_->LeaveLocked(step, {held});
+}
+
+TEST_F(SessionTableTest, AFullSpillStoreEvictsWithTheReason) {
+  Make(KvFullPolicy::kSpill, /*spill_bytes=*/50);  // not one block's 100 bytes
+  auto all = Open("all", table_->pool()->total_blocks(), 1);
+  EXPECT_TRUE(table_->MakeRoomLocked(1, nullptr, "a test", "4 tokens per block").ok());
+  EXPECT_TRUE(all->ended);
+  EXPECT_NE(Why("all").find("was evicted (least recently used) to free KV cache blocks for another "
+                            "session: the spill store is full (--kv-spill-bytes 50)"),
+            std::string::npos)
+      << Why("all");
+  EXPECT_EQ(stats_.Read().session_evictions, 1u);
 }
 
 }  // namespace

@@ -68,6 +68,16 @@ class LlamaServed final : public ServedModel {
     return ClosedSession(sessions_->Close(session_id));
   }
 
+  StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest& r) override {
+    return ForkedSession(sessions_->Fork(r.session_id, r.tokens, r.new_session_id), version_.name,
+                         version_.version);
+  }
+
+  StatusOr<TruncateSessionResponse> TruncateSession(const std::string& session_id,
+                                                    int64_t tokens) override {
+    return TruncatedSession(sessions_->Truncate(session_id, tokens));
+  }
+
   Status CheckStep(const InferenceRequest& request) const override {
     return InvalidArgument("session_id: session '" + Abbreviate(request.session_id) +
                            "' is on the Llama model '" + version_.name +

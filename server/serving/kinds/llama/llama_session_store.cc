@@ -36,7 +36,14 @@ Status LlamaSessionStore::EnsurePoolLocked() {
             "{} bytes per token per layer) for {} layers on {}",
             location_.model, location_.version, pool.total_blocks(), pool.block_tokens(),
             pool.block_bytes(), pool.bytes_per_token(), info_.num_layers, info_.device);
-      });
+      },
+      info_.device);
+}
+
+std::string LlamaSessionStore::PerBlockLocked() const {
+  const KvBlockPool& pool = *table_.pool();
+  return std::to_string(pool.block_tokens()) + " tokens of one layer per block, " +
+         std::to_string(pool.bytes_per_token()) + " bytes per token per layer";
 }
 
 void LlamaSessionStore::SweepExpired() {
@@ -46,11 +53,7 @@ void LlamaSessionStore::SweepExpired() {
 
 // Frees `blocks` blocks (SessionTable::MakeRoomLocked) by ending sessions no message holds.
 Status LlamaSessionStore::MakeRoomLocked(int64_t blocks, const std::string& what) {
-  const KvBlockPool& pool = *table_.pool();
-  return table_.MakeRoomLocked(
-      blocks, nullptr, what,
-      std::to_string(pool.block_tokens()) + " tokens of one layer per block, " +
-          std::to_string(pool.bytes_per_token()) + " bytes per token per layer");
+  return table_.MakeRoomLocked(blocks, nullptr, what, PerBlockLocked());
 }
 
 StatusOr<SessionInfo> LlamaSessionStore::Open(int64_t max_tokens, const std::string& id) {
@@ -141,6 +144,9 @@ Status LlamaSessionStore::Prepare(const LlamaSessionRef& session, int64_t layer,
     return NotFound(directory_->NotFoundFor(s.info.id).message() + " (while this step waited)");
   }
   MHA_RETURN_IF_ERROR(s.cache->CheckStep(layer, tokens));
+  // A spilled session's layers come back first (room made as for a step: the sessions this
+  // message holds are never spilled).
+  MHA_RETURN_IF_ERROR(table_.RestoreLocked(session, PerBlockLocked()));
   const int64_t blocks = s.cache->layer(layer)->BlocksNeeded(tokens);
   MHA_RETURN_IF_ERROR(MakeRoomLocked(blocks, "session '" + s.info.id + "' (" +
                                                  std::to_string(tokens) + " more tokens in layer " +

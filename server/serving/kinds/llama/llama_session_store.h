@@ -78,6 +78,13 @@ class LlamaSessionStore {
   // A message is done with its sessions (answered or refused): they are used now, the blocks of
   // those that ended meanwhile go back, and the messages waiting behind it may start.
   void Finish(const LlamaStepHold& hold);
+  // A new session (id `new_id`, checked by the caller; "" = NewSessionId()) holding the first
+  // `tokens` tokens (0 = all) of session `id`: each layer min(tokens, its length), sharing its
+  // blocks (llama_session_store_branch.cc). NOT_FOUND, FAILED_PRECONDITION while a message holds
+  // it, INVALID_ARGUMENT / OUT_OF_RANGE for tokens against layer 0's length.
+  StatusOr<SessionInfo> Fork(const std::string& id, int64_t tokens, const std::string& new_id);
+  // Every layer keeps min(tokens, its length); whole blocks go back. Refusals as Fork's.
+  StatusOr<SessionInfo> Truncate(const std::string& id, int64_t tokens);
   // Ends the sessions idle longer than the timeout (also done by Open, Close and Acquire).
   void SweepExpired();
 
@@ -86,6 +93,7 @@ class LlamaSessionStore {
 
  private:
   Status EnsurePoolLocked();
+  std::string PerBlockLocked() const;  // what a block holds, for the pool-full refusals
   Status MakeRoomLocked(int64_t blocks, const std::string& what);
 
   const SessionOptions options_;

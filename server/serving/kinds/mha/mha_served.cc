@@ -173,6 +173,16 @@ class MhaServed final : public ServedModel {
     return ClosedSession(sessions_->Close(session_id));
   }
 
+  StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest& r) override {
+    return ForkedSession(sessions_->Fork(r.session_id, r.tokens, r.new_session_id), name_,
+                         version_);
+  }
+
+  StatusOr<TruncateSessionResponse> TruncateSession(const std::string& session_id,
+                                                    int64_t tokens) override {
+    return TruncatedSession(sessions_->Truncate(session_id, tokens));
+  }
+
   Status CheckStep(const InferenceRequest& request) const override {
     return CheckStepRequest(request, name_, version_, limits_);
   }
