@@ -1,0 +1,161 @@
+// PlanDeviceWarmup (kinds/warmup_plan.h): which shapes the default device warm-up runs, that they
+// are deduplicated and bounded, that every merged shape of the grid is either warmed eagerly or
+// replays a planned graph, and that the plan does not grow with the instances (graphs are shared
+// by every instance stream).
+#include "server/serving/kinds/warmup_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace mha::serve {
+namespace {
+
+constexpr GraphLimits kSharedGraphs{4096, 32, true};  // mha::CudaGraphOptions' defaults, 2.x
+
+int64_t Pow2(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+BatcherOptions Scheduler(int64_t rows, int64_t tokens) {
+  BatcherOptions o;
+  o.max_batch_rows = rows;
+  o.max_batch_tokens = tokens;
+  return o;
+}
+
+// The passes as (B, T, need_weights), in order.
+std::vector<std::tuple<int64_t, int64_t, bool>> Passes(const DeviceWarmupPlan& plan) {
+  std::vector<std::tuple<int64_t, int64_t, bool>> passes;
+  for (const WarmupShape& s : plan.passes) passes.emplace_back(s.batch, s.seq, s.need_weights);
+  return passes;
+}
+
+std::set<std::pair<int64_t, int64_t>> Shapes(const DeviceWarmupPlan& plan) {
+  std::set<std::pair<int64_t, int64_t>> shapes;
+  for (const WarmupShape& s : plan.passes) shapes.insert({s.batch, s.seq});
+  return shapes;
+}
+
+// Every merged pass [B, T] of the grid (T a length-bucket edge up to 64, B x T within the tokens)
+// is one of the plan's eager passes or pads to one of its graph buckets.
+void ExpectCovers(const DeviceWarmupPlan& plan, int64_t rows, int64_t tokens) {
+  std::set<std::pair<int64_t, int64_t>> graphs, eager;
+  for (size_t i = 0; i < plan.passes.size(); ++i) {
+    const WarmupShape& s = plan.passes[i];
+    (static_cast<int64_t>(i) < plan.graph_passes ? graphs : eager).insert({s.batch, s.seq});
+  }
+  for (int64_t len = 8; len <= 64; len += 8) {
+    for (int64_t b = 1; b <= rows && b * len <= tokens; ++b) {
+      EXPECT_TRUE(eager.count({b, len}) == 1 || graphs.count({Pow2(b), len}) == 1)
+          << "[" << b << ", " << len << "] is not warmed";
+    }
+  }
+}
+
+TEST(PlanDeviceWarmup, GraphBucketsFirstThenTheEagerShapesPastTheBound) {
+  const DeviceWarmupPlan plan = PlanDeviceWarmup(Scheduler(64, 2048), kSharedGraphs);
+  // T = 8..32 x B = 1..64 (28 buckets), then T = 40 x B = 1, 2, 4, 8: the 32 graphs.
+  EXPECT_EQ(plan.graph_passes, 32);
+  ASSERT_GE(plan.passes.size(), 32u);
+  EXPECT_EQ(plan.passes[0].batch, 1);
+  EXPECT_EQ(plan.passes[0].seq, 8);
+  EXPECT_EQ(plan.passes[6].batch, 64);
+  EXPECT_EQ(plan.passes[31].batch, 8);
+  EXPECT_EQ(plan.passes[31].seq, 40);
+  // Eager: T = 40, B = 9..51; T = 48, B = 1..42; T = 56, B = 1..36; T = 64, B = 1..32.
+  EXPECT_EQ(plan.eager_passes, 43 + 42 + 36 + 32);
+  EXPECT_EQ(plan.dropped, 0);
+  EXPECT_EQ(plan.passes.size(), 185u);
+  EXPECT_EQ(Shapes(plan).size(), plan.passes.size()) << "duplicates";
+  for (const WarmupShape& s : plan.passes) {
+    EXPECT_FALSE(s.need_weights);
+    EXPECT_LE(s.seq, 64);
+  }
+  for (int64_t i = plan.graph_passes; i < static_cast<int64_t>(plan.passes.size()); ++i) {
+    EXPECT_LE(plan.passes[i].batch * plan.passes[i].seq, 2048);
+  }
+  ExpectCovers(plan, 64, 2048);
+  EXPECT_EQ(plan.Describe({}), "32 graph buckets + 153 eager shapes");
+}
+
+TEST(PlanDeviceWarmup, WithoutGraphsTheEagerGridIsCappedAtMaxPasses) {
+  const DeviceWarmupPlan off = PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{});
+  // 64 + 64 + 64 + 64 + 51 + 42 + 36 + 32 shapes, the first 256 of them.
+  EXPECT_EQ(off.graph_passes, 0);
+  EXPECT_EQ(off.eager_passes, 256);
+  EXPECT_EQ(off.dropped, 417 - 256);
+  EXPECT_EQ(off.passes.back().batch, 64);
+  EXPECT_EQ(off.passes.back().seq, 32);
+  EXPECT_EQ(off.Describe({}), "0 graph buckets + 256 eager shapes (161 past the bound of 256)");
+  DeviceWarmupOptions wide;
+  wide.max_passes = 1000;
+  const DeviceWarmupPlan all = PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{}, wide);
+  EXPECT_EQ(all.passes.size(), 417u);
+  EXPECT_EQ(all.dropped, 0);
+  ExpectCovers(all, 64, 2048);
+}
+
+// LibTorch 1.13 captures a graph per stream: a warm-up on the loading thread's stream would spend
+// the bound on graphs no instance replays, so none are planned.
+TEST(PlanDeviceWarmup, GraphsPerStreamAreNotPlanned) {
+  GraphLimits per_stream = kSharedGraphs;
+  per_stream.shared = false;
+  const DeviceWarmupPlan plan = PlanDeviceWarmup(Scheduler(64, 2048), per_stream);
+  EXPECT_EQ(plan.graph_passes, 0);
+  EXPECT_EQ(Passes(plan), Passes(PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{})));
+}
+
+TEST(PlanDeviceWarmup, MaxBatchTokensBoundsTheGrid) {
+  const DeviceWarmupPlan plan = PlanDeviceWarmup(Scheduler(64, 64), kSharedGraphs);
+  // T=8: B pads to 1, 2, 4, 8; T=16: 1, 2, 4; T=24, 32: 1, 2; T=40..64: 1. All replay graphs.
+  EXPECT_EQ(plan.graph_passes, 4 + 3 + 2 + 2 + 4);
+  EXPECT_EQ(plan.eager_passes, 0);
+  ExpectCovers(plan, 64, 64);
+}
+
+TEST(PlanDeviceWarmup, MaxGraphsBoundsTheBuckets) {
+  const DeviceWarmupPlan plan = PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{4096, 4, true});
+  EXPECT_EQ(plan.graph_passes, 4);  // T=8, B = 1, 2, 4, 8
+  EXPECT_EQ(plan.passes[3].batch, 8);
+  EXPECT_EQ(plan.passes[4].batch, 9);  // T=8's eager shapes past the graphs
+  EXPECT_EQ(plan.passes[4].seq, 8);
+  EXPECT_EQ(Shapes(plan).size(), plan.passes.size());
+}
+
+TEST(PlanDeviceWarmup, GraphTokensBoundTheBuckets) {
+  // Padded B x T at most 256 tokens: T=8 up to B=32, T=64 up to B=4; larger merges run eagerly.
+  DeviceWarmupOptions wide;
+  wide.max_passes = 1000;
+  const DeviceWarmupPlan plan =
+      PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{256, 64, true}, wide);
+  EXPECT_EQ(plan.dropped, 0);
+  EXPECT_EQ(plan.graph_passes, 6 + 5 + 4 + 4 + 3 + 3 + 3 + 3);  // T=8: B 1..32, ..., T=64: 1..4
+  for (int64_t i = 0; i < plan.graph_passes; ++i) {
+    EXPECT_LE(plan.passes[i].batch * plan.passes[i].seq, 256);
+  }
+  ExpectCovers(plan, 64, 2048);
+}
+
+TEST(PlanDeviceWarmup, BatchingOffWarmsOneRow) {
+  BatcherOptions off = Scheduler(64, 2048);
+  off.batching = false;
+  const DeviceWarmupPlan plan = PlanDeviceWarmup(off, kSharedGraphs);
+  EXPECT_EQ(plan.graph_passes, 8);  // B=1 at T = 8, 16, ..., 64
+  EXPECT_EQ(plan.eager_passes, 0);
+}
+
+TEST(PlanDeviceWarmup, TheInstancesShareOnePlan) {
+  BatcherOptions one = Scheduler(64, 2048), four = one;
+  four.instances = 4;
+  EXPECT_EQ(Passes(PlanDeviceWarmup(one, kSharedGraphs)),
+            Passes(PlanDeviceWarmup(four, kSharedGraphs)));
+}
+
+}  // namespace
+}  // namespace mha::serve
