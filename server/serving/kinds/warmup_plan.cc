@@ -59,11 +59,11 @@ DeviceWarmupPlan PlanDeviceWarmup(const BatcherOptions& scheduler, const GraphLi
   const std::vector<int64_t> lengths = Lengths(options.max_seq);
   DeviceWarmupPlan plan;
   std::set<std::pair<int64_t, int64_t>> graphed;  // (padded B, T)
-  const bool use_graphs = graphs.max_graphs > 0 && graphs.shared;
+  const int64_t graph_budget =
+      graphs.shared ? std::min(options.max_graphs, graphs.max_graphs / 2) : 0;
   for (int64_t len : lengths) {
-    if (!use_graphs) break;
     for (int64_t padded : GraphBatches(len, rows, tokens, graphs)) {
-      if (static_cast<int64_t>(graphed.size()) >= graphs.max_graphs) break;
+      if (static_cast<int64_t>(graphed.size()) >= graph_budget) break;
       graphed.insert({padded, len});
     }
   }

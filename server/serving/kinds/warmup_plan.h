@@ -7,8 +7,9 @@
 // The grid: query lengths T at the merge's length-bucket edges (LengthBucket: 8, 16, ..., 64) up
 // to max_seq; for each T, first the CUDA-graph buckets (padded B = 1, 2, 4, ... that a merged pass
 // of at most max_batch_rows rows and max_batch_tokens tokens pads to, padded B x T within the
-// graph's max_tokens), at most the model's max_graphs of them in (T, B) order: the graphs a
-// version will ever hold, captured once and shared by every instance stream. Then the eager
+// graph's max_tokens), in (T, B) order, at most DeviceWarmupOptions::max_graphs and half the
+// model's bound (the other half is captured on first use, for the lengths traffic brings); each
+// is captured once per version and shared by every instance stream. Then the eager
 // merged shapes: every B from 1 to max_batch_rows with B x T <= max_batch_tokens whose padded
 // bucket is not a planned graph (graphs off, past the bound, or too many tokens). Deduplicated;
 // at most max_passes passes in all, graph buckets first (the rest is counted as dropped).
@@ -25,7 +26,8 @@ namespace mha::serve {
 
 struct DeviceWarmupOptions {
   int64_t max_seq = 64;      // the longest query length warmed (a length-bucket edge)
-  int64_t max_passes = 256;  // passes of the plan at most, graph buckets first
+  int64_t max_graphs = 16;   // graph buckets captured at most (and half the model's bound)
+  int64_t max_passes = 512;  // passes of the plan at most, graph buckets first
 };
 
 // The model's CUDA graphs as mha::ModelInfo reports them; max_graphs 0: no graphs.

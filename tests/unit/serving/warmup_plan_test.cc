@@ -58,20 +58,21 @@ void ExpectCovers(const DeviceWarmupPlan& plan, int64_t rows, int64_t tokens) {
   }
 }
 
-TEST(PlanDeviceWarmup, GraphBucketsFirstThenTheEagerShapesPastTheBound) {
+TEST(PlanDeviceWarmup, GraphBucketsFirstThenTheEagerShapes) {
   const DeviceWarmupPlan plan = PlanDeviceWarmup(Scheduler(64, 2048), kSharedGraphs);
-  // T = 8..32 x B = 1..64 (28 buckets), then T = 40 x B = 1, 2, 4, 8: the 32 graphs.
-  EXPECT_EQ(plan.graph_passes, 32);
-  ASSERT_GE(plan.passes.size(), 32u);
+  // T = 8 and 16 x B = 1..64 (14 buckets), then T = 24 x B = 1, 2: 16 graphs, half the bound.
+  EXPECT_EQ(plan.graph_passes, 16);
+  ASSERT_GE(plan.passes.size(), 16u);
   EXPECT_EQ(plan.passes[0].batch, 1);
   EXPECT_EQ(plan.passes[0].seq, 8);
   EXPECT_EQ(plan.passes[6].batch, 64);
-  EXPECT_EQ(plan.passes[31].batch, 8);
-  EXPECT_EQ(plan.passes[31].seq, 40);
-  // Eager: T = 40, B = 9..51; T = 48, B = 1..42; T = 56, B = 1..36; T = 64, B = 1..32.
-  EXPECT_EQ(plan.eager_passes, 43 + 42 + 36 + 32);
+  EXPECT_EQ(plan.passes[15].batch, 2);
+  EXPECT_EQ(plan.passes[15].seq, 24);
+  EXPECT_EQ(plan.passes[16].batch, 3);  // the first eager shape: T = 24, B = 3 pads to 4
+  // Eager: T = 24, B = 3..64; T = 32, B = 1..64; T = 40, 1..51; 48, 1..42; 56, 1..36; 64, 1..32.
+  EXPECT_EQ(plan.eager_passes, 62 + 64 + 51 + 42 + 36 + 32);
   EXPECT_EQ(plan.dropped, 0);
-  EXPECT_EQ(plan.passes.size(), 185u);
+  EXPECT_EQ(plan.passes.size(), 303u);
   EXPECT_EQ(Shapes(plan).size(), plan.passes.size()) << "duplicates";
   for (const WarmupShape& s : plan.passes) {
     EXPECT_FALSE(s.need_weights);
@@ -81,24 +82,24 @@ TEST(PlanDeviceWarmup, GraphBucketsFirstThenTheEagerShapesPastTheBound) {
     EXPECT_LE(plan.passes[i].batch * plan.passes[i].seq, 2048);
   }
   ExpectCovers(plan, 64, 2048);
-  EXPECT_EQ(plan.Describe({}), "32 graph buckets + 153 eager shapes");
+  EXPECT_EQ(plan.Describe({}), "16 graph buckets + 287 eager shapes");
 }
 
 TEST(PlanDeviceWarmup, WithoutGraphsTheEagerGridIsCappedAtMaxPasses) {
-  const DeviceWarmupPlan off = PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{});
-  // 64 + 64 + 64 + 64 + 51 + 42 + 36 + 32 shapes, the first 256 of them.
-  EXPECT_EQ(off.graph_passes, 0);
+  const DeviceWarmupPlan all = PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{});
+  // 64 + 64 + 64 + 64 + 51 + 42 + 36 + 32 shapes.
+  EXPECT_EQ(all.graph_passes, 0);
+  EXPECT_EQ(all.eager_passes, 417);
+  EXPECT_EQ(all.dropped, 0);
+  ExpectCovers(all, 64, 2048);
+  DeviceWarmupOptions narrow;
+  narrow.max_passes = 256;
+  const DeviceWarmupPlan off = PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{}, narrow);
   EXPECT_EQ(off.eager_passes, 256);
   EXPECT_EQ(off.dropped, 417 - 256);
   EXPECT_EQ(off.passes.back().batch, 64);
   EXPECT_EQ(off.passes.back().seq, 32);
-  EXPECT_EQ(off.Describe({}), "0 graph buckets + 256 eager shapes (161 past the bound of 256)");
-  DeviceWarmupOptions wide;
-  wide.max_passes = 1000;
-  const DeviceWarmupPlan all = PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{}, wide);
-  EXPECT_EQ(all.passes.size(), 417u);
-  EXPECT_EQ(all.dropped, 0);
-  ExpectCovers(all, 64, 2048);
+  EXPECT_EQ(off.Describe(narrow), "0 graph buckets + 256 eager shapes (161 past the bound of 256)");
 }
 
 // LibTorch 1.13 captures a graph per stream: a warm-up on the loading thread's stream would spend
@@ -119,19 +120,22 @@ TEST(PlanDeviceWarmup, MaxBatchTokensBoundsTheGrid) {
   ExpectCovers(plan, 64, 64);
 }
 
-TEST(PlanDeviceWarmup, MaxGraphsBoundsTheBuckets) {
+TEST(PlanDeviceWarmup, HalfTheModelsGraphBoundIsLeftForTraffic) {
   const DeviceWarmupPlan plan = PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{4096, 4, true});
-  EXPECT_EQ(plan.graph_passes, 4);  // T=8, B = 1, 2, 4, 8
-  EXPECT_EQ(plan.passes[3].batch, 8);
-  EXPECT_EQ(plan.passes[4].batch, 9);  // T=8's eager shapes past the graphs
-  EXPECT_EQ(plan.passes[4].seq, 8);
+  EXPECT_EQ(plan.graph_passes, 2);  // T=8, B = 1, 2
+  EXPECT_EQ(plan.passes[1].batch, 2);
+  EXPECT_EQ(plan.passes[2].batch, 3);  // T=8's eager shapes past the graphs
+  EXPECT_EQ(plan.passes[2].seq, 8);
   EXPECT_EQ(Shapes(plan).size(), plan.passes.size());
+  DeviceWarmupOptions four;
+  four.max_graphs = 4;
+  EXPECT_EQ(PlanDeviceWarmup(Scheduler(64, 2048), kSharedGraphs, four).graph_passes, 4);
 }
 
 TEST(PlanDeviceWarmup, GraphTokensBoundTheBuckets) {
   // Padded B x T at most 256 tokens: T=8 up to B=32, T=64 up to B=4; larger merges run eagerly.
   DeviceWarmupOptions wide;
-  wide.max_passes = 1000;
+  wide.max_graphs = 64;  // half of 64: room for all 31 buckets
   const DeviceWarmupPlan plan =
       PlanDeviceWarmup(Scheduler(64, 2048), GraphLimits{256, 64, true}, wide);
   EXPECT_EQ(plan.dropped, 0);
