@@ -67,10 +67,14 @@ DeviceWarmupPlan PlanDeviceWarmup(const BatcherOptions& scheduler, const GraphLi
       graphed.insert({padded, len});
     }
   }
+  // With graphs on, a pass whose padded bucket fits the graph's tokens is never warmed eagerly:
+  // it replays a planned graph, or its own pass would be captured here (on the loading thread's
+  // stream with 1.13) and spend the bound that the plan leaves for traffic.
   std::vector<WarmupShape> eager;
   for (int64_t len : lengths) {
     for (int64_t batch = 1; batch <= rows && batch * len <= tokens; ++batch) {
-      if (graphed.count({NextPow2(batch), len}) == 0) eager.push_back({batch, len, false});
+      const bool graph_path = graphs.max_graphs > 0 && NextPow2(batch) * len <= graphs.max_tokens;
+      if (!graph_path) eager.push_back({batch, len, false});
     }
   }
   // Graph buckets first, in (T, B) order, then the eager shapes; all within max_passes.

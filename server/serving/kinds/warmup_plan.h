@@ -9,10 +9,12 @@
 // of at most max_batch_rows rows and max_batch_tokens tokens pads to, padded B x T within the
 // graph's max_tokens), in (T, B) order, at most DeviceWarmupOptions::max_graphs and half the
 // model's bound (the other half is captured on first use, for the lengths traffic brings); each
-// is captured once per version and shared by every instance stream. Then the eager
-// merged shapes: every B from 1 to max_batch_rows with B x T <= max_batch_tokens whose padded
-// bucket is not a planned graph (graphs off, past the bound, or too many tokens). Deduplicated;
-// at most max_passes passes in all, graph buckets first (the rest is counted as dropped).
+// is captured once per version and shared by every instance stream. Then the eager merged
+// shapes: every B from 1 to max_batch_rows with B x T <= max_batch_tokens that never takes the
+// graph path (graphs off, or padded B x T over the graph's max_tokens); a graph-eligible pass
+// outside the planned buckets is left to its first use, which captures it while the bound has
+// room (a warm-up pass of it would be captured too). Deduplicated; at most max_passes passes in
+// all, graph buckets first (the rest is counted as dropped).
 #pragma once
 
 #include <cstdint>
