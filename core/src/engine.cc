@@ -67,7 +67,14 @@ MhaWeights DefaultModelWeights(int64_t e) {
 }
 
 ModelInfo DescribeModel(const MhaModel& model) {
-  return ModelInfo{model.options(), model.device(), model.compute_dtype(), model.parameter_count()};
+  ModelInfo info{model.options(), model.device(), model.compute_dtype(), model.parameter_count()};
+  const CudaGraphCache* graphs = model.cuda_graph_cache();
+  if (graphs != nullptr && graphs->Enabled()) {
+    info.cuda_graph_max_tokens = graphs->options().max_tokens;
+    info.cuda_graph_max_graphs = graphs->options().max_graphs;
+    info.cuda_graphs_shared = CudaGraphCache::SharedAcrossStreams();
+  }
+  return info;
 }
 
 StatusOr<LoadedModel> LoadModel(const LoadOptions& options) {

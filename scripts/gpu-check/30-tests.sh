@@ -24,11 +24,17 @@ built ctest tests/unit/mha_core_tests && step ctest 180 "$tlog" env MHA_DEVICE=c
 coretest() { "$build"/tests/unit/mha_core_tests --gtest_brief=1 2>&1 | tail -40; return "${PIPESTATUS[0]}"; }
 export -f coretest
 built coretest tests/unit/mha_core_tests && step coretest 150 "$tlog" coretest
-# Streams, pinned staging and CUDA graphs (device_stream_test.cc, cuda_graphs_test.cc): run alone, verbose; a skip
-# counts as a failure here (it would mean the binary sees no GPU).
+# Streams, pinned staging and CUDA graphs (device_stream_test.cc, cuda_graphs_test.cc), and the default device
+# warm-up (tests/unit/serving/device_warmup_test.cc: graphs once per version): run alone, verbose; a skip counts
+# as a failure here (it would mean the binary sees no GPU).
 streamtest() {
   "$build"/tests/unit/mha_core_tests --gtest_filter='DeviceStream*:CudaGraph*' 2>&1 | tee "$bdir/streamtest.txt"
   local rc=${PIPESTATUS[0]}
+  if [ -x "$build"/tests/unit/mha_serving_tests ]; then
+    "$build"/tests/unit/mha_serving_tests --gtest_filter='DeviceWarmup*' 2>&1 | tee -a "$bdir/streamtest.txt"
+    local warm=${PIPESTATUS[0]}
+    [ "$warm" = 0 ] || rc=$warm
+  fi
   if grep -q '^\[  SKIPPED \]' "$bdir/streamtest.txt"; then echo "streamtest: skipped cases"; return 3; fi
   return "$rc"
 }

@@ -26,6 +26,12 @@ struct ModelInfo {
   std::string device;                     // resolved: "cpu", "cuda:0"
   DType compute_dtype = DType::kFloat32;  // options.dtype, or float32 where the device lacks it
   int64_t parameter_count = 0;
+  // CUDA graphs (mha/cuda_graphs.h): padded-batch buckets of at most cuda_graph_max_tokens tokens,
+  // at most cuda_graph_max_graphs per model; both 0 where no pass replays a graph (CPU, graphs
+  // off, a build without them). Shared: one graph per bucket serves every stream (LibTorch 2.x).
+  int64_t cuda_graph_max_tokens = 0;
+  int64_t cuda_graph_max_graphs = 0;
+  bool cuda_graphs_shared = false;
 };
 ModelInfo DescribeModel(const MhaModel& model);
 

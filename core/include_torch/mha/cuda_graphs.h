@@ -7,11 +7,19 @@
 // masks other than is_causal, no weights, no head options) of at most max_tokens query rows.
 // Buckets: the batch is padded up to the next power of two (rows of a batch never mix, so padded
 // rows change nothing in the real ones; their outputs are dropped), the length T is exact. Each
-// key (padded B, T, is_causal, stream) is captured once, at most max_graphs per model; passes past
-// that bound, or not eligible, run eagerly. A graph belongs to the stream it was captured on (each
-// worker thread has its own pool stream: mha/device_stream.h), so its static buffers are only
-// ever used in that stream's order; a mutex guards the host-side copy-in/replay/copy-out enqueue
-// of one graph (cudaGraphExec objects are not thread-safe).
+// key (padded B, T, is_causal) is captured once per model (per version in the server), at most
+// max_graphs of them; passes past that bound, or not eligible, run eagerly.
+//
+// Streams (issue 46): with LibTorch 2.x one graph serves every stream (each worker thread has its
+// own pool stream: mha/device_stream.h), so a warm-up on the loading thread captures what every
+// instance replays and the bound is not spent once per stream. Each graph is captured on a stream
+// of its own, so the cuBLAS workspace its kernels were captured with (2.x keys workspaces by
+// handle and stream) is used by no eager pass; its uses (copy-in, replay on the caller's stream,
+// copy-out) are ordered by an event: a use waits, on the GPU, for the previous one on whatever
+// stream. Its private memory pool (the pass's intermediates) is thus never used by two replays at
+// once. With 1.13 (no thread-local capture, a cuBLAS workspace per handle) the key still carries
+// the stream: a graph belongs to the stream it was captured on. A mutex guards the host-side
+// enqueue of one graph (cudaGraphExec objects are not thread-safe).
 //
 // Built with MHA_CUDA_GRAPHS (CMake option MHA_CUDA_GRAPHS, on by default with CUDA); otherwise
 // Enabled() is false and the model always runs eagerly.
@@ -57,15 +65,22 @@ class CudaGraphCache {
 
   // Captured graphs (for tests and the log).
   int64_t size() const;
+  // Captures tried so far (failed ones included): each bucket's once per version when shared.
+  int64_t captures() const;
+  // Whether one graph serves every stream (this build: CUDA graphs with LibTorch 2.x).
+  static bool SharedAcrossStreams();
+  const CudaGraphOptions& options() const { return options_; }
 
  private:
   struct Graph;
-  using Key = std::tuple<int64_t, int64_t, bool, int64_t>;  // padded B, T, is_causal, stream id
+  // padded B, T, is_causal, stream id (0 when SharedAcrossStreams())
+  using Key = std::tuple<int64_t, int64_t, bool, int64_t>;
   Graph* FindOrCapture(const Key& key, const at::Tensor& query, const Pass& pass);
 
   CudaGraphOptions options_;
   mutable std::mutex mu_;
   std::map<Key, std::unique_ptr<Graph>> graphs_;
+  int64_t captures_ = 0;
 };
 
 }  // namespace mha

@@ -50,6 +50,8 @@ class MhaModel {
   // CUDA graphs captured so far (mha/cuda_graphs.h); 0 on the CPU or with options().cuda_graphs
   // off.
   int64_t cuda_graphs_captured() const { return graphs_ ? graphs_->size() : 0; }
+  // The model's graph cache; null on the CPU or with options().cuda_graphs off.
+  const CudaGraphCache* cuda_graph_cache() const { return graphs_.get(); }
   const MhaWeights& weights() const { return weights_; }
   // The fused q/k/v in-projection [3E, E] and its bias [3E] (q_weight, k_weight and v_weight are
   // row views of it); undefined unless kdim == vdim == E (the bias also when bias=False).

@@ -20,6 +20,7 @@
 #include "server/serving/inference_server.h"
 #include "server/serving/layer_step.h"
 #include "server/serving/repository/serving_config.h"
+#include "server/serving/scheduling/batcher_options.h"
 #include "server/serving/scheduling/runner.h"
 
 namespace mha::serve {
@@ -75,12 +76,19 @@ class ServedModel {
   virtual void Shutdown() = 0;
 };
 
+// A version's default warmup: its passes and what the log line says of them ("" = nothing).
+struct DefaultWarmupPasses {
+  std::vector<WarmupShape> shapes;
+  std::string note;
+};
+
 // One loaded model version, immutable (TF Serving's Servable).
 class Servable {
  public:
   virtual ~Servable() = default;
-  // The warmup passes when config.json has no "warmup" key.
-  virtual std::vector<WarmupShape> DefaultWarmup() const = 0;
+  // The warmup passes when config.json has no "warmup" key, for the scheduler the version will
+  // run with (on a device, the merge's shapes: kinds/warmup_plan.h).
+  virtual DefaultWarmupPasses DefaultWarmup(const BatcherOptions& scheduler) const = 0;
   // One warmup pass before the version is READY; `given`: one of config.json's.
   virtual Status WarmupPass(const WarmupShape& shape, bool given) const = 0;
   // The READY line of the start-up log.

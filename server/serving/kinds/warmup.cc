@@ -22,11 +22,12 @@ HostTensor WarmupRamp(int64_t batch, int64_t seq, int64_t dim) {
   return HostTensor::FromFloats({batch, seq, dim}, std::move(values));
 }
 
-void WarmUp(ModelEntry* entry) {
+void WarmUp(ModelEntry* entry, const BatcherOptions& scheduler) {
   if (entry->state != ModelState::kReady || !entry->servable) return;
   const bool given = entry->config.warmup_given;
-  const std::vector<WarmupShape> shapes =
-      given ? entry->config.warmup : entry->servable->DefaultWarmup();
+  DefaultWarmupPasses passes;
+  if (!given) passes = entry->servable->DefaultWarmup(scheduler);
+  const std::vector<WarmupShape>& shapes = given ? entry->config.warmup : passes.shapes;
   if (shapes.empty()) return;
   const Clock::time_point start = Clock::now();
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -48,9 +49,9 @@ void WarmUp(ModelEntry* entry) {
     entry->servable.reset();
     return;
   }
-  spdlog::info("model {} v{} warmup: {} passes in {:.1f} ms{}", entry->name, entry->version,
-               shapes.size(), MicrosBetween(start, Clock::now()) / 1000.0,
-               given ? "" : " (default)");
+  const std::string what = given ? "config.json" : passes.note.empty() ? "default" : passes.note;
+  spdlog::info("model {} v{} warmup: {} passes in {:.1f} ms ({})", entry->name, entry->version,
+               shapes.size(), MicrosBetween(start, Clock::now()) / 1000.0, what);
 }
 
 }  // namespace mha::serve

@@ -7,13 +7,16 @@
 #include <cstdint>
 
 #include "mha/host_tensor.h"
+#include "server/serving/scheduling/batcher_options.h"
 
 namespace mha::serve {
 
 struct ModelEntry;
 
-// Runs `entry`'s warmup passes (entry->servable's), counting them in entry->warmup_passes.
-void WarmUp(ModelEntry* entry);
+// Runs `entry`'s warmup passes (config.json's, else entry->servable's default for `scheduler`,
+// the options its scheduler will run with), counting them in entry->warmup_passes. Logs the
+// passes and their milliseconds.
+void WarmUp(ModelEntry* entry, const BatcherOptions& scheduler);
 
 // [batch, seq, dim] float32 values evenly spaced over [-1, 1] (torch.linspace's): warmup inputs.
 HostTensor WarmupRamp(int64_t batch, int64_t seq, int64_t dim);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "server/serving/kinds/model_kind.h"
+#include "server/serving/kinds/serve_options.h"
 #include "server/serving/kinds/warmup.h"
 #include "server/serving/repository/default_model.h"
 
@@ -95,7 +96,7 @@ void ModelLifecycle::LoadAndWarm(ModelEntry* entry) {
   } else {
     LoadModelEntry(options_.overrides, entry);
   }
-  WarmUp(entry);
+  WarmUp(entry, SchedulerOptionsFor(entry->config, options_.batching, options_.batcher));
   const double seconds = MicrosBetween(start, Clock::now()) * 1e-6;
   metrics_->RecordModelLoad(entry->name, entry->state == ModelState::kReady, seconds);
 }

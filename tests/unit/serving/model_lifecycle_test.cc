@@ -255,5 +255,31 @@ TEST(ModelLifecycleTest, StopAnswersQueuedOperations) {
   f.lifecycle().Stop();  // idempotent
 }
 
+// mha_model_load_duration_seconds covers load and warmup: a version that loads but whose
+// config.json warmup fails (self-attention passes on a kdim/vdim model) is observed once, as a
+// failed load.
+TEST(ModelLifecycleTest, TheLoadMetricsCoverTheWarmup) {
+  Fixture f(ModelControlMode::kExplicit);
+  ASSERT_TRUE(f.Load());
+  const fs::path dir = f.root() / "warm_fails";
+  fs::create_directories(dir);
+  fs::copy_file(testing::FixturePath("cases/kdim_vdim/model.safetensors"),
+                dir / "model.safetensors");
+  Fixture::Write(dir / "config.json", R"({"num_heads": 4, "warmup": [{"batch": 1, "seq": 4}]})");
+  const Status status = f.Control(true, "warm_fails");
+  EXPECT_FALSE(status.ok());
+  EXPECT_TRUE(Contains(status.message(), "warmup[0]")) << status.ToString();
+  const std::string metrics = f.MetricsText();
+  EXPECT_EQ(testing::SeriesValue(metrics,
+                                 R"(mha_model_loads_total{model="warm_fails",result="failure"})"),
+            1.0);
+  EXPECT_EQ(testing::SeriesValue(metrics,
+                                 R"(mha_model_loads_total{model="warm_fails",result="success"})"),
+            0.0);
+  EXPECT_EQ(
+      testing::SeriesValue(metrics, R"(mha_model_load_duration_seconds_count{model="warm_fails"})"),
+      1.0);
+}
+
 }  // namespace
 }  // namespace mha::serve

@@ -58,7 +58,9 @@ class LlamaServable final : public Servable {
   LlamaServable(std::shared_ptr<const LlamaAttentionStack> stack, LlamaModelInfo info)
       : stack_(std::move(stack)), info_(std::move(info)) {}
 
-  std::vector<WarmupShape> DefaultWarmup() const override { return {{1, 16, false}}; }
+  DefaultWarmupPasses DefaultWarmup(const BatcherOptions&) const override {
+    return {{{1, 16, false}}, ""};
+  }
 
   // A stateless forward of layer 0 (need_weights does not apply).
   Status WarmupPass(const WarmupShape& s, bool) const override {

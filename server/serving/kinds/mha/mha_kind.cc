@@ -10,6 +10,7 @@
 #include "mha/engine.h"
 #include "server/serving/kinds/mha/mha_served.h"
 #include "server/serving/kinds/warmup.h"
+#include "server/serving/kinds/warmup_plan.h"
 #include "server/serving/repository/model_repository.h"
 
 namespace fs = std::filesystem;
@@ -59,9 +60,21 @@ class MhaServable final : public Servable {
   MhaServable(std::shared_ptr<const MhaModel> model, ModelInfo info)
       : model_(std::move(model)), info_(std::move(info)) {}
 
-  // A small pass and a pass with weights, so that the first request does not pay for BLAS's
-  // thread start, ATen's first allocations and lazy initialisation (issue 26: 11.9 ms vs ~0.5 ms).
-  std::vector<WarmupShape> DefaultWarmup() const override { return {{1, 16, false}, {2, 8, true}}; }
+  // On the CPU: a small pass and a pass with weights, so that the first request does not pay for
+  // BLAS's thread start, ATen's first allocations and lazy initialisation (issue 26: 11.9 ms vs
+  // ~0.5 ms). On a device: the merge's shapes and the graph buckets (warmup_plan.h), then the pass
+  // with weights.
+  DefaultWarmupPasses DefaultWarmup(const BatcherOptions& scheduler) const override {
+    const WarmupShape weights{2, 8, true};
+    if (info_.device.rfind("cuda", 0) != 0) return {{{1, 16, false}, weights}, ""};
+    const GraphLimits graphs{info_.cuda_graph_max_tokens, info_.cuda_graph_max_graphs,
+                             info_.cuda_graphs_shared};
+    const DeviceWarmupOptions options;
+    DeviceWarmupPlan plan = PlanDeviceWarmup(scheduler, graphs, options);
+    plan.passes.push_back(weights);
+    return {std::move(plan.passes),
+            "device default: " + plan.Describe(options) + " + 1 with weights"};
+  }
 
   // config.json's passes are self-attention; the default ones give key and value of the model's
   // kdim/vdim.
