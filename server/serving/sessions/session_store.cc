@@ -8,6 +8,7 @@
 #include "mha/text.h"
 #include "server/serving/budget.h"
 #include "server/serving/observability/metrics.h"
+#include "server/serving/sessions/session_calls.h"
 
 namespace mha::serve {
 
@@ -142,26 +143,14 @@ StatusOr<SessionInfo> SessionStore::Open(const OpenSessionParams& params) {
 }
 
 StatusOr<SessionInfo> SessionStore::Close(const std::string& id) {
-  std::vector<StepGate::Dropped> dropped;
-  std::vector<StepTurnPtr> ready;
-  SessionInfo info;
+  ClosedSteps steps;
+  StatusOr<SessionInfo> info = NotFound("");
   {
     std::lock_guard<std::mutex> lock(mu_);
     table_.SweepLocked(options_.clock->Now());
-    auto it = table_.sessions().find(id);
-    if (it == table_.sessions().end()) return directory_->NotFoundFor(id);
-    SessionPtr session = it->second;
-    info = session->info;
-    info.blocks = session->cache->blocks_held();
-    table_.CloseLocked(session, "was closed (CloseSession)", &dropped, &ready);
+    info = CloseSessionLocked(table_, id, &steps);
   }
-  Status why;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    why = table_.EndedWhileWaitingLocked(id);
-  }
-  StepGate::Refuse(dropped, why);
-  StepGate::Start(ready);
+  steps.Finish();
   return info;
 }
 

@@ -6,6 +6,7 @@
 
 #include "mha/text.h"
 #include "server/serving/observability/metrics.h"
+#include "server/serving/sessions/session_calls.h"
 
 namespace mha::serve {
 
@@ -81,23 +82,14 @@ StatusOr<SessionInfo> LlamaSessionStore::Open(int64_t max_tokens, const std::str
 }
 
 StatusOr<SessionInfo> LlamaSessionStore::Close(const std::string& id) {
-  std::vector<StepGate::Dropped> dropped;
-  std::vector<StepTurnPtr> ready;
-  SessionInfo info;
-  Status why;
+  ClosedSteps steps;
+  StatusOr<SessionInfo> info = NotFound("");
   {
     std::lock_guard<std::mutex> lock(mu_);
     table_.SweepLocked(options_.clock->Now());
-    auto it = table_.sessions().find(id);
-    if (it == table_.sessions().end()) return directory_->NotFoundFor(id);
-    LlamaSessionRef session = it->second;
-    info = session->info;
-    if (!session->steps.held()) info.blocks = session->cache->blocks_held();
-    table_.CloseLocked(session, "was closed (CloseSession)", &dropped, &ready);
-    why = table_.EndedWhileWaitingLocked(id);
+    info = CloseSessionLocked(table_, id, &steps);
   }
-  StepGate::Refuse(dropped, why);
-  StepGate::Start(ready);
+  steps.Finish();
   return info;
 }
 
