@@ -164,6 +164,7 @@ class KvCache {
   // short: free room first), copies the bytes back exactly and removes them from the store.
   Status Restore();
   bool spilled() const { return spill_ != nullptr; }
+  int64_t BlocksToRestore() const { return BlocksNeeded(0); }  // the blocks Restore takes
   int64_t spilled_bytes() const { return spill_ ? spill_->bytes : 0; }
 
  private:

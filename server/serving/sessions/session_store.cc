@@ -133,13 +133,7 @@ StatusOr<SessionInfo> SessionStore::Open(const OpenSessionParams& params) {
     MHA_RETURN_IF_ERROR(PrefillSession(*model_, session->cache.get(), params.key, params.value));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  session->info.id = params.id.empty() ? NewSessionId() : params.id;
-  session->info.blocks = session->cache->blocks_held();
-  session->last_used = options_.clock->Now();
-  // The directory spans every version: a client id open anywhere on this server is refused here,
-  // atomically (the session's blocks go back to the pool with `session`).
-  MHA_RETURN_IF_ERROR(table_.AddLocked(session));
-  return session->info;
+  return table_.OpenLocked(session, params.id, options_.clock->Now());
 }
 
 StatusOr<SessionInfo> SessionStore::Close(const std::string& id) {

@@ -8,7 +8,7 @@
 // kind.
 //
 // A Session type has: `SessionInfo info`, `std::unique_ptr<Cache> cache` (Release(),
-// blocks_held(), Spill(store, key), Restore(), spilled(); BlocksToRestore below),
+// blocks_held(), Spill(store, key), Restore(), spilled(), BlocksToRestore()),
 // `Clock::time_point last_used`, `bool ended`, and `StepLine steps` (the steps that hold it: a step
 // is waiting or running on it while it is not empty).
 #pragma once
@@ -26,7 +26,6 @@
 #include "mha/engine.h"
 #include "mha/kv_cache.h"
 #include "mha/kv_spill.h"
-#include "mha/llama_session_cache.h"
 #include "mha/text.h"
 #include "server/serving/clock.h"
 #include "server/serving/observability/stats_aggregator.h"
@@ -46,10 +45,6 @@ struct SessionInfo {
   int64_t shared_blocks = 0;  // of those, held by another session too (a fork's)
   int64_t block_tokens = 0;
 };
-
-// The blocks a spilled cache takes back (either kind's).
-inline int64_t BlocksToRestore(const KvCache& cache) { return cache.BlocksNeeded(0); }
-inline int64_t BlocksToRestore(const LlamaSessionCache& cache) { return cache.BlocksToRestore(); }
 
 struct SessionUsage {
   int64_t sessions = 0, blocks_used = 0, blocks_total = 0, block_bytes = 0;
@@ -103,6 +98,17 @@ class SessionTable {
     sessions_[session->info.id] = session;
     PublishLocked();
     return Status::Ok();
+  }
+  // A session opened under `id` ("" = a new one), with the blocks it took, used `now`: registered
+  // as AddLocked does (the directory spans every version: an id open anywhere on this server is
+  // refused here, atomically, and the session's blocks go back with it).
+  StatusOr<SessionInfo> OpenLocked(const Ptr& session, const std::string& id,
+                                   Clock::time_point now) {
+    session->info.id = id.empty() ? NewSessionId() : id;
+    session->info.blocks = session->cache->blocks_held();
+    session->last_used = now;
+    MHA_RETURN_IF_ERROR(AddLocked(session));
+    return session->info;
   }
 
   // Ends `session`: NOT_FOUND with `why` from now on; its blocks go back now, or when the step
@@ -207,7 +213,7 @@ class SessionTable {
   // exactly. No-op for a session that is not spilled.
   Status RestoreLocked(const Ptr& session, const std::string& per_block) {
     if (!session->cache->spilled()) return Status::Ok();
-    const int64_t blocks = BlocksToRestore(*session->cache);
+    const int64_t blocks = session->cache->BlocksToRestore();
     MHA_RETURN_IF_ERROR(MakeRoomLocked(
         blocks, session.get(), "restoring spilled session '" + session->info.id + "'", per_block));
     const auto start = std::chrono::steady_clock::now();

@@ -69,16 +69,10 @@ StatusOr<SessionInfo> LlamaSessionStore::Open(int64_t max_tokens, const std::str
   MHA_RETURN_IF_ERROR(MakeRoomLocked(layers * session->cache->layer(0)->BlocksNeeded(1),
                                      "a new session (one block per layer)"));
   for (int64_t l = 0; l < layers; ++l) MHA_RETURN_IF_ERROR(session->cache->layer(l)->Reserve(1));
-  session->info.id = id.empty() ? NewSessionId() : id;
   session->info.batch_size = 1;
   session->info.max_tokens = max_tokens;
   session->info.block_tokens = table_.pool()->block_tokens();
-  session->info.blocks = session->cache->blocks_held();
-  session->last_used = options_.clock->Now();
-  // The directory spans every version: a client id open anywhere on this server is refused here
-  // (the session's blocks go back to the pool with `session`).
-  MHA_RETURN_IF_ERROR(table_.AddLocked(session));
-  return session->info;
+  return table_.OpenLocked(session, id, options_.clock->Now());
 }
 
 StatusOr<SessionInfo> LlamaSessionStore::Close(const std::string& id) {
