@@ -33,6 +33,7 @@ struct FakeCache {
   }
   int64_t blocks_held() const { return static_cast<int64_t>(blocks.size()); }
   bool spilled() const { return store != nullptr; }
+  int64_t BlocksToRestore() const { return spilled_blocks; }
   int64_t spilled_bytes() const { return spilled_blocks * 100; }
   Status Spill(std::shared_ptr<KvSpillStore> to, const std::string& k) {
     const std::vector<char> bytes(blocks.size() * 100, 1);
@@ -53,7 +54,6 @@ struct FakeCache {
     return Status::Ok();
   }
 };
-int64_t BlocksToRestore(const FakeCache& cache) { return cache.spilled_blocks; }
 
 struct FakeSession {
   SessionInfo info;
