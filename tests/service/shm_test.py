@@ -24,26 +24,9 @@ from multiprocessing import shared_memory
 
 import grpc
 from inference import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc
+from shm_checks import check, refused  # tests/service/shm_checks.py
 
 MODEL = "format_safetensors"  # self-attention, E = 16, H = 4; its io.safetensors has the answers
-
-
-def check(condition, what):
-    if not condition:
-        raise SystemExit("FAIL: " + what)
-    print("ok:", what)
-
-
-def refused(call, code, *texts):
-    """`call` fails with `code` and a message holding every text."""
-    try:
-        call()
-    except grpc.RpcError as e:
-        details = e.details() or ""
-        ok = e.code() == code and all(t in details for t in texts)
-        check(ok, f"{code.name} {texts!r} (got {e.code().name}: {details})")
-        return
-    check(False, f"expected {code.name} {texts!r}, the call succeeded")
 
 
 def read_fixture(path):
