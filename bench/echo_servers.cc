@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "mha/v1/attention.grpc.pb.h"
+#include "server/frontends/common/cq_unary.h"
 
 namespace mha::bench {
 namespace {
@@ -47,30 +49,28 @@ void FillModel(mha::v1::ModelInfo* info) {
   info->set_is_default(true);
 }
 
-// mha-server's stack: Forward registered raw, parsed and serialized by the handler.
+// mha-server's stack: Forward raw on the completion-queue API with the same CqUnaryMethod (its
+// threads and queue, server/frontends/common/cq_unary.h), parsed and serialized by the handler;
+// GetModel on the callback API, as in AttentionServiceImpl.
 class MhaFloorService final
-    : public AttentionService::WithRawCallbackMethod_Forward<AttentionService::CallbackService> {
+    : public AttentionService::WithCallbackMethod_GetModel<
+          AttentionService::WithRawMethod_Forward<AttentionService::Service>> {
  public:
-  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
-                                    const grpc::ByteBuffer* request,
-                                    grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  static void Handle(mha::serve::CqCall* call) {
     mha::v1::ForwardRequest parsed;
-    grpc::ByteBuffer copy = *request;  // shares the slices; Deserialize consumes its argument
+    grpc::ByteBuffer copy = call->request();  // shares the slices; Deserialize consumes it
     if (!grpc::SerializationTraits<mha::v1::ForwardRequest>::Deserialize(&copy, &parsed).ok()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a ForwardRequest"));
-      return reactor;
+      return call->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a ForwardRequest"));
     }
     mha::v1::ForwardResponse answer;
     FillEcho(parsed, &answer);
     bool own = false;
-    if (!grpc::SerializationTraits<mha::v1::ForwardResponse>::Serialize(answer, response, &own)
+    if (!grpc::SerializationTraits<mha::v1::ForwardResponse>::Serialize(answer, call->response(),
+                                                                        &own)
              .ok()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot serialize"));
-      return reactor;
+      return call->Finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot serialize"));
     }
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    call->Finish(grpc::Status::OK);
   }
 
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
@@ -289,6 +289,38 @@ int ServeCallback(grpc::Service* service, const std::string& address, const std:
   return 0;
 }
 
+// As mha-server serves Forward (server/app/server_app.cc): the service's CqUnaryMethod added to
+// the builder, started after it, its queue shut down after the server.
+int ServeMha(const std::string& address, const std::string& port_file, int port_fd) {
+  // As mha-server (server/app/server_main.cc): no deadlock check on gRPC's absl locks.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  grpc::EnableDefaultHealthCheckService(true);
+  MhaFloorService service;
+  mha::serve::CqUnaryMethod::Options options;
+  options.threads = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  mha::serve::CqUnaryMethod forward(
+      [&service](grpc::ServerContext* context, grpc::ByteBuffer* request,
+                 grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* responder,
+                 grpc::ServerCompletionQueue* cq,
+                 void* tag) { service.RequestForward(context, request, responder, cq, cq, tag); },
+      &MhaFloorService::Handle, options);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  forward.AddTo(&builder);
+  std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
+  if (!server || port == 0 || !Announce("mha", port, port_file, port_fd)) {
+    std::fprintf(stderr, "echo server 'mha': cannot listen on %s\n", address.c_str());
+    return 1;
+  }
+  forward.Start();
+  WaitForSignal();
+  server->Shutdown(Soon());
+  forward.Shutdown();
+  return 0;
+}
+
 int ServeAsync(const std::string& address, const std::string& port_file, int port_fd) {
   AttentionService::AsyncService service;
   grpc::ServerBuilder builder;
@@ -347,12 +379,8 @@ int ServeEcho(EchoServerKind kind, const std::string& address, const std::string
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);
   switch (kind) {
-    case EchoServerKind::kMhaFloor: {
-      // As mha-server (server/app/server_main.cc): no deadlock check on gRPC's absl locks.
-      absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-      MhaFloorService service;
-      return ServeCallback(&service, address, port_file, port_fd, "mha");
-    }
+    case EchoServerKind::kMhaFloor:
+      return ServeMha(address, port_file, port_fd);
     case EchoServerKind::kCallback: {
       BareCallbackService service;
       return ServeCallback(&service, address, port_file, port_fd, "callback");

@@ -1,8 +1,9 @@
 // The echo servers of bench/echo_floor.cc (issue 26's echo floor, issue 46's anchors): four gRPC
 // servers that answer every mha.v1 Forward with a ForwardResponse whose output is the query's
 // bytes and compute nothing, with the same message limits (receive 64 MiB, send unlimited):
-//   kMhaFloor  mha-server's stack: callback API, Forward registered raw (ByteBuffer) and parsed by
-//              the handler as ForwardRequest, the default health service.
+//   kMhaFloor  mha-server's stack: Forward raw (ByteBuffer) on the completion-queue API with
+//              mha-server's own CqUnaryMethod (threads = cores, at least 2), parsed by the handler
+//              as ForwardRequest; GetModel on the callback API; the default health service.
 //   kCallback  gRPC's own callback-API pattern (examples/cpp/helloworld/
 //              greeter_callback_server.cc): the generated typed CallbackService, gRPC parses and
 //              serializes.

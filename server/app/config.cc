@@ -222,6 +222,11 @@ void AddOperationFlags(CLI::App& app, ServerConfig* c) {
       "HTTP/REST connections served at once (a thread each, also while a slow client sends); "
       "more wait for a free thread")
       ->check(CLI::Range(4, 4096));
+  Add(app, "--forward-threads", &c->forward_threads,
+      "Threads taking mha.v1 Forward calls (gRPC's completion-queue API; a small pass may run on "
+      "the thread that took its call while another one waits for the next); 0 = the machine's "
+      "cores, at least 2")
+      ->check(CLI::Range(0, 1024));
   Add(app, "--log-format", &c->log_format, "text or json (one JSON object per line)")
       ->check(CLI::IsMember({"text", "json"}));
   Add(app, "--log-level", &c->log_level,

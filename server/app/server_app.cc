@@ -151,14 +151,17 @@ Status ServerApp::StartHttp() {
 }
 
 Status ServerApp::StartGrpc() {
-  service_ = std::make_unique<AttentionServiceImpl>(
-      core_.get(), GrpcFrontendOptions{c_.max_message_bytes, c_.stream_window, shm_.get()});
+  GrpcFrontendOptions v1_options{c_.max_message_bytes, c_.stream_window, shm_.get()};
+  v1_options.forward_threads =
+      c_.forward_threads > 0 ? c_.forward_threads
+                             : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  service_ = std::make_unique<AttentionServiceImpl>(core_.get(), v1_options);
   control_ = std::make_unique<ModelControlServiceImpl>(core_.get(), admin_token_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(c_.grpc_address, credentials_, &port_);
-  builder.RegisterService(service_.get());
+  service_->AddTo(&builder);  // registers it, with Forward's completion queue
   builder.RegisterService(control_.get());
   oip_service_ = MakeOipService();
   builder.RegisterService(oip_service_.get());
@@ -168,6 +171,7 @@ Status ServerApp::StartGrpc() {
   builder.SetMaxSendMessageSize(-1);
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) return Unavailable("cannot listen on " + c_.grpc_address);
+  service_->Start();
   SetServing(false);
   spdlog::info(
       "mha-server listening on {} (port {}, {}): NOT_SERVING until models are loaded; "
@@ -238,6 +242,7 @@ void ServerApp::Stop(int sig) {
   }
   if (core_) core_->Stop();  // completes accepted requests, joins the schedulers
   if (server_) server_->Wait();
+  if (service_) service_->ShutdownQueue();  // Forward's threads drain their queue and end
   if (shm_) shm_->Clear();  // every client region unmapped (no request holds one now)
   if (http_) http_->Stop();
   spdlog::info("mha-server stopped");

@@ -38,6 +38,11 @@ struct InferenceRequest {
   std::string session_id;
   // A multi-layer model's layer (ForwardRequest.layer, docs/afd.md); other models only have 0.
   int64_t layer = 0;
+  // The calling thread may run the pass itself when nothing waits for the model and one of its
+  // instances is idle (WorkQueue's inline pass: no hand-off to a worker and back). Only a front
+  // end whose thread may block for a pass sets it (mha.v1 Forward's queue threads, while another
+  // one is free to take calls).
+  bool caller_may_run = false;
 };
 
 // OpenSession: a decoding session on one model version (docs/sessions.md).

@@ -88,6 +88,7 @@ Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* req
   d.task.is_cancelled = std::move(request->is_cancelled);
   d.task.request_id = request->request_id;
   d.task.layer = request->layer;
+  d.task.caller_may_run = request->caller_may_run;
   const ResponseDTypes dtypes{request->output_dtype.value_or(handle->entry->info.options.dtype),
                               d.task.inputs.weights_dtype};
   d.task.output_types = OutputTypes{ToElementType(dtypes.output), dtypes.weights};

@@ -10,7 +10,7 @@ std::string_view View(const grpc::string_ref& ref) { return {ref.data(), ref.len
 
 }  // namespace
 
-RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method) {
+RequestLog StartRequest(grpc::ServerContextBase* context, const char* method) {
   const auto& metadata = context->client_metadata();
   auto it = metadata.find(kRequestIdKey);
   auto trace = metadata.find(kTraceParentKey);
@@ -22,7 +22,7 @@ RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method
   return log;
 }
 
-Status CheckSessionHeader(const grpc::CallbackServerContext* context, const std::string& body_id) {
+Status CheckSessionHeader(const grpc::ServerContextBase* context, const std::string& body_id) {
   auto [first, last] = context->client_metadata().equal_range(kSessionIdKey);
   for (auto it = first; it != last; ++it) {
     MHA_RETURN_IF_ERROR(CheckSessionHeader(View(it->second), body_id));
@@ -30,11 +30,11 @@ Status CheckSessionHeader(const grpc::CallbackServerContext* context, const std:
   return Status::Ok();
 }
 
-Clock::time_point SteadyDeadline(const grpc::CallbackServerContext* context) {
+Clock::time_point SteadyDeadline(const grpc::ServerContextBase* context) {
   return SteadyDeadline(context->deadline());
 }
 
-void StampRequest(grpc::CallbackServerContext* context, const RequestLog& log,
+void StampRequest(grpc::ServerContextBase* context, const RequestLog& log,
                   InferenceRequest* request) {
   request->start = log.start;
   request->request_id = log.request_id;
@@ -42,7 +42,7 @@ void StampRequest(grpc::CallbackServerContext* context, const RequestLog& log,
   request->is_cancelled = [context] { return context->IsCancelled(); };
 }
 
-Status AuthorizeAdmin(const grpc::CallbackServerContext& context, const std::string& token) {
+Status AuthorizeAdmin(const grpc::ServerContextBase& context, const std::string& token) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
   return AuthorizeAdmin(

@@ -19,28 +19,33 @@
 #include "mha/status.h"
 #include "proto/wire/status_convert.h"
 #include "server/frontends/common/admin_auth.h"
+#include "server/frontends/common/cq_unary.h"
 #include "server/frontends/common/request_log.h"
 #include "server/serving/inference.h"
 
 namespace mha::serve {
 
+// The helpers below take either API's context: the callback API's (most methods) or the
+// completion-queue API's (CqUnaryMethod: mha.v1 Forward).
+
 // Reads or generates the request id and adds it to the call's initial metadata, with the
 // client's traceparent when it is valid (call before the first write or Finish).
-RequestLog StartRequest(grpc::CallbackServerContext* context, const char* method);
+RequestLog StartRequest(grpc::ServerContextBase* context, const char* method);
 
 // Every x-session-id value the call carries must equal `body_id` (CheckSessionHeader).
-Status CheckSessionHeader(const grpc::CallbackServerContext* context, const std::string& body_id);
+Status CheckSessionHeader(const grpc::ServerContextBase* context, const std::string& body_id);
 
 // The call's deadline on the steady clock (time_point::max() when it has none).
-Clock::time_point SteadyDeadline(const grpc::CallbackServerContext* context);
+Clock::time_point SteadyDeadline(const grpc::ServerContextBase* context);
 
 // What every gRPC front end sets on a decoded request from its call, once: the start and request
-// id (the log's), the call's deadline, and cancellation.
-void StampRequest(grpc::CallbackServerContext* context, const RequestLog& log,
+// id (the log's), the call's deadline, and cancellation (on the completion-queue API the call
+// reads as cancelled once its done event came back: CqUnaryMethod asks for it).
+void StampRequest(grpc::ServerContextBase* context, const RequestLog& log,
                   InferenceRequest* request);
 
 // AuthorizeAdmin on the call's "authorization" metadata.
-Status AuthorizeAdmin(const grpc::CallbackServerContext& context, const std::string& token);
+Status AuthorizeAdmin(const grpc::ServerContextBase& context, const std::string& token);
 
 // Parses `bytes` into `message` without copying the slices.
 template <typename Message>
@@ -79,19 +84,25 @@ struct UnaryAnswer {
   std::string detail;
 };
 
-// Finishes one unary call (FinishCall); copyable, so that a callback can answer later. Call once.
+// Finishes one unary call (FinishCall), of the callback API (a reactor) or of the
+// completion-queue API (a CqCall, which sends its response() when the status is OK); copyable, so
+// that a callback can answer later. Call once.
 class UnaryFinish {
  public:
   UnaryFinish(grpc::ServerUnaryReactor* reactor, RequestLog log)
       : reactor_(reactor), log_(std::move(log)) {}
+  UnaryFinish(CqCall* call, RequestLog log) : call_(call), log_(std::move(log)) {}
   const RequestLog& log() const { return log_; }
   void operator()(const Status& status, const std::string& detail = "") const {
-    FinishCall(reactor_, log_, status, detail);
+    if (reactor_ != nullptr) return FinishCall(reactor_, log_, status, detail);
+    LogOutcome(log_, status, detail);
+    call_->Finish(codec::ToGrpcStatus(status));
   }
   void operator()(const UnaryAnswer& answer) const { (*this)(answer.status, answer.detail); }
 
  private:
-  grpc::ServerUnaryReactor* reactor_;
+  grpc::ServerUnaryReactor* reactor_ = nullptr;
+  CqCall* call_ = nullptr;
   RequestLog log_;
 };
 

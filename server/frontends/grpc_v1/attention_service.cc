@@ -22,7 +22,7 @@ struct UnaryCall {
 
 StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
                                       const GrpcFrontendOptions& options, bool borrow,
-                                      grpc::CallbackServerContext* context, const RequestLog& log,
+                                      grpc::ServerContextBase* context, const RequestLog& log,
                                       ShmPlan* plan) {
   MHA_RETURN_IF_ERROR(CheckSessionHeader(context, request.session_id()));
   auto decoded =
@@ -33,33 +33,54 @@ StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
 }
 
 AttentionServiceImpl::AttentionServiceImpl(InferenceServer* core, GrpcFrontendOptions options)
-    : core_(core), options_(options) {}
+    : core_(core), options_(options) {
+  CqUnaryMethod::Options queue;
+  queue.threads = options_.forward_threads;
+  forward_ = std::make_unique<CqUnaryMethod>(
+      [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
+             grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* responder,
+             grpc::ServerCompletionQueue* cq,
+             void* tag) { RequestForward(context, request, responder, cq, cq, tag); },
+      [this](CqCall* call) { HandleForward(call); }, queue);
+}
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::Forward(grpc::CallbackServerContext* context,
-                                                        const grpc::ByteBuffer* request_bytes,
-                                                        grpc::ByteBuffer* response_bytes) {
-  return Unary(context, "Forward", [&](const UnaryFinish& finish) {
-    const RequestLog& log = finish.log();
-    // The messages live until the call is answered: the decoded tensors borrow the request's
-    // bytes.
-    auto call = std::make_shared<UnaryCall>();
-    if (Status parsed = ParseRawRequest(*request_bytes, &call->request); !parsed.ok()) {
-      core_->CountRequest(std::nullopt, parsed, log.start, Protocol::kNative);
-      return finish(parsed);
-    }
-    auto decoded = DecodeCall(call->request, options_, /*borrow=*/true, context, log, &call->shm);
-    if (!decoded.ok()) {
-      core_->CountRequest(call->request.model(), decoded.status(), log.start, Protocol::kNative);
-      return finish(decoded.status());
-    }
-    const bool need_weights = decoded->inputs.need_weights;
-    // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
-    core_->Infer(std::move(decoded.value()), [finish, response_bytes, need_weights,
-                                              call](InferenceResponse result) {
-      // The output's bytes go to gRPC without a copy (borrowed_bytes.h).
-      const Status status = WriteForwardResponse(result, need_weights, response_bytes, &call->shm);
-      finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
-    });
+AttentionServiceImpl::~AttentionServiceImpl() = default;
+
+void AttentionServiceImpl::AddTo(grpc::ServerBuilder* builder) {
+  builder->RegisterService(this);
+  forward_->AddTo(builder);
+}
+
+void AttentionServiceImpl::Start() { forward_->Start(); }
+
+void AttentionServiceImpl::ShutdownQueue() { forward_->Shutdown(); }
+
+void AttentionServiceImpl::HandleForward(CqCall* cq_call) {
+  grpc::ServerContext* context = cq_call->context();
+  const UnaryFinish finish(cq_call, StartRequest(context, "Forward"));
+  const RequestLog& log = finish.log();
+  // The messages live until the call is answered: the decoded tensors borrow the request's bytes.
+  auto call = std::make_shared<UnaryCall>();
+  if (Status parsed = ParseRawRequest(cq_call->request(), &call->request); !parsed.ok()) {
+    core_->CountRequest(std::nullopt, parsed, log.start, Protocol::kNative);
+    return finish(parsed);
+  }
+  auto decoded = DecodeCall(call->request, options_, /*borrow=*/true, context, log, &call->shm);
+  if (!decoded.ok()) {
+    core_->CountRequest(call->request.model(), decoded.status(), log.start, Protocol::kNative);
+    return finish(decoded.status());
+  }
+  const bool need_weights = decoded->inputs.need_weights;
+  // This thread may compute the pass itself when another one is free to take the next call.
+  decoded->caller_may_run = cq_call->may_block();
+  grpc::ByteBuffer* response_bytes = cq_call->response();
+  // `done` runs inline (refused, or a pass this thread ran) or on a scheduler worker; the call
+  // stays open until then.
+  core_->Infer(std::move(decoded.value()), [finish, response_bytes, need_weights,
+                                            call](InferenceResponse result) {
+    // The output's bytes go to gRPC without a copy (borrowed_bytes.h).
+    const Status status = WriteForwardResponse(result, need_weights, response_bytes, &call->shm);
+    finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
   });
 }
 

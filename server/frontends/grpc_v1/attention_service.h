@@ -1,10 +1,13 @@
-// mha.v1.AttentionService on gRPC's callback API. Handlers only translate: decode the request
-// (forward_request), call the serving core (InferenceServer::Infer), encode the answer and map the
-// status (proto/wire/status_convert). No handler blocks a gRPC thread: forward passes run on the
-// schedulers' workers, which also finish the calls.
+// mha.v1.AttentionService. Handlers only translate: decode the request (forward_request), call the
+// serving core (InferenceServer::Infer), encode the answer and map the status
+// (proto/wire/status_convert). Forward, the hot unary call, is served on the completion-queue API
+// (common/cq_unary.h: its own threads; a small pass may run on the thread that took the call when
+// nothing else waits); every other method on the callback API, where no handler blocks a gRPC
+// thread: passes run on the schedulers' workers, which also finish the calls.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "mha/v1/attention.grpc.pb.h"
 #include "server/frontends/common/grpc_call.h"
@@ -20,22 +23,45 @@ struct GrpcFrontendOptions {
   // Registered shared-memory regions (the server's one registry, which the Open Inference
   // Protocol's front ends register into); null = a tensor naming a region is refused.
   const SharedMemoryRegistry* shm = nullptr;
+  int forward_threads = 2;  // threads serving Forward (CqUnaryMethod; at least 2)
 };
+
+namespace internal {
+using gen = v1::AttentionService;
+// Forward raw on the completion-queue API, first in the chain: marking a method raw resets its
+// handler only while it is still synchronous, so the callback methods are marked after it. A new
+// RPC in attention.proto is added here (without it the method would answer UNIMPLEMENTED).
+using AttentionServiceBase =
+    gen::WithCallbackMethod_ForwardStream<gen::WithCallbackMethod_ListModels<
+        gen::WithCallbackMethod_GetModel<gen::WithCallbackMethod_GetModelStatistics<
+            gen::WithCallbackMethod_AnalyzeModel<gen::WithCallbackMethod_OpenSession<
+                gen::WithCallbackMethod_CloseSession<gen::WithCallbackMethod_LayerSteps<
+                    gen::WithCallbackMethod_ForkSession<gen::WithCallbackMethod_TruncateSession<
+                        gen::WithRawMethod_Forward<gen::Service>>>>>>>>>>>;
+}  // namespace internal
 
 // Forward is registered raw (bytes in, bytes out) so that a request that does not parse can be
 // answered INVALID_ARGUMENT with a message, rather than gRPC's bare UNIMPLEMENTED.
-class AttentionServiceImpl final : public v1::AttentionService::WithRawCallbackMethod_Forward<
-                                       v1::AttentionService::CallbackService> {
+//
+// Lifecycle (Forward's queue, CqUnaryMethod): AddTo(builder) before BuildAndStart, Start() after
+// it, ShutdownQueue() after the server's Shutdown and the core's Stop; the service outlives the
+// server.
+class AttentionServiceImpl final : public internal::AttentionServiceBase {
  public:
   // `core` is not owned and must outlive the service.
   AttentionServiceImpl(InferenceServer* core, GrpcFrontendOptions options);
+  ~AttentionServiceImpl() override;
 
   InferenceServer* core() const { return core_; }
   const GrpcFrontendOptions& options() const { return options_; }
 
-  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
-                                    const grpc::ByteBuffer* request,
-                                    grpc::ByteBuffer* response) override;
+  void AddTo(grpc::ServerBuilder* builder);
+  void Start();
+  void ShutdownQueue();
+
+  // One Forward call, on a Forward thread.
+  void HandleForward(CqCall* call);
+  const CqUnaryMethod& forward_method() const { return *forward_; }
   grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse>* ForwardStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
@@ -73,13 +99,14 @@ class AttentionServiceImpl final : public v1::AttentionService::WithRawCallbackM
  private:
   InferenceServer* const core_;
   const GrpcFrontendOptions options_;
+  std::unique_ptr<CqUnaryMethod> forward_;
 };
 
 // Decodes `request` and adds what the call knows: deadline, cancellation, request id, start.
 // Shared-memory tensors go into `plan` (forward_request.h), kept by the caller until answered.
 StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
                                       const GrpcFrontendOptions& options, bool borrow,
-                                      grpc::CallbackServerContext* context, const RequestLog& log,
+                                      grpc::ServerContextBase* context, const RequestLog& log,
                                       ShmPlan* plan);
 
 }  // namespace mha::serve

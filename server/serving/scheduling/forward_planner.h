@@ -40,6 +40,9 @@ class ForwardPlanner {
   static ForwardItem Make(InferenceTask task, DoneCallback done);
 
   Clock::time_point Deadline(const Item& item) const { return item.task.deadline; }
+  // A stateless forward whose front end thread may block (InferenceTask::caller_may_run); a
+  // session step never (it may be submitted by the step before it, from a worker).
+  bool MayRunInline(const Item& item) const { return item.task.caller_may_run && !item.task.step; }
   bool Cancelled(const Item& item) const {
     return item.task.is_cancelled && item.task.is_cancelled();
   }

@@ -42,6 +42,7 @@ struct InferenceTask {
   std::string request_id;
   std::shared_ptr<SessionStep> step;  // set for a session's step: DecodeSteps, not Forward
   int64_t layer = 0;                  // a multi-layer model's layer (InferenceRequest::layer)
+  bool caller_may_run = false;        // InferenceRequest::caller_may_run (stateless forwards)
 };
 
 struct InferenceResult {

@@ -12,7 +12,12 @@
 //     clock (a FakeClock in tests);
 //   - the queue-depth gauge, the BLAS threads of a pass (blas_policy.h), the pass hook (the test
 //     seam that holds passes at a gate), and off-worker completion of big answers
-//     (CompletionExecutor).
+//     (CompletionExecutor);
+//   - the inline pass: an item its planner lets the submitting thread run (MayRunInline: a front
+//     end thread that may block) runs on that thread, inside Submit, when the queue was empty,
+//     an instance is idle and its plan would dispatch at once — exactly the pass a worker would
+//     run next, without the hand-off to the worker and back (issue 46's c=1 floor). At most
+//     `instances` passes run at once, inline or not.
 // What differs between schedulers is their Planner (a policy, as OrderedStreamReactor's):
 //
 //   struct Planner {
@@ -21,6 +26,7 @@
 //     static constexpr const char* kPass = "forward pass";      // in the drop messages
 //     static constexpr const char* kItems = "requests";         // in the queue-full message
 //     Clock::time_point Deadline(const Item&) const;
+//     bool MayRunInline(const Item&) const;  // the submitting thread may run its pass
 //     bool Cancelled(const Item&) const;
 //     PassSize Alone(const Item&) const;  // the item's pass alone, for the estimate
 //     // With the queue's lock held: the next pass (oldest first), empty when nothing may run
@@ -33,7 +39,8 @@
 //   };
 //
 // Invariants: every submitted item is answered exactly once (Run or Refuse); an item leaves the
-// queue only under the lock; Shutdown runs what is queued before the workers end.
+// queue only under the lock; at most `instances` passes run at once; Shutdown runs what is
+// queued before the workers end, and returns only when no inline pass runs either.
 #pragma once
 
 #include <algorithm>
@@ -139,20 +146,23 @@ class WorkQueue {
             StatsAggregator* metrics)
       : planner_(std::move(planner)),
         context_(options, std::move(model_name), metrics),
-        blas_(options.blas) {
-    const int n = std::max(1, options.instances);
-    workers_.reserve(n);
-    for (int i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+        blas_(options.blas),
+        instances_(std::max(1, options.instances)) {
+    workers_.reserve(instances_);
+    for (int i = 0; i < instances_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   }
   ~WorkQueue() { Shutdown(); }
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
   // Queues `item`, or answers it at once (Planner::Refuse): UNAVAILABLE after Shutdown,
-  // RESOURCE_EXHAUSTED when max_queue_size items wait.
+  // RESOURCE_EXHAUSTED when max_queue_size items wait. Runs its pass here instead (the inline
+  // pass, above) when the planner allows it and a worker would start it at once.
   void Submit(Item item) {
     Entry entry{std::move(item), context_.Now()};
+    const bool may_run_here = planner_.MayRunInline(entry.item);
     Status refused;
+    Taken here;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) {
@@ -161,15 +171,22 @@ class WorkQueue {
         refused = QueueFull(queue_.size(), context_.model_name(), context_.options().max_queue_size,
                             Planner::kItems);
       } else {
+        const bool was_empty = queue_.empty();
         queue_.push_back(std::move(entry));
+        if (may_run_here && was_empty) TakeInlineLocked(&here);
         PublishQueueDepth(context_.metrics(), queue_.size());
       }
     }
     if (!refused.ok()) return planner_.Refuse(entry, std::move(refused), 0, context_);
-    cv_.notify_all();  // a worker waiting for company re-plans; an idle one wakes up
+    if (here.batch.empty()) {
+      cv_.notify_all();  // a worker waiting for company re-plans; an idle one wakes up
+      return;
+    }
+    RunTaken(here);
   }
 
-  // Stops accepting, runs every queued item, joins the workers. Idempotent.
+  // Stops accepting, runs every queued item, joins the workers, waits for inline passes.
+  // Idempotent.
   void Shutdown() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -178,6 +195,10 @@ class WorkQueue {
     cv_.notify_all();
     for (auto& worker : workers_) {
       if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return running_ == 0; });
     }
     context_.ShutdownCompletions();  // no worker is left to hand answers over
   }
@@ -194,6 +215,61 @@ class WorkQueue {
     Entry entry;
     Status status;
   };
+  // A pass taken from the queue (under the lock) to run outside it.
+  struct Taken {
+    std::vector<Entry> batch;
+    bool lone = false;
+    typename Planner::Running running{};
+  };
+
+  // With mu_ held, `queue_` holding only the item just submitted: takes its pass into `*taken`
+  // when an instance is idle, the item is not to be dropped and its plan dispatches now.
+  void TakeInlineLocked(Taken* taken) {
+    if (running_ >= instances_) return;
+    const Clock::time_point now = context_.Now();
+    const Item& item = queue_.front().item;
+    const Clock::time_point deadline = planner_.Deadline(item);
+    const double alone_us =
+        deadline == Clock::time_point::max() ? 0 : context_.EstimatePassUs(planner_.Alone(item));
+    if (!DropBeforePass(deadline, planner_.Cancelled(item), queue_.front().arrival, now, alone_us,
+                        Planner::kPass)
+             .ok()) {
+      return;  // a worker's sweep answers it
+    }
+    PassPlan<Item> plan = planner_.PlanLocked(queue_, now, context_);
+    if (plan.items.empty() || !(plan.full || now >= plan.dispatch_at)) return;
+    TakeLocked(plan, &taken->batch, &taken->lone);
+    taken->running = planner_.StartLocked(taken->batch);
+    ++running_;
+  }
+
+  // With mu_ held: moves the plan's items into `batch` and decides its BLAS threads.
+  void TakeLocked(const PassPlan<Item>& plan, std::vector<Entry>* batch, bool* lone) {
+    batch->reserve(plan.items.size());
+    for (auto it : plan.items) {
+      batch->push_back(std::move(*it));
+      queue_.erase(it);
+    }
+    // Alone now and in the pass before: a single request amid load (a merged pass just ran)
+    // stays at one thread, so OpenBLAS's helpers do not wake to spin for ~0.1 s.
+    const bool alone = batch->size() == 1 && queue_.empty();
+    *lone = alone && last_pass_alone_;
+    last_pass_alone_ = alone;
+  }
+
+  // Runs a taken pass (on a worker or inline), then frees its instance.
+  void RunTaken(Taken& taken) {
+    {
+      const BlasPassPolicy::Pass pass(blas_, taken.lone);
+      planner_.Run(taken.batch, context_);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      planner_.FinishLocked(taken.running);
+      --running_;
+    }
+    cv_.notify_all();  // items that waited for this pass (or an instance) may run now
+  }
 
   // With mu_ held: moves expired, cancelled and hopeless items to `dropped`.
   void SweepLocked(Clock::time_point now, std::vector<Dropped>* dropped) {
@@ -232,22 +308,17 @@ class WorkQueue {
         cv_.wait(lock);
         continue;
       }
+      if (running_ >= instances_) {  // an inline pass holds the instance this worker would use
+        cv_.wait(lock);
+        continue;
+      }
       PassPlan<Item> plan = planner_.PlanLocked(queue_, context_.Now(), context_);
       if (plan.items.empty()) {  // every item waits for a running pass
         cv_.wait(lock);
         continue;
       }
       if (plan.full || stopping_ || context_.Now() >= plan.dispatch_at) {
-        batch->reserve(plan.items.size());
-        for (auto it : plan.items) {
-          batch->push_back(std::move(*it));
-          queue_.erase(it);
-        }
-        // Alone now and in the pass before: a single request amid load (a merged pass just ran)
-        // stays at one thread, so OpenBLAS's helpers do not wake to spin for ~0.1 s.
-        const bool alone = batch->size() == 1 && queue_.empty();
-        *lone = alone && last_pass_alone_;
-        last_pass_alone_ = alone;
+        TakeLocked(plan, batch, lone);
         PublishQueueDepth(context_.metrics(), queue_.size());
         return;
       }
@@ -259,29 +330,21 @@ class WorkQueue {
   void WorkerLoop() {
     for (;;) {
       std::vector<Dropped> dropped;
-      std::vector<Entry> batch;
-      bool exit = false, lone = false;
-      typename Planner::Running running{};
+      Taken taken;
+      bool exit = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        NextLocked(lock, &dropped, &batch, &lone, &exit);
-        if (!batch.empty()) running = planner_.StartLocked(batch);
+        NextLocked(lock, &dropped, &taken.batch, &taken.lone, &exit);
+        if (!taken.batch.empty()) {
+          taken.running = planner_.StartLocked(taken.batch);
+          ++running_;
+        }
       }
       for (Dropped& d : dropped) {
         const int64_t waited = MicrosBetween(d.entry.arrival, context_.Now());
         planner_.Refuse(d.entry, std::move(d.status), waited, context_);
       }
-      if (!batch.empty()) {
-        {
-          const BlasPassPolicy::Pass pass(blas_, lone);
-          planner_.Run(batch, context_);
-        }
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          planner_.FinishLocked(running);
-        }
-        cv_.notify_all();  // items that waited for this pass may run now
-      }
+      if (!taken.batch.empty()) RunTaken(taken);
       if (exit) {
         cv_.notify_all();  // the other workers may exit too
         return;
@@ -297,6 +360,8 @@ class WorkQueue {
   std::condition_variable cv_;
   Queue<Item> queue_;
   bool stopping_ = false;
+  const int instances_;
+  int running_ = 0;  // passes running now (workers' and inline), at most instances_
   // The last pass planned held one item and left the queue empty (blas_policy.h's "lone" needs
   // two such passes in a row).
   bool last_pass_alone_ = true;

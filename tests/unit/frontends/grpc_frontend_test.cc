@@ -30,13 +30,17 @@ class GrpcFrontendTest : public ::testing::Test {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
+    service_->AddTo(&builder);
     server_ = builder.BuildAndStart();
     ASSERT_NE(port, 0);
+    service_->Start();
     client_ = std::make_unique<client::TensorClient>(
         client::ClientOptions{"127.0.0.1:" + std::to_string(port), 30s});
   }
-  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now() + 5s); }
+  void TearDown() override {
+    server_->Shutdown(std::chrono::system_clock::now() + 5s);
+    service_->ShutdownQueue();
+  }
 
   static v1::ForwardRequest Marked(float marker) {
     v1::ForwardRequest r;
@@ -79,6 +83,14 @@ TEST_F(GrpcFrontendTest, ForwardTranslatesTheRequestAndTheAnswer) {
   EXPECT_EQ(result->queue_us, 11);
   EXPECT_EQ(result->compute_us, 22);
   EXPECT_EQ(result->request_id, "abc");
+}
+
+TEST_F(GrpcFrontendTest, ForwardLetsTheCoreRunThePassOnItsThreadWhenAnotherIsFree) {
+  // Both Forward threads wait for calls: the one that takes this call may compute its pass.
+  ASSERT_TRUE(testing::WaitUntil([&] { return service_->forward_method().idle_threads() == 2; },
+                        "both Forward threads idle"));
+  ASSERT_TRUE(client_->ForwardRaw(Marked(1.0f)).ok());
+  EXPECT_TRUE(core_.Last().caller_may_run);
 }
 
 TEST_F(GrpcFrontendTest, CoreStatusesBecomeTheSameGrpcCodes) {

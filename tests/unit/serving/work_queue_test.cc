@@ -27,11 +27,13 @@ struct ToyItem {
   int key = 0;
   Clock::time_point deadline = Clock::time_point::max();
   std::function<void(Status, int passes)> answer;
+  bool inline_ok = false;  // the submitting thread may run its pass (MayRunInline)
 };
 
 struct ToyLog {
   std::mutex mu;
-  std::vector<std::vector<int>> passes;  // the keys of each pass, in order run
+  std::vector<std::vector<int>> passes;          // the keys of each pass, in order run
+  std::atomic<int> running{0}, most_running{0};  // passes in Run now, and the most at once
 };
 
 class ToyPlanner {
@@ -43,6 +45,7 @@ class ToyPlanner {
 
   explicit ToyPlanner(std::shared_ptr<ToyLog> log) : log_(std::move(log)) {}
   Clock::time_point Deadline(const Item& item) const { return item.deadline; }
+  bool MayRunInline(const Item& item) const { return item.inline_ok; }
   bool Cancelled(const Item&) const { return false; }
   PassSize Alone(const Item&) const { return PassSize{false, 1}; }
   PassPlan<Item> PlanLocked(Queue<Item>& queue, Clock::time_point, const PassContext&) const {
@@ -67,6 +70,10 @@ class ToyPlanner {
     }
   }
   void Run(std::vector<Queued<Item>>& batch, PassContext& context) const {
+    const int now = ++log_->running;
+    for (int most = log_->most_running.load(); now > most;) {
+      if (log_->most_running.compare_exchange_weak(most, now)) break;
+    }
     const Status status = context.RunPass([&] {
       std::lock_guard<std::mutex> lock(log_->mu);
       std::vector<int> keys;
@@ -74,6 +81,7 @@ class ToyPlanner {
       log_->passes.push_back(keys);
       return Status::Ok();
     });
+    --log_->running;
     for (auto& q : batch) q.item.answer(status, static_cast<int>(batch.size()));
   }
   void Refuse(Queued<Item>& item, Status status, int64_t, PassContext&) const {
@@ -88,15 +96,27 @@ class ToyPlanner {
 struct Answer {
   Status status;
   int passes = 0;
+  std::thread::id thread;  // that answered
 };
 
 std::future<Answer> Submit(WorkQueue<ToyPlanner>& queue, int key,
-                           Clock::time_point deadline = Clock::time_point::max()) {
+                           Clock::time_point deadline = Clock::time_point::max(),
+                           bool inline_ok = false) {
   auto promise = std::make_shared<std::promise<Answer>>();
-  queue.Submit(ToyItem{key, deadline, [promise](Status s, int n) {
-                         promise->set_value(Answer{std::move(s), n});
-                       }});
+  queue.Submit(ToyItem{key, deadline,
+                       [promise](Status s, int n) {
+                         promise->set_value(Answer{std::move(s), n, std::this_thread::get_id()});
+                       },
+                       inline_ok});
   return promise->get_future();
+}
+
+std::future<Answer> SubmitInline(WorkQueue<ToyPlanner>& queue, int key) {
+  return Submit(queue, key, Clock::time_point::max(), /*inline_ok=*/true);
+}
+
+bool Ready(const std::future<Answer>& f) {
+  return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
 Answer Get(std::future<Answer>& f) { return testing::GetWithin(f, "the item's answer"); }
@@ -163,6 +183,67 @@ TEST(WorkQueueTest, AnExpiredItemIsRefusedWithoutAPass) {
   EXPECT_NE(a.status.message().find("before the toy pass"), std::string::npos);
   queue.Shutdown();
   EXPECT_TRUE(log->passes.empty());
+}
+
+TEST(WorkQueueTest, AnIdleQueueRunsAnInlineItemsPassOnTheSubmittingThread) {
+  auto log = std::make_shared<ToyLog>();
+  WorkQueue<ToyPlanner> queue(ToyPlanner(log), BatcherOptions(), "toy", nullptr);
+  auto here = SubmitInline(queue, 1);
+  ASSERT_TRUE(Ready(here)) << "Submit returned before the inline pass answered";
+  EXPECT_EQ(Get(here).thread, std::this_thread::get_id());
+  auto queued = Submit(queue, 2);  // not allowed inline: a worker runs it
+  EXPECT_NE(Get(queued).thread, std::this_thread::get_id());
+  queue.Shutdown();
+  EXPECT_EQ(log->passes, (std::vector<std::vector<int>>{{1}, {2}}));
+}
+
+TEST(WorkQueueTest, AnInlineItemQueuesWhileEveryInstanceIsBusy) {
+  auto log = std::make_shared<ToyLog>();
+  testing::PassGate gate;
+  BatcherOptions o;
+  o.instances = 1;
+  o.pass_hook = gate.Hook();
+  WorkQueue<ToyPlanner> queue(ToyPlanner(log), o, "toy", nullptr);
+  const testing::ReleaseOnExit release_on_exit(gate);
+  gate.Hold();
+  auto first = Submit(queue, 1);
+  ASSERT_TRUE(gate.WaitEntered(1)) << "the worker's pass never started";
+  // The one instance is busy: the inline item waits in the queue, Submit returns at once (had it
+  // run here, this thread would wait at the held gate).
+  auto second = SubmitInline(queue, 2);
+  EXPECT_FALSE(Ready(second));
+  EXPECT_EQ(queue.depth(), 1u);
+  gate.ReleaseAll();
+  EXPECT_TRUE(Get(first).status.ok());
+  EXPECT_NE(Get(second).thread, std::this_thread::get_id());
+  queue.Shutdown();
+  EXPECT_EQ(log->passes, (std::vector<std::vector<int>>{{1}, {2}}));
+}
+
+TEST(WorkQueueTest, InlineAndWorkerPassesTogetherNeverExceedTheInstances) {
+  auto log = std::make_shared<ToyLog>();
+  BatcherOptions o;
+  o.instances = 2;
+  o.pass_hook = [](const std::function<Status()>& pass) {
+    for (int i = 0; i < 200; ++i) std::this_thread::yield();  // passes overlap if they may
+    return pass();
+  };
+  WorkQueue<ToyPlanner> queue(ToyPlanner(log), o, "toy", nullptr);
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 6; ++c) {
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 200; ++i) {
+        auto f = Submit(queue, (c + i) % 3, Clock::time_point::max(), /*inline_ok=*/i % 2 == 0);
+        if (Get(f).status.ok()) ++ok;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  queue.Shutdown();
+  EXPECT_EQ(ok.load(), 1200);
+  EXPECT_LE(log->most_running.load(), 2);  // 3+ when an inline pass does not hold an instance
+  EXPECT_GE(log->most_running.load(), 1);
 }
 
 }  // namespace

@@ -71,6 +71,10 @@ class LayerPlanner {
     return item.forward ? item.forward->task.deadline : item.deadline;
   }
   bool Cancelled(const Item& item) const;
+  // Stateless forwards whose front end thread may block; step messages never (work_queue.h).
+  bool MayRunInline(const Item& item) const {
+    return item.forward && item.forward->task.caller_may_run;
+  }
   PassSize Alone(const Item& item) const { return PassSize{!item.forward, item.tokens}; }
   PassPlan<Item> PlanLocked(Queue<Item>& queue, Clock::time_point now,
                             const PassContext& context) const;

@@ -1,0 +1,119 @@
+// CqUnaryMethod: one raw (bytes in, bytes out) unary method served on gRPC's completion-queue API,
+// in the pattern of gRPC's greeter_async_server.cc: a few threads drain one ServerCompletionQueue
+// that always has `slots` calls requested, and a call's handler runs on the thread that took it.
+// Every other method stays on the callback API (a service mixes them per method).
+//
+// Why (issue 46, docs/performance.md "Anchors and the host floor"): Debian's gRPC 1.51 runs every
+// callback-API handler and reaction on its executor threads, 6–7 thread hand-offs per call at
+// c=1, against one for a thread that drains its own queue; a handler here may also do a small
+// pass itself (CqCall::may_block) instead of handing it to a worker and back.
+//
+// Invariants:
+//   - a call object lives until both of its events came back: the request-then-finish tag and
+//     the done tag (AsyncNotifyWhenDone); the last one deletes it, on whichever thread;
+//   - Finish is called once per started call, from any thread;
+//   - a new call is requested before the handler of the one just taken runs, so the number of
+//     requested calls stays `slots` until the queue shuts down;
+//   - lifecycle: AddTo(builder) before BuildAndStart, Start() after it, Shutdown() after the
+//     server's Shutdown (and after everything that may still Finish a call is stopped); the
+//     method must outlive the server (it owns the queue the server delivers to).
+#pragma once
+
+#include <grpcpp/completion_queue.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/async_unary_call.h>
+#include <grpcpp/support/byte_buffer.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace mha::serve {
+
+class CqUnaryMethod;
+
+// One call of a CqUnaryMethod: what the handler reads and answers.
+class CqCall {
+ public:
+  grpc::ServerContext* context() { return &context_; }
+  const grpc::ByteBuffer& request() const { return request_; }
+  grpc::ByteBuffer* response() { return &response_; }
+  // True when another of the method's threads was waiting for the next call as this one started:
+  // the handler may then block this thread for a pass without delaying anybody's call.
+  bool may_block() const { return may_block_; }
+  // Sends response() with an OK status, or the status alone; once per call, from any thread.
+  void Finish(const grpc::Status& status);
+
+ private:
+  friend class CqUnaryMethod;
+  enum class Event { kMain, kDone };
+  struct Tag {
+    CqCall* call;
+    Event event;
+  };
+  explicit CqCall(CqUnaryMethod* method);
+  ~CqCall();
+  void OnEvent(Event event, bool ok);
+  void Release();  // one of the two outstanding events is back; the last deletes the call
+
+  CqUnaryMethod* const method_;
+  grpc::ServerContext context_;
+  grpc::ByteBuffer request_, response_;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
+  Tag main_tag_, done_tag_;
+  bool started_ = false;  // the request tag came back ok: a call is running
+  bool may_block_ = false;
+  std::atomic<int> outstanding_{2};  // main (finish) and done, once started
+};
+
+class CqUnaryMethod {
+ public:
+  // The generated `Request<Method>` of a `WithRawMethod_<Method>` service (both queues = ours).
+  using RequestFn = std::function<void(grpc::ServerContext*, grpc::ByteBuffer*,
+                                       grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>*,
+                                       grpc::ServerCompletionQueue*, void*)>;
+  // Runs on a queue thread for every call that started; answers with call->Finish, now or later.
+  using Handler = std::function<void(CqCall* call)>;
+
+  struct Options {
+    int threads = 2;  // threads draining the queue (at least 2: one stays free to take calls)
+    int slots = 32;   // calls requested at any time
+  };
+
+  CqUnaryMethod(RequestFn request, Handler handler, Options options);
+  ~CqUnaryMethod();  // Shutdown()
+  CqUnaryMethod(const CqUnaryMethod&) = delete;
+  CqUnaryMethod& operator=(const CqUnaryMethod&) = delete;
+
+  void AddTo(grpc::ServerBuilder* builder);  // before BuildAndStart
+  void Start();                              // after BuildAndStart: requests calls, starts threads
+  // Shuts the queue down, drains it (deleting what is left) and joins the threads. Idempotent.
+  void Shutdown();
+
+  // Call objects alive (requested or running): 0 after Shutdown when nothing leaked.
+  int live_calls() const { return live_.load(); }
+  // Threads waiting for the next event now.
+  int idle_threads() const { return idle_.load(); }
+
+ private:
+  friend class CqCall;
+  void RequestOne();  // a new call requested on the queue (nothing once the queue shuts down)
+  void Loop();
+
+  const RequestFn request_;
+  const Handler handler_;
+  const Options options_;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  std::mutex mu_;             // orders RequestOne against the queue's shutdown
+  bool accepting_ = false;    // Start() ran and Shutdown() did not
+  bool shut_down_ = false;    // the queue was shut down (it lives on until the destructor)
+  std::atomic<int> idle_{0};  // threads waiting in Next
+  std::atomic<int> live_{0};  // CqCall objects alive
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace mha::serve

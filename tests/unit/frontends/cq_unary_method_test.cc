@@ -1,0 +1,185 @@
+// CqUnaryMethod (server/frontends/common/cq_unary.h) on a real in-process gRPC server: every call
+// is answered once whether its handler answers inline or later from another thread; a call still
+// open when the server shuts down is cancelled and freed; may_block says whether another thread
+// was free to take calls; nothing leaks (live_calls() is 0 after Shutdown). No CPU-speed
+// dependence: the handlers answer when the test says.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "mha/v1/attention.grpc.pb.h"
+#include "server/frontends/common/cq_unary.h"
+#include "wait.h"
+
+namespace mha::serve {
+namespace {
+
+using namespace std::chrono_literals;
+using Service = v1::AttentionService::WithRawMethod_Forward<v1::AttentionService::Service>;
+
+// The answer: ForwardResponse.model = the request's model (parsed and serialized here).
+void Echo(CqCall* call) {
+  v1::ForwardRequest request;
+  grpc::ByteBuffer copy = call->request();
+  ASSERT_TRUE(grpc::SerializationTraits<v1::ForwardRequest>::Deserialize(&copy, &request).ok());
+  v1::ForwardResponse response;
+  response.set_model(request.model());
+  bool own = false;
+  ASSERT_TRUE(
+      grpc::SerializationTraits<v1::ForwardResponse>::Serialize(response, call->response(), &own)
+          .ok());
+  call->Finish(grpc::Status::OK);
+}
+
+class CqUnaryMethodTest : public ::testing::Test {
+ protected:
+  void Start(CqUnaryMethod::Handler handler, int threads = 2) {
+    CqUnaryMethod::Options options;
+    options.threads = threads;
+    options.slots = 4;
+    method_ = std::make_unique<CqUnaryMethod>(
+        [this](grpc::ServerContext* c, grpc::ByteBuffer* r,
+               grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* w,
+               grpc::ServerCompletionQueue* cq,
+               void* tag) { service_.RequestForward(c, r, w, cq, cq, tag); },
+        std::move(handler), options);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service_);
+    method_->AddTo(&builder);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    method_->Start();
+    stub_ = v1::AttentionService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                              grpc::InsecureChannelCredentials()));
+  }
+  void StopServer(std::chrono::milliseconds grace = 5s) {
+    server_->Shutdown(std::chrono::system_clock::now() + grace);
+    method_->Shutdown();
+  }
+  grpc::Status Call(const std::string& model, v1::ForwardResponse* response,
+                    std::chrono::seconds deadline = 60s) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + deadline);
+    v1::ForwardRequest request;
+    request.set_model(model);
+    return stub_->Forward(&context, request, response);
+  }
+  void TearDown() override {
+    if (server_) StopServer();
+    EXPECT_EQ(method_->live_calls(), 0) << "calls leaked";
+  }
+
+  Service service_;
+  std::unique_ptr<CqUnaryMethod> method_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::AttentionService::Stub> stub_;
+};
+
+TEST_F(CqUnaryMethodTest, EveryCallIsAnsweredOnceInlineOrLaterFromAnotherThread) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<CqCall*> later;
+  bool done = false;
+  std::thread answerer([&] {  // answers the calls the handler left open, off the queue's threads
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return done || !later.empty(); });
+      if (later.empty()) return;
+      CqCall* call = later.front();
+      later.pop_front();
+      lock.unlock();
+      Echo(call);
+      lock.lock();
+    }
+  });
+  std::atomic<int> calls{0};
+  Start([&](CqCall* call) {
+    if (calls.fetch_add(1) % 2 == 0) return Echo(call);
+    std::lock_guard<std::mutex> lock(mu);
+    later.push_back(call);
+    cv.notify_all();
+  });
+  std::vector<std::future<bool>> clients;
+  for (int c = 0; c < 8; ++c) {
+    clients.push_back(std::async(std::launch::async, [this, c] {
+      for (int i = 0; i < 25; ++i) {
+        const std::string model = std::to_string(c) + "/" + std::to_string(i);
+        v1::ForwardResponse response;
+        if (!Call(model, &response).ok() || response.model() != model) return false;
+      }
+      return true;
+    }));
+  }
+  for (auto& f : clients) EXPECT_TRUE(testing::GetWithin(f, "a client's 25 calls"));
+  EXPECT_EQ(calls.load(), 200);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  answerer.join();
+}
+
+TEST_F(CqUnaryMethodTest, ACallOpenAtShutdownIsCancelledAndFreed) {
+  std::promise<CqCall*> taken;
+  Start([&](CqCall* call) { taken.set_value(call); });  // never answered by the handler
+  auto client = std::async(std::launch::async, [this] {
+    v1::ForwardResponse response;
+    return Call("held", &response).error_code();
+  });
+  auto held = taken.get_future();
+  CqCall* call = testing::GetWithin(held, "the call reaching the handler");
+  server_->Shutdown(std::chrono::system_clock::now() + 100ms);  // the grace runs out: cancelled
+  const grpc::StatusCode code = testing::GetWithin(client, "the client's answer");
+  EXPECT_TRUE(code == grpc::StatusCode::CANCELLED || code == grpc::StatusCode::UNAVAILABLE)
+      << "code " << code;
+  call->Finish(grpc::Status::OK);  // too late: its tag comes back failed, the call is freed
+  method_->Shutdown();
+  server_.reset();
+}
+
+TEST_F(CqUnaryMethodTest, MayBlockSaysWhetherAnotherThreadWasFreeToTakeCalls) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::mutex mu;
+  std::vector<bool> may_block;
+  Start([&](CqCall* call) {
+    bool first;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      first = may_block.empty();
+      may_block.push_back(call->may_block());
+    }
+    if (first) released.wait();  // the first call holds its thread
+    Echo(call);
+  });
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return method_->idle_threads() == 2; }, "both threads idle"));
+  auto first = std::async(std::launch::async, [this] {
+    v1::ForwardResponse response;
+    return Call("first", &response).ok();
+  });
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return may_block.size() == 1;
+      },
+      "the first call held"));
+  v1::ForwardResponse response;
+  EXPECT_TRUE(Call("second", &response).ok());  // the other thread takes it: none is left free
+  release.set_value();
+  EXPECT_TRUE(testing::GetWithin(first, "the first call's answer"));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(may_block, (std::vector<bool>{true, false}));
+}
+
+}  // namespace
+}  // namespace mha::serve
