@@ -11,7 +11,8 @@
 //                                      measured in turn, --rounds times), one table of medians and
 //                                      the ratio mha / the better bare server
 //                                      (bench/echo_anchors.sh)
-//   mha_echo_floor --serve [--server mha|callback|async|handoff] [--address 127.0.0.1:0]
+//   mha_echo_floor --serve [--server mha|callback|async|async+health|handoff] [--address
+//   127.0.0.1:0]
 //   [--port-file F]
 //                                      serve only (for mha-client bench --server-pid)
 // Options: --server KIND (default mha), -n REQUESTS (per run, default 4000; --anchors: c=1 runs
@@ -179,8 +180,10 @@ struct Samples {
 };
 using Table = std::vector<std::vector<Samples>>;  // [server][level]
 
+// mha first, then the two bare servers the ratio takes the better of (callback, async).
 const std::vector<EchoServerKind> kKinds = {EchoServerKind::kMhaFloor, EchoServerKind::kCallback,
-                                            EchoServerKind::kAsync, EchoServerKind::kHandoff};
+                                            EchoServerKind::kAsync, EchoServerKind::kAsyncHealth,
+                                            EchoServerKind::kHandoff};
 
 // All the servers forked first (before this process touches gRPC), then measured in turn, round
 // after round, so that the machine's load falls on each alike. False when one failed.
@@ -219,12 +222,12 @@ void PrintTable(const Options& o, const std::vector<int>& levels, const Table& t
   std::string json = "{\"rounds\": " + std::to_string(o.rounds) + ", \"servers\": {";
   std::printf("echo servers, B=1 T=16 E=512 fp32 (32 KiB each way), medians of %d rounds\n",
               o.rounds);
-  std::printf("%-10s", "server");
+  std::printf("%-12s", "server");
   for (int c : levels) std::printf(" | c=%-2d cpu us/call  p50 us   req/s  cs/call", c);
   std::printf("\n");
   for (size_t s = 0; s < kKinds.size(); ++s) {
     const char* name = mha::bench::EchoServerName(kKinds[s]);
-    std::printf("%-10s", name);
+    std::printf("%-12s", name);
     json += std::string(s ? ", " : "") + "\"" + name + "\": {";
     for (size_t l = 0; l < levels.size(); ++l) {
       const Samples& x = table[s][l];
@@ -251,13 +254,25 @@ void PrintTable(const Options& o, const std::vector<int>& levels, const Table& t
             "\": " + std::to_string(ratio);
   }
   std::printf("\n");
+  // The same with the health service on (table[3]): what mha-server, which serves it, pays for
+  // gRPC's callback-queue pollers whatever its own code does.
+  json += "}, \"ratio_vs_async_health\": {";
+  std::printf("mha / async+health, server cpu per call:");
+  for (size_t l = 0; l < levels.size(); ++l) {
+    const double bare = Median(table[3][l].cpu_us);
+    const double ratio = bare > 0 ? Median(table[0][l].cpu_us) / bare : 0;
+    std::printf("  c=%d %.2fx", levels[l], ratio);
+    json += std::string(l ? ", " : "") + "\"c" + std::to_string(levels[l]) +
+            "\": " + std::to_string(ratio);
+  }
+  std::printf("\n");
   if (o.json) std::printf("%s}}\n", json.c_str());
 }
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--anchors [--rounds R]] [--serve [--address HOST:PORT] [--port-file F]] "
-               "[--server mha|callback|async|handoff] [-n REQUESTS] [-c C] [--json]\n",
+               "[--server mha|callback|async|async+health|handoff] [-n REQUESTS] [-c C] [--json]\n",
                argv0);
   return 2;
 }

@@ -321,7 +321,8 @@ int ServeMha(const std::string& address, const std::string& port_file, int port_
   return 0;
 }
 
-int ServeAsync(const std::string& address, const std::string& port_file, int port_fd) {
+int ServeAsync(const std::string& address, const std::string& port_file, int port_fd, bool health) {
+  if (health) grpc::EnableDefaultHealthCheckService(true);
   AttentionService::AsyncService service;
   grpc::ServerBuilder builder;
   int port = 0;
@@ -329,8 +330,9 @@ int ServeAsync(const std::string& address, const std::string& port_file, int por
   builder.RegisterService(&service);
   std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
   std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
-  if (!server || port == 0 || !Announce("async", port, port_file, port_fd)) {
-    std::fprintf(stderr, "echo server 'async': cannot listen on %s\n", address.c_str());
+  const char* name = health ? "async+health" : "async";
+  if (!server || port == 0 || !Announce(name, port, port_file, port_fd)) {
+    std::fprintf(stderr, "echo server '%s': cannot listen on %s\n", name, address.c_str());
     return 1;
   }
   std::thread handler([&] {  // the example's HandleRpcs, ending when the queue is shut down
@@ -357,6 +359,8 @@ const char* EchoServerName(EchoServerKind kind) {
       return "callback";
     case EchoServerKind::kAsync:
       return "async";
+    case EchoServerKind::kAsyncHealth:
+      return "async+health";
     case EchoServerKind::kHandoff:
       return "handoff";
   }
@@ -364,8 +368,9 @@ const char* EchoServerName(EchoServerKind kind) {
 }
 
 bool ParseEchoServerKind(const std::string& name, EchoServerKind* kind) {
-  for (EchoServerKind k : {EchoServerKind::kMhaFloor, EchoServerKind::kCallback,
-                           EchoServerKind::kAsync, EchoServerKind::kHandoff}) {
+  for (EchoServerKind k :
+       {EchoServerKind::kMhaFloor, EchoServerKind::kCallback, EchoServerKind::kAsync,
+        EchoServerKind::kAsyncHealth, EchoServerKind::kHandoff}) {
     if (name == EchoServerName(k)) {
       *kind = k;
       return true;
@@ -386,7 +391,9 @@ int ServeEcho(EchoServerKind kind, const std::string& address, const std::string
       return ServeCallback(&service, address, port_file, port_fd, "callback");
     }
     case EchoServerKind::kAsync:
-      return ServeAsync(address, port_file, port_fd);
+      return ServeAsync(address, port_file, port_fd, /*health=*/false);
+    case EchoServerKind::kAsyncHealth:
+      return ServeAsync(address, port_file, port_fd, /*health=*/true);
     case EchoServerKind::kHandoff: {
       absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as kMhaFloor
       HandoffService service;

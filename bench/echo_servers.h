@@ -9,6 +9,11 @@
 //              serializes.
 //   kAsync     gRPC's own completion-queue pattern (greeter_async_server.cc): the generated
 //              AsyncService, one completion queue drained by one thread, a CallData per call.
+//   kAsyncHealth  kAsync with gRPC's default health service enabled (as mha-server and every
+//              server behind a Kubernetes gRPC probe run): that service is on the callback API, so
+//              gRPC starts its callback queue's polling threads, which now compete with the
+//              completion-queue thread for the socket's events (what any callback method costs a
+//              completion-queue method).
 //   kHandoff   kMhaFloor answered as mha-server's scheduler answers: the handler queues the call,
 //              one worker thread takes all that is queued and Finishes each (no compute): what
 //              answering from a thread of one's own costs gRPC.
@@ -19,7 +24,7 @@
 
 namespace mha::bench {
 
-enum class EchoServerKind { kMhaFloor, kCallback, kAsync, kHandoff };
+enum class EchoServerKind { kMhaFloor, kCallback, kAsync, kAsyncHealth, kHandoff };
 
 // "mha", "callback", "async", "handoff" (the names --server takes and the table prints).
 const char* EchoServerName(EchoServerKind kind);

@@ -30,9 +30,14 @@ void CqCall::OnEvent(Event event, bool ok) {
       return;
     }
     started_ = true;
-    method_->RequestOne();  // the next call, before this one is handled
-    may_block_ = method_->idle_.load(std::memory_order_relaxed) > 0;
-    method_->handler_(this);
+    CqUnaryMethod* const method = method_;  // `this` may be gone once the handler returns
+    method->RequestOne();                   // the next call, before this one is handled
+    // Free to block while another thread is outside a handler: that one only passes events on
+    // (finishes, done tags) and is soon back for the next call.
+    const int handling = method->handling_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    may_block_ = handling < method->thread_count_;
+    method->handler_(this);
+    method->handling_.fetch_sub(1, std::memory_order_acq_rel);
     return;
   }
   Release();  // the finish went out (or failed), or the call is done
@@ -56,6 +61,7 @@ void CqUnaryMethod::Start() {
   }
   for (int i = 0; i < std::max(1, options_.slots); ++i) RequestOne();
   const int threads = std::max(2, options_.threads);
+  thread_count_ = threads;
   threads_.reserve(threads);
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
 }

@@ -42,8 +42,9 @@ class CqCall {
   grpc::ServerContext* context() { return &context_; }
   const grpc::ByteBuffer& request() const { return request_; }
   grpc::ByteBuffer* response() { return &response_; }
-  // True when another of the method's threads was waiting for the next call as this one started:
-  // the handler may then block this thread for a pass without delaying anybody's call.
+  // True when another of the method's threads was outside a handler as this one started (waiting
+  // for the next call, or passing an event on): the handler may then block this thread for a pass
+  // without delaying anybody's call. At most threads - 1 handlers are told so at once.
   bool may_block() const { return may_block_; }
   // Sends response() with an OK status, or the status alone; once per call, from any thread.
   void Finish(const grpc::Status& status);
@@ -108,11 +109,13 @@ class CqUnaryMethod {
   const Handler handler_;
   const Options options_;
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
-  std::mutex mu_;             // orders RequestOne against the queue's shutdown
-  bool accepting_ = false;    // Start() ran and Shutdown() did not
-  bool shut_down_ = false;    // the queue was shut down (it lives on until the destructor)
-  std::atomic<int> idle_{0};  // threads waiting in Next
-  std::atomic<int> live_{0};  // CqCall objects alive
+  std::mutex mu_;                 // orders RequestOne against the queue's shutdown
+  bool accepting_ = false;        // Start() ran and Shutdown() did not
+  bool shut_down_ = false;        // the queue was shut down (it lives on until the destructor)
+  std::atomic<int> idle_{0};      // threads waiting in Next
+  std::atomic<int> handling_{0};  // threads inside the handler
+  int thread_count_ = 0;          // set by Start()
+  std::atomic<int> live_{0};      // CqCall objects alive
   std::vector<std::thread> threads_;
 };
 
