@@ -52,8 +52,10 @@ StatusOr<std::unique_ptr<PreparedCall>> Prepare(const RestContext& c, const http
 }
 
 // Runs the request on the core and waits for its answer (this connection's thread blocks; the
-// core's threads do not).
+// core's threads do not). As it blocks anyway, it may run the pass itself when the model is idle
+// (InferenceRequest::caller_may_run).
 InferenceResponse RunOnCore(InferenceServer* core, InferenceRequest request) {
+  request.caller_may_run = true;
   auto answer = std::make_shared<std::promise<InferenceResponse>>();
   std::future<InferenceResponse> result = answer->get_future();
   core->Infer(std::move(request),
