@@ -32,9 +32,10 @@ done
 # The CUDA test's cudart half (its torch and server includes need a configured build: CUDA_TESTS=1
 # with build/ configured compiles it too, against Debian's LibTorch headers).
 if [ "${CUDA_TESTS:-0}" = 1 ]; then
-  torch_inc=${TORCH_INCLUDE:-/usr/include}
-  "${CXX:-g++}" "${flags[@]}" -I. -Ibuild -Ibuild/proto -Itests/unit/frontends \
-    -isystem "$torch_inc" -isystem "$torch_inc/torch/csrc/api/include" \
+  torch_inc=${TORCH_INCLUDE:-/usr/include}  # Debian's LibTorch: /usr/include (not added twice)
+  extra=(); [ "$torch_inc" = /usr/include ] || extra=(-isystem "$torch_inc")
+  "${CXX:-g++}" "${flags[@]}" -I. -Icore/include_torch -Ibuild/proto/gen -Itests/unit/frontends \
+    "${extra[@]}" -isystem "$torch_inc/torch/csrc/api/include" \
     tests/unit/frontends/cuda_shm_test.cc
   echo "  ok tests/unit/frontends/cuda_shm_test.cc"
 fi
