@@ -87,6 +87,10 @@ struct HostOutputs {
 
 // The element types an answer is written in.
 struct OutputTypes {
+  OutputTypes() = default;
+  // The types alone, as callers write them (OutputTypes{output, weights}); places set apart.
+  OutputTypes(ElementType output_type, std::optional<ElementType> weights_type = std::nullopt)
+      : output(output_type), weights(weights_type) {}
   ElementType output = ElementType::kFloat32;
   std::optional<ElementType> weights;  // unset = output
   DevicePlace output_place;            // defined: output written there (DevicePlace)
