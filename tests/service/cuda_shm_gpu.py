@@ -173,8 +173,9 @@ def checks(rest, torch):
                            {"raw_handle": {"b64": handle}, "device_id": 99, "byte_size": 64}),
                       "device_id 99 is not in [0, ")
     check(ok, f"device_id out of range refused: {got}")
-    ok, got = refusal(infer(rest, [B, T, E], q_region="c", q_offset=off + 4 * n, o_region="c",
-                            o_offset=off), "is past the end of region 'c'")
+    past = infer(rest, [B, T, E], q_region="c", q_offset=off + 4 * n + 4, o_region="c",
+                 o_offset=off)
+    ok, got = refusal(past, "is past the end of region 'c'")
     check(ok, f"offset + byte size past the region refused: {got}")
     ok, got = refusal(infer(rest, [B, T, E], q_region="c", q_offset=off, o_region="c",
                             o_offset=off + 4 * n, o_bytes=16), "too small for the output's")
