@@ -246,9 +246,9 @@ StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& 
   for (OutputTensor which : call.outputs) names.emplace_back(OutputName(which));
   MHA_RETURN_IF_ERROR(PlaceShmOutputs(r, names, options.shm, &call.shm));
   for (size_t i = 0; i < call.shm.outputs.size(); ++i) {  // CUDA regions: written on the device
-    if (call.outputs[i] == OutputTensor::kOutput)
-      PlaceOnDevice(call.shm.outputs[i], &in.output_place);
-    if (call.outputs[i] == OutputTensor::kAttnWeights) {
+    const OutputTensor which = call.outputs[i];
+    if (which == OutputTensor::kOutput) PlaceOnDevice(call.shm.outputs[i], &in.output_place);
+    if (which == OutputTensor::kAttnWeights) {
       PlaceOnDevice(call.shm.outputs[i], &in.attn_weights_place);
     }
   }
