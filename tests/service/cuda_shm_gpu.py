@@ -31,6 +31,11 @@ p.add_argument("--out", default=None, help="the row's JSON (summary.py's rows_*.
 a = p.parse_args()
 res = {"row": "cudashm", "device": a.device, "rows": []}
 E, B, T = 512, 8, 128
+# Expandable segments are not cudaMalloc blocks: their handles are not cudaIpcMemHandle_t.
+_alloc = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+if "expandable_segments:True" in _alloc:
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = _alloc.replace("expandable_segments:True",
+                                                           "expandable_segments:False")
 CXX_ENV = dict(os.environ)
 if "MHA_BENCH_LD_LIBRARY_PATH" in os.environ:  # the C++ programs get the carried libraries
     CXX_ENV["LD_LIBRARY_PATH"] = os.environ["MHA_BENCH_LD_LIBRARY_PATH"]
@@ -82,10 +87,23 @@ def start_server(work):
         time.sleep(0.1)
 
 
+def raw_ipc_handle(handle):
+    """The cudaIpcMemHandle_t in PyTorch's storage handle: the 64 bytes themselves (older torch),
+    or [version][b'c'][64 bytes] (c10's shareIpcHandle since the handles were versioned); an
+    expandable segment's (b'e') is not a cudaIpcMemHandle_t."""
+    if len(handle) == 64:
+        return bytes(handle)
+    if len(handle) >= 66 and handle[1] == ord("c"):
+        return bytes(handle[2:66])
+    res.setdefault("errors", []).append(f"storage handle of {len(handle)} bytes, type "
+                                        f"{bytes(handle[1:2])!r}: not a cudaIpcMemHandle_t")
+    raise SystemExit(1)
+
+
 def share(t):
     """(raw handle bytes, offset of t in the handle's segment, the segment bytes up to t's end)."""
     info = t.untyped_storage()._share_cuda_()
-    handle, offset = info[1], info[3] + t.storage_offset() * t.element_size()
+    handle, offset = raw_ipc_handle(info[1]), info[3] + t.storage_offset() * t.element_size()
     return handle, offset, offset + t.numel() * t.element_size()
 
 
