@@ -1,7 +1,8 @@
 // CUDA shared memory on a device (built with MHA_WITH_CUDA and MHA_CUDA_SHM; every case skips
 // elsewhere, and where no device is seen): a child process allocates device memory, fills it and
-// exports a cudaIpcMemHandle_t (a handle opens only in another process than its maker), the
-// server side opens it through the registry, reads it as a device tensor without a host copy,
+// exports a cudaIpcMemHandle_t (a handle opens only in another process than its maker; the cases
+// share one child and each registers the handle in a registry of its own), the server side opens
+// it through the registry, reads it as a device tensor without a host copy,
 // writes an output into it device to device, and closes it when the last holder lets go.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -89,11 +90,20 @@ std::vector<float> ReadBack(const void* device_data, size_t floats) {
 
 class CudaShmTest : public ::testing::Test {
  protected:
+#ifdef MHA_CUDA_SHM_TEST
+  // One exporter for the suite, forked before this process touches CUDA (a child forked after
+  // the parent initialized CUDA cannot use it): this binary holds this suite only.
+  static void SetUpTestSuite() { exporter_ = new IpcExporter(); }
+  static void TearDownTestSuite() {
+    delete exporter_;
+    exporter_ = nullptr;
+  }
+#endif
+
   void SetUp() override {
 #ifndef MHA_CUDA_SHM_TEST
     GTEST_SKIP() << "built without CUDA shared memory: " << CudaShmUnavailableReason();
 #else
-    exporter_ = std::make_unique<IpcExporter>();  // forks before this process touches CUDA
     int count = 0;
     if (!exporter_->ok() || cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       GTEST_SKIP() << "no CUDA device (or the child could not export a handle)";
@@ -104,9 +114,13 @@ class CudaShmTest : public ::testing::Test {
 
   SharedMemoryRegistry registry_{ShmRegistryOptions{true, int64_t{1} << 20}};
 #ifdef MHA_CUDA_SHM_TEST
-  std::unique_ptr<IpcExporter> exporter_;
+  static IpcExporter* exporter_;
 #endif
 };
+
+#ifdef MHA_CUDA_SHM_TEST
+IpcExporter* CudaShmTest::exporter_ = nullptr;
+#endif
 
 #ifdef MHA_CUDA_SHM_TEST
 TEST_F(CudaShmTest, RegistersListsAndReadsTheClientsDeviceBytes) {
