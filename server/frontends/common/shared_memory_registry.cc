@@ -224,12 +224,10 @@ Status SharedMemoryRegistry::CheckNew(const std::string& name, uint64_t byte_siz
                                       const char* kind) const {
   const std::string what = "region " + Q(name);
   if (const auto it = regions_.find(name); it != regions_.end()) {
-    const bool cuda = it->second->kind() == ShmKind::kCuda;
-    return AlreadyExists(what + " is registered already" +
-                         (std::string(kind) == (cuda ? "CUDA" : "system")
-                              ? std::string()
-                              : std::string(" as a ") + (cuda ? "CUDA" : "system") + " region") +
-                         " (unregister it first)");
+    const char* has = it->second->kind() == ShmKind::kCuda ? "CUDA" : "system";
+    const std::string other =
+        std::string(kind) == has ? "" : std::string(" as a ") + has + " region";
+    return AlreadyExists(what + " is registered already" + other + " (unregister it first)");
   }
   const auto budget = static_cast<uint64_t>(options_.max_shm_bytes);
   const auto in_use = static_cast<uint64_t>(accounting_->mapped.load());
