@@ -4,7 +4,7 @@
 # (--device cuda, --allow-client-shm=true), checks Triton's CUDA shared-memory extension with real
 # IPC handles from PyTorch (register / status / unregister, the refusals that need a device, the
 # answers against in-band and system shared memory), then measures B=8,T=128,E=512 fp32 through
-# CUDA shared memory, 2 client processes, against mha-client local-bench on the same device
+# CUDA shared memory, 4 client processes, against mha-client local-bench on the same device
 # (goal: served / in-process >= 0.9). Its JSON: $bdir/rows_cudashm.json, folded into summary.json
 # and rows.md like 25-rows.sh's. Over REST (stdlib http.client): grpcio is not needed.
 #   cudashm   ~35 s (server start ~10, checks ~5, 8 s served + 8 s in-process, process starts),

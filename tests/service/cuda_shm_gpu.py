@@ -26,7 +26,8 @@ p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTex
 p.add_argument("--build", default=os.environ.get("MHA_BUILD_DIR", "build"))
 p.add_argument("--device", default="cuda")
 p.add_argument("--seconds", type=float, default=8.0, help="each side of the rate")
-p.add_argument("--clients", type=int, default=2, help="processes calling at once")
+p.add_argument("--clients", type=int, default=4, help="processes calling at once (Python REST\n"
+               "clients: ~1 ms of client time a call, so more than the CPU rows' 2)")
 p.add_argument("--out", default=None, help="the row's JSON (summary.py's rows_*.json format)")
 a = p.parse_args()
 res = {"row": "cudashm", "device": a.device, "rows": []}
