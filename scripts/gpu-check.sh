@@ -20,14 +20,16 @@
 #                 change get back the mtimes of the last build, so a fresh copy of the tree does
 #                 not rebuild everything),
 #                 JOBS (default nproc), MHA_DEPS_PREFIX (default /tmp/mha-deps), BUILD (build-cuda),
-#                 SERVE_DEVICE / SERVE_DTYPE, GOALS_ROWS, GPU_ROWS_TINY: 25-rows.sh
+#                 SERVE_DEVICE / SERVE_DTYPE, GOALS_ROWS, GPU_ROWS_TINY: 25-rows.sh; CUDASHM_SECONDS:
+#                 27-cudashm.sh
 # The default steps in the order they run, and their time on an H100 (16 cores): the build from
 # the earlier leases (212 objects in ~300 s; the serving binaries are 172 of today's 297), the
 # rows estimated from their sizes (scripts/gpu-check/25-rows.sh says what each measures):
 #   risks ~10 s, unpack ~15, configure ~30 (three torch imports included),
 #   build (mha-server, mha-client, mha_echo_floor) ~240 (cap 340),
 #   coldstart ~30, longseq ~35, llamastep ~60, goals (rows c32, decode64, batching) ~45,
-#   the mtimes kept, the linkage report and summary ~15                 = ~480 s of the 530 s;
+#   cudashm (issue 44 item 6's row, scripts/gpu-check/27-cudashm.sh) ~35,
+#   the mtimes kept, the linkage report and summary ~15                 = ~515 s of the 530 s;
 #   then buildrest (every other target: tests, benches) and ctest take what is left (a step's
 #   cap is cut to the time left; under 15 s it is recorded no-time). A rerun on the warm machine
 #   goes on with them: GPU_CHECK_STEPS="buildrest ctest" (~180 s + up to 180 s); a 15-minute
@@ -44,7 +46,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 OUT=${OUT:-/tmp/gpu-check-out}; mkdir -p "$OUT"
 budget=${GPU_CHECK_BUDGET:-530}
-steps=${GPU_CHECK_STEPS:-risks unpack configure build coldstart longseq llamastep goals buildrest ctest}
+steps=${GPU_CHECK_STEPS:-risks unpack configure build coldstart longseq llamastep goals cudashm buildrest ctest}
 jobs=${JOBS:-$(nproc)}
 prefix=${MHA_DEPS_PREFIX:-/tmp/mha-deps}
 build=${BUILD:-build-cuda}

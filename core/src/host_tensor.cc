@@ -103,6 +103,18 @@ StatusOr<HostTensor> HostTensor::View(ElementType type, std::vector<int64_t> sha
   return t;
 }
 
+StatusOr<HostTensor> HostTensor::DeviceView(ElementType type, std::vector<int64_t> shape,
+                                            const void* data, size_t bytes, int device,
+                                            std::shared_ptr<const void> owner,
+                                            const std::string& field) {
+  if (device < 0) {
+    return InvalidArgument(field + ": device " + std::to_string(device) + " is not a CUDA device");
+  }
+  auto view = View(type, std::move(shape), data, bytes, std::move(owner), field);
+  if (view.ok()) view->device_ = device;
+  return view;
+}
+
 StatusOr<HostTensor> HostTensor::Copy(ElementType type, std::vector<int64_t> shape,
                                       const void* data, size_t bytes, const std::string& field) {
   auto copy = std::make_shared<std::string>(static_cast<const char*>(data), bytes);

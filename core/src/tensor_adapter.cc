@@ -6,6 +6,8 @@
 #include <memory>
 #include <utility>
 
+#include "mha/device_stream.h"
+
 namespace mha {
 
 namespace {
@@ -14,6 +16,23 @@ constexpr std::pair<ElementType, at::ScalarType> kTypes[] = {
     {ElementType::kFloat32, at::kFloat},     {ElementType::kFloat16, at::kHalf},
     {ElementType::kBFloat16, at::kBFloat16}, {ElementType::kBool, at::kBool},
     {ElementType::kInt32, at::kInt},         {ElementType::kInt64, at::kLong}};
+
+// A CUDA tensor over a device view's bytes (CUDA shared memory), no copy: the model moves it to its
+// own device (a copy only when that is another device or the CPU). The front end checked the
+// pointer is aligned to the element size.
+at::Tensor DeviceTensor(const HostTensor& t) {
+  const auto options =
+      at::TensorOptions()
+          .dtype(ToScalarType(t.dtype()))
+          .device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(t.device())));
+  void* data = const_cast<char*>(t.data());  // read-only by contract
+  return at::from_blob(
+      data, t.shape(), [owner = t.owner()](void*) {}, options);
+}
+
+// `t` in `type` written into `place` on its device (device to device, or host to device for a
+// CPU model), synchronized; a DeviceView of the place. On the host (ToHost) when it does not fit.
+HostTensor ToPlace(const at::Tensor& t, ElementType type, const DevicePlace& place);
 
 }  // namespace
 
@@ -34,6 +53,7 @@ StatusOr<ElementType> ToElementType(at::ScalarType type) {
 
 at::Tensor ToTensor(const HostTensor& t) {
   if (!t.defined()) return at::Tensor();
+  if (t.on_device()) return DeviceTensor(t);
   const auto options = at::TensorOptions().dtype(ToScalarType(t.dtype()));
   const auto address = reinterpret_cast<uintptr_t>(t.data());
   if (t.bytes() == 0 || address % ElementSize(t.dtype()) != 0) {
@@ -66,6 +86,28 @@ HostTensor ToHost(const at::Tensor& t) {
   return ToHost(t, *type);
 }
 
+namespace {
+
+HostTensor ToPlace(const at::Tensor& t, ElementType type, const DevicePlace& place) {
+  if (!t.defined() || !place.defined()) return ToHost(t, type);
+  const at::Tensor cast = t.to(ToScalarType(type)).contiguous();  // on its own device
+  const size_t bytes = static_cast<size_t>(cast.numel()) * cast.element_size();
+  if (bytes > place.bytes) return ToHost(cast, type);  // the front end answers "too small"
+  const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(place.device));
+  at::Tensor target = at::from_blob(place.data, cast.sizes(),
+                                    at::TensorOptions().dtype(cast.scalar_type()).device(device));
+  target.copy_(cast);
+  SynchronizeCurrentStream(device);  // the bytes are in the region before the answer leaves
+  if (cast.is_cuda() && cast.device() != device) SynchronizeCurrentStream(cast.device());
+  std::vector<int64_t> shape(cast.sizes().begin(), cast.sizes().end());
+  auto view = HostTensor::DeviceView(type, std::move(shape), place.data, bytes, place.device,
+                                     place.owner, "output");
+  TORCH_CHECK(view.ok(), view.status().ToString());
+  return std::move(view).value();
+}
+
+}  // namespace
+
 ForwardInputs ToForwardInputs(const HostInputs& in) {
   ForwardInputs f;
   f.query = ToTensor(in.query);
@@ -96,8 +138,8 @@ StepInputs ToStepInputs(const HostInputs& in) {
 HostOutputs ToHostOutputs(const ForwardOutputs& out, const OutputTypes& types) {
   const ElementType weights = types.weights.value_or(types.output);
   HostOutputs h;
-  h.output = ToHost(out.output, types.output);
-  h.attn_weights = ToHost(out.attn_weights, weights);
+  h.output = ToPlace(out.output, types.output, types.output_place);
+  h.attn_weights = ToPlace(out.attn_weights, weights, types.attn_weights_place);
   h.topk_values = ToHost(out.topk_values, weights);
   h.topk_indices = ToHost(out.topk_indices);
   h.head_entropy = ToHost(out.head_entropy);

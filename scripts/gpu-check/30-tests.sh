@@ -5,7 +5,7 @@
 step buildrest 300 "$blog" nice ninja -C "$build" -j"$jobs" -k 0
 if grep -q '^===== \[buildrest\] rc=[1-9]' "$blog"; then
   { python3 scripts/build_errors.py "$blog"
-    [ -f "$bdir/errors-graphs.txt" ] && { echo; echo "## the build with MHA_CUDA_GRAPHS=ON"; cat "$bdir/errors-graphs.txt"; }
+    [ -f "$bdir/errors-graphs.txt" ] && { echo; echo "## $(cat "$bdir/errors-graphs.what")"; cat "$bdir/errors-graphs.txt"; }
   } > "$OUT/errors.txt" 2>&1
 fi
 [ -f "$build/build.ninja" ] && save_mtimes

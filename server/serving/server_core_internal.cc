@@ -92,6 +92,8 @@ Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* req
   const ResponseDTypes dtypes{request->output_dtype.value_or(handle->entry->info.options.dtype),
                               d.task.inputs.weights_dtype};
   d.task.output_types = OutputTypes{ToElementType(dtypes.output), dtypes.weights};
+  d.task.output_types.output_place = d.task.inputs.output_place;  // CUDA shared memory
+  d.task.output_types.attn_weights_place = d.task.inputs.attn_weights_place;
   const Clock::time_point start = request->start;
   const std::optional<Protocol> count_as =
       request->count_outcome ? std::optional<Protocol>(request->protocol) : std::nullopt;

@@ -26,6 +26,7 @@ import grpc
 from inference import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc
 from shm_checks import check, refused  # tests/service/shm_checks.py
 
+CUDA_BUILT = False  # set from ServerMetadata (test_registration)
 MODEL = "format_safetensors"  # self-attention, E = 16, H = 4; its io.safetensors has the answers
 
 
@@ -102,7 +103,9 @@ def mapped(pid, shm):
 def test_registration(c, inp, out, pid):
     meta = c.stub.ServerMetadata(pb.ServerMetadataRequest())
     check("system_shared_memory" in meta.extensions, "ServerMetadata lists system_shared_memory")
-    check("cuda_shared_memory" not in meta.extensions, "no cuda_shared_memory (CPU build)")
+    global CUDA_BUILT
+    CUDA_BUILT = "cuda_shared_memory" in meta.extensions  # a build with CUDA shared memory
+    print(f"# ServerMetadata: cuda_shared_memory {'listed' if CUDA_BUILT else 'not listed'}")
     c.register("in", inp)
     c.register("out", out)
     status = c.stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest()).regions
@@ -130,9 +133,23 @@ def test_registration(c, inp, out, pid):
     finally:
         big.close()
         big.unlink()
+    short = pb.CudaSharedMemoryRegisterRequest(name="g", raw_handle=b"\0" * 8, byte_size=8)
+    refused(lambda: c.stub.CudaSharedMemoryRegister(short), code.INVALID_ARGUMENT,
+            "CUDA region 'g': raw_handle is 8 bytes, a cudaIpcMemHandle_t is 64")
+    refused(lambda: c.stub.CudaSharedMemoryRegister(pb.CudaSharedMemoryRegisterRequest(
+        name="in", raw_handle=b"\0" * 64, byte_size=8)), code.ALREADY_EXISTS,
+        "region 'in' is registered already as a system region")
     cuda = pb.CudaSharedMemoryRegisterRequest(name="g", raw_handle=b"\0" * 64, byte_size=8)
-    refused(lambda: c.stub.CudaSharedMemoryRegister(cuda), code.INVALID_ARGUMENT,
-            "this server was built without CUDA")
+    if CUDA_BUILT:  # a handle of zeros is no allocation's (tests/gpu/cuda_shm_gpu.py: real ones)
+        refused(lambda: c.stub.CudaSharedMemoryRegister(cuda), code.INVALID_ARGUMENT,
+                "cudaIpcOpenMemHandle")
+    else:
+        refused(lambda: c.stub.CudaSharedMemoryRegister(cuda), code.FAILED_PRECONDITION,
+                "CUDA region 'g': CUDA shared memory: this server was built without CUDA")
+    check(len(c.stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest()).regions) == 0,
+          "CudaSharedMemoryStatus: no CUDA regions (the system ones are not listed)")
+    refused(lambda: c.stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest(name="in")),
+            code.NOT_FOUND, "CUDA shared memory region 'in' is not registered")
 
 
 def check_results(c, out, what, out_offset=0, w_offset=None):
@@ -252,7 +269,15 @@ def test_rest(c, inp, out):
     check(status == 200 and status2 == 404, "REST: unregister, then status of it is 404")
     status, body = c.rest("POST", "/v2/cudasharedmemory/region/g/register",
                           {"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 8})
-    check(status == 400 and "built without CUDA" in body["error"], "REST: CUDA refused")
+    check(status == 400 and "raw_handle is 3 bytes" in body["error"],
+          "REST: a CUDA handle that is not 64 bytes refused")
+    zeros = "A" * 86 + "=="  # base64 of 64 zero bytes
+    status, body = c.rest("POST", "/v2/cudasharedmemory/region/g/register",
+                          {"raw_handle": {"b64": zeros}, "device_id": 0, "byte_size": 8})
+    expected = "cudaIpcOpenMemHandle" if CUDA_BUILT else "built without CUDA"
+    check(status == 400 and expected in body["error"], f"REST: CUDA refused ({expected})")
+    status, body = c.rest("GET", "/v2/cudasharedmemory/status")
+    check(status == 200 and body == [], "REST: no CUDA regions listed")
 
 
 def entered(hold_dir):
@@ -324,6 +349,10 @@ def run_off(c, args):
         auth = (("authorization", "Bearer " + token),)
         refused(lambda: c.register("in", inp, metadata=auth), code.FAILED_PRECONDITION,
                 "--allow-client-shm=true")
+        cuda = pb.CudaSharedMemoryRegisterRequest(name="g", raw_handle=b"\0" * 64, byte_size=8)
+        refused(lambda: c.stub.CudaSharedMemoryRegister(cuda), code.UNAUTHENTICATED, "")
+        refused(lambda: c.stub.CudaSharedMemoryRegister(cuda, metadata=auth),
+                code.FAILED_PRECONDITION, "--allow-client-shm=true")
         status, _ = c.rest("POST", "/v2/systemsharedmemory/region/in/register",
                            {"key": "/" + inp.name, "byte_size": 4096})
         check(status == 401, f"REST register without the token: 401 ({status})")

@@ -3,7 +3,9 @@
 // ForwardInputs / ForwardOutputs (mha/forward_io.h) and back in one place (mha/tensor_adapter.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -38,6 +40,18 @@ inline SelectedShape SelectedWeightsShape(const WeightsSelection& s, bool averag
   return shape;
 }
 
+// Where an output is to be written on a CUDA device (a CUDA shared-memory region's slice,
+// mha/device_memory.h): the core copies the answer there device to device, synchronized before
+// the answer leaves it, and answers a HostTensor::DeviceView of it. Undefined: answer on the host.
+// An answer larger than `bytes` is answered on the host instead (the front end refuses it).
+struct DevicePlace {
+  void* data = nullptr;
+  size_t bytes = 0;
+  int device = -1;
+  std::shared_ptr<const void> owner;  // keeps the region open while the pass writes
+  bool defined() const { return data != nullptr && device >= 0; }
+};
+
 // Batch-first inputs, as mha/forward_io.h's ForwardInputs (which documents each field).
 // Undefined tensors mean "absent". For a session step only query and the masks are used.
 struct HostInputs {
@@ -52,7 +66,9 @@ struct HostInputs {
   WeightsSelection weights_selection;
   std::optional<ElementType> weights_dtype;  // floating; unset = the output's dtype
   bool head_stats = false;
-  HostTensor head_mask;  // [H] or [B, H] floating
+  HostTensor head_mask;            // [H] or [B, H] floating
+  DevicePlace output_place;        // output into CUDA shared memory (copied to OutputTypes)
+  DevicePlace attn_weights_place;  // dense attn_weights into CUDA shared memory
   bool wants_head_options() const {
     return weights_selection.any() || weights_dtype || head_stats || head_mask.defined();
   }
@@ -71,8 +87,14 @@ struct HostOutputs {
 
 // The element types an answer is written in.
 struct OutputTypes {
+  OutputTypes() = default;
+  // The types alone, as callers write them (OutputTypes{output, weights}); places set apart.
+  OutputTypes(ElementType output_type, std::optional<ElementType> weights_type = std::nullopt)
+      : output(output_type), weights(weights_type) {}
   ElementType output = ElementType::kFloat32;
   std::optional<ElementType> weights;  // unset = output
+  DevicePlace output_place;            // defined: output written there (DevicePlace)
+  DevicePlace attn_weights_place;      // defined: dense attn_weights written there
 };
 
 }  // namespace mha

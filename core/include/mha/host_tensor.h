@@ -1,7 +1,9 @@
 // The tensor every layer outside the core carries: an element type, a shape and a view of host
-// bytes, with an owner that keeps the bytes alive. No LibTorch: front ends, the wire codec, the
-// serving layer and the app move these; one adapter in the core (mha/tensor_adapter.h) turns them
-// into at::Tensor and back.
+// bytes, with an owner that keeps the bytes alive. Or, for CUDA shared memory only
+// (mha/device_memory.h), a view of bytes on a CUDA device (on_device(): data() is a device
+// pointer that only the core dereferences, through LibTorch; the front ends carry it). No LibTorch:
+// front ends, the wire codec, the serving layer and the app move these; one adapter in the core
+// (mha/tensor_adapter.h) turns them into at::Tensor and back.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +39,11 @@ class HostTensor {
   // A tensor owning a copy of `bytes` bytes at `data` (same checks).
   static StatusOr<HostTensor> Copy(ElementType type, std::vector<int64_t> shape, const void* data,
                                    size_t bytes, const std::string& field = "tensor");
+  // The same checks for `bytes` bytes at device pointer `data` on CUDA device `device` (>= 0).
+  static StatusOr<HostTensor> DeviceView(ElementType type, std::vector<int64_t> shape,
+                                         const void* data, size_t bytes, int device,
+                                         std::shared_ptr<const void> owner,
+                                         const std::string& field = "tensor");
   // Float32 values, owned (warm-up inputs, tests).
   static HostTensor FromFloats(std::vector<int64_t> shape, std::vector<float> values);
 
@@ -49,6 +56,8 @@ class HostTensor {
   const char* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   const std::shared_ptr<const void>& owner() const { return owner_; }
+  int device() const { return device_; }  // the CUDA device of a DeviceView; -1 on the host
+  bool on_device() const { return device_ >= 0; }
 
  private:
   bool defined_ = false;
@@ -57,6 +66,7 @@ class HostTensor {
   const char* data_ = nullptr;
   size_t bytes_ = 0;
   std::shared_ptr<const void> owner_;
+  int device_ = -1;
 };
 
 }  // namespace mha

@@ -11,6 +11,7 @@
 #include <limits>
 #include <utility>
 
+#include "mha/device_memory.h"
 #include "mha/text.h"
 #include "server/frontends/common/shm_fault_guard.h"
 
@@ -38,12 +39,27 @@ class ShmMapping {
         region_(region),
         slot_(slot),
         accounting_(std::move(accounting)) {}
+  // A CUDA region: `device` keeps the IPC handle open (closed when the last holder lets go).
+  ShmMapping(CudaShmRegionSpec spec, std::shared_ptr<const DeviceRegion> device,
+             std::shared_ptr<SharedMemoryRegistry::Accounting> accounting)
+      : spec_{spec.name, "", 0, spec.byte_size},
+        cuda_{spec.name, "", spec.device_id, spec.byte_size},
+        fd_(-1),
+        base_(nullptr),
+        length_(0),
+        region_(static_cast<char*>(device->data())),
+        slot_(-1),
+        device_(std::move(device)),
+        accounting_(std::move(accounting)) {}
   ShmMapping(const ShmMapping&) = delete;
   ShmMapping& operator=(const ShmMapping&) = delete;
   ~ShmMapping() {
-    ShmFaultGuard::Unwatch(slot_);
-    munmap(base_, length_);
-    close(fd_);
+    if (base_ != nullptr) {
+      ShmFaultGuard::Unwatch(slot_);
+      munmap(base_, length_);
+      close(fd_);
+    }
+    device_.reset();  // cudaIpcCloseMemHandle
     accounting_->mapped -= static_cast<int64_t>(spec_.byte_size);
     std::vector<std::shared_ptr<ShmUnmapHook>> released;
     {
@@ -54,6 +70,9 @@ class ShmMapping {
   }
 
   const ShmRegionSpec& spec() const { return spec_; }
+  const CudaShmRegionSpec& cuda() const { return cuda_; }
+  ShmKind kind() const { return device_ ? ShmKind::kCuda : ShmKind::kSystem; }
+  int device() const { return device_ ? device_->device() : -1; }
   char* region() const { return region_; }
   void OnUnmap(std::shared_ptr<ShmUnmapHook> release) const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -63,11 +82,13 @@ class ShmMapping {
 
  private:
   const ShmRegionSpec spec_;
+  const CudaShmRegionSpec cuda_;
   const int fd_;
   void* const base_;
   const size_t length_;
   char* const region_;
   const int slot_;
+  std::shared_ptr<const DeviceRegion> device_;
   const std::shared_ptr<SharedMemoryRegistry::Accounting> accounting_;
   mutable std::mutex mutex_;
   mutable std::vector<std::shared_ptr<ShmUnmapHook>> released_;
@@ -130,6 +151,7 @@ StatusOr<int> OpenObject(const ShmRegionSpec& spec, const std::string& what) {
 }  // namespace
 
 Status ShmMapping::Check() const {
+  if (device_) return Status::Ok();  // device memory: no object to truncate
   const std::string what = "shared memory region " + Q(spec_.name);
   if (ShmFaultGuard::Faulted(slot_)) {
     return InvalidArgument(what + ": its object " + Q(spec_.key) +
@@ -166,19 +188,13 @@ Status SharedMemoryRegistry::Register(const ShmRegionSpec& spec) {
     return InvalidArgument(what + ": " + key.message());
   if (spec.byte_size == 0) return InvalidArgument(what + ": byte_size must be > 0");
   std::lock_guard<std::mutex> lock(mutex_);
-  if (regions_.count(spec.name) != 0) {
-    return AlreadyExists(what + " is registered already (unregister it first)");
-  }
+  if (regions_.count(spec.name) != 0) return CheckNew(spec.name, spec.byte_size, "system");
   auto opened = OpenObject(spec, what);
   if (!opened.ok()) return opened.status();
   const int fd = *opened;
-  const auto budget = static_cast<uint64_t>(options_.max_shm_bytes);
-  const auto in_use = static_cast<uint64_t>(accounting_->mapped.load());
-  if (!Within(in_use, spec.byte_size, budget)) {
+  if (Status fits = CheckNew(spec.name, spec.byte_size, "system"); !fits.ok()) {
     close(fd);
-    return ResourceExhausted(what + ": " + std::to_string(spec.byte_size) +
-                             " bytes more would map " + Sum(in_use, spec.byte_size) +
-                             " bytes, over --max-shm-bytes " + std::to_string(budget));
+    return fits;
   }
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t start = spec.offset - spec.offset % page;
@@ -204,13 +220,55 @@ Status SharedMemoryRegistry::Register(const ShmRegionSpec& spec) {
   return Status::Ok();
 }
 
-void SharedMemoryRegistry::Unregister(const std::string& name, std::function<void()> done) {
+Status SharedMemoryRegistry::CheckNew(const std::string& name, uint64_t byte_size,
+                                      const char* kind) const {
+  const std::string what = "region " + Q(name);
+  if (const auto it = regions_.find(name); it != regions_.end()) {
+    const char* has = it->second->kind() == ShmKind::kCuda ? "CUDA" : "system";
+    const std::string other =
+        std::string(kind) == has ? "" : std::string(" as a ") + has + " region";
+    return AlreadyExists(what + " is registered already" + other + " (unregister it first)");
+  }
+  const auto budget = static_cast<uint64_t>(options_.max_shm_bytes);
+  const auto in_use = static_cast<uint64_t>(accounting_->mapped.load());
+  if (!Within(in_use, byte_size, budget)) {
+    return ResourceExhausted(what + ": " + std::to_string(byte_size) + " bytes more would map " +
+                             Sum(in_use, byte_size) + " bytes, over --max-shm-bytes " +
+                             std::to_string(budget));
+  }
+  return Status::Ok();
+}
+
+Status SharedMemoryRegistry::RegisterCuda(const CudaShmRegionSpec& spec) {
+  if (!allowed()) {
+    return FailedPrecondition(
+        "shared memory registration is off: start the server with --allow-client-shm=true");
+  }
+  if (spec.name.empty()) return InvalidArgument("name: a region needs a name");
+  const std::string what = "CUDA region " + Q(spec.name);
+  if (spec.device_id < 0 || spec.device_id > std::numeric_limits<int>::max()) {
+    return InvalidArgument(what + ": device_id " + std::to_string(spec.device_id) +
+                           " is not a device index");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  MHA_RETURN_IF_ERROR(CheckNew(spec.name, spec.byte_size, "CUDA"));
+  auto opened =
+      OpenCudaIpcRegion(spec.raw_handle, static_cast<int>(spec.device_id), spec.byte_size, what);
+  if (!opened.ok()) return opened.status();
+  accounting_->mapped += static_cast<int64_t>(spec.byte_size);
+  regions_[spec.name] = std::make_shared<ShmMapping>(spec, std::move(opened.value()), accounting_);
+  return Status::Ok();
+}
+
+void SharedMemoryRegistry::Unregister(const std::string& name, std::function<void()> done,
+                                      ShmKind kind) {
   auto release = std::make_shared<ShmUnmapHook>(std::move(done));
   std::vector<std::shared_ptr<ShmMapping>> removed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = regions_.begin(); it != regions_.end();) {
-      if (name.empty() || it->first == name) {
+      const bool of_kind = kind == ShmKind::kAll || it->second->kind() == kind;
+      if (of_kind && (name.empty() || it->first == name)) {
         removed.push_back(std::move(it->second));
         it = regions_.erase(it);
       } else {
@@ -227,11 +285,14 @@ void SharedMemoryRegistry::Clear() {
   std::mutex m;
   std::condition_variable unmapped;
   bool all = false;
-  Unregister("", [&] {
-    std::lock_guard<std::mutex> lock(m);
-    all = true;
-    unmapped.notify_all();
-  });
+  Unregister(
+      "",
+      [&] {
+        std::lock_guard<std::mutex> lock(m);
+        all = true;
+        unmapped.notify_all();
+      },
+      ShmKind::kAll);
   std::unique_lock<std::mutex> lock(m);
   unmapped.wait(lock, [&] { return all; });
 }
@@ -240,11 +301,27 @@ StatusOr<std::vector<ShmRegionSpec>> SharedMemoryRegistry::Regions(const std::st
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<ShmRegionSpec> out;
   for (const auto& [region, mapping] : regions_) {
-    if (name.empty() || region == name) out.push_back(mapping->spec());
+    const bool wanted = name.empty() || region == name;
+    if (wanted && mapping->kind() == ShmKind::kSystem) out.push_back(mapping->spec());
   }
   if (!name.empty() && out.empty()) {
     return NotFound("shared memory region " + Q(name) +
-                    " is not registered (registered: " + Names() + ")");
+                    " is not registered (system regions: " + Names(ShmKind::kSystem) + ")");
+  }
+  return out;
+}
+
+StatusOr<std::vector<CudaShmRegionSpec>> SharedMemoryRegistry::CudaRegions(
+    const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<CudaShmRegionSpec> out;
+  for (const auto& [region, mapping] : regions_) {
+    const bool wanted = name.empty() || region == name;
+    if (wanted && mapping->kind() == ShmKind::kCuda) out.push_back(mapping->cuda());
+  }
+  if (!name.empty() && out.empty()) {
+    return NotFound("CUDA shared memory region " + Q(name) +
+                    " is not registered (CUDA regions: " + Names(ShmKind::kCuda) + ")");
   }
   return out;
 }
@@ -277,13 +354,15 @@ StatusOr<ShmSlice> SharedMemoryRegistry::Acquire(std::string_view field, const s
   slice.bytes = static_cast<size_t>(byte_size);
   slice.region = region;
   slice.offset = offset;
+  slice.device = mapping->device();
   slice.mapping = std::move(mapping);
   return slice;
 }
 
-std::string SharedMemoryRegistry::Names() const {
+std::string SharedMemoryRegistry::Names(ShmKind kind) const {
   std::string names;
   for (const auto& [name, mapping] : regions_) {
+    if (kind != ShmKind::kAll && mapping->kind() != kind) continue;
     names += (names.empty() ? "" : ", ") + Q(name);
   }
   return names.empty() ? "none" : names;

@@ -1,5 +1,5 @@
-// Triton's system shared-memory extension, protocol-neutral (the OIP gRPC and REST front ends
-// share one registry): a client creates a POSIX shared-memory object (shm_open "/name"),
+// Triton's system and CUDA shared-memory extensions, protocol-neutral (the OIP gRPC and REST front
+// ends share one registry): a client creates a POSIX shared-memory object (shm_open "/name"),
 // registers a region of it (name, key, offset, byte_size), then names the region in an inference
 // request's tensor parameters instead of sending the bytes. Inputs are read from the mapping
 // (borrowed, no copy), outputs written into it.
@@ -13,6 +13,9 @@
 //  - a client that truncates its object while registered gets errors, never a crash: the object's
 //    size is checked (fstat) when a request takes a region and again when it is answered, and
 //    pages past the new end that fault are caught by ShmFaultGuard (shm_fault_guard.h).
+// CUDA regions (RegisterCuda: a cudaIpcMemHandle_t opened on a device, mha/device_memory.h) share
+// the names, the budget, the holding rule and the closing at shutdown; their slices carry a device
+// pointer (ShmSlice::device >= 0) that only the core dereferences.
 #pragma once
 
 #include <atomic>
@@ -36,6 +39,15 @@ struct ShmRegionSpec {
   uint64_t byte_size = 0;
 };
 
+struct CudaShmRegionSpec {
+  std::string name;
+  std::string raw_handle;  // a cudaIpcMemHandle_t's 64 bytes (not kept: Regions answer it empty)
+  int64_t device_id = 0;
+  uint64_t byte_size = 0;
+};
+
+enum class ShmKind { kSystem, kCuda, kAll };
+
 struct ShmRegistryOptions {
   bool allow_client_shm = false;             // --allow-client-shm
   int64_t max_shm_bytes = int64_t{1} << 30;  // --max-shm-bytes: registered bytes at once
@@ -50,6 +62,8 @@ struct ShmSlice {
   size_t bytes = 0;
   std::string region;
   uint64_t offset = 0;  // of `data` in the region
+  int device = -1;      // a CUDA region's device: `data` is a device pointer; -1: host memory
+  bool on_device() const { return device >= 0; }
   // OK while the region is intact: its object still covers it and none of its pages faulted.
   Status Check() const;
 };
@@ -67,15 +81,23 @@ class SharedMemoryRegistry {
   // byte_size past the object (overflow-safe); ALREADY_EXISTS for a name registered;
   // NOT_FOUND when no object has the key; RESOURCE_EXHAUSTED over --max-shm-bytes.
   Status Register(const ShmRegionSpec& spec);
-  // Removes `name` ("" = every region) from the registry now: requests that name it from now on
-  // get NOT_FOUND. `done` runs once every removed region is unmapped: at once, or when the last
-  // request holding one lets go (on that request's thread). A name not registered is OK (nothing
-  // to remove), as Triton answers.
-  void Unregister(const std::string& name, std::function<void()> done);
-  // Unregister("") that waits until every region is unmapped (shutdown).
+  // Opens a CUDA region (mha::OpenCudaIpcRegion on device_id). The same refusals as Register for
+  // registration off, the name, a name taken (by either kind) and the budget; INVALID_ARGUMENT
+  // for a raw_handle not 64 bytes, a device_id out of range; FAILED_PRECONDITION in a build
+  // without CUDA shared memory (mha::CudaShmBuilt()).
+  Status RegisterCuda(const CudaShmRegionSpec& spec);
+  // Removes `name` ("" = every region of `kind`) from the registry now: requests that name it from
+  // now on get NOT_FOUND. `done` runs once every removed region is unmapped: at once, or when the
+  // last request holding one lets go (on that request's thread). A name not registered is OK
+  // (nothing to remove), as Triton answers.
+  void Unregister(const std::string& name, std::function<void()> done,
+                  ShmKind kind = ShmKind::kSystem);
+  // Unregister("", ShmKind::kAll) that waits until every region is unmapped (shutdown).
   void Clear();
   // The regions, by name ("" = all): NOT_FOUND for a name not registered.
   StatusOr<std::vector<ShmRegionSpec>> Regions(const std::string& name) const;
+  // The CUDA regions, the same way (raw_handle empty).
+  StatusOr<std::vector<CudaShmRegionSpec>> CudaRegions(const std::string& name) const;
   // `byte_size` bytes at `offset` of region `region`, for the tensor `field`: NOT_FOUND when not
   // registered; INVALID_ARGUMENT past the region's end (overflow-safe) or when the region is no
   // longer intact (ShmSlice::Check).
@@ -88,7 +110,11 @@ class SharedMemoryRegistry {
   };
 
  private:
-  std::string Names() const;  // the registered names, for messages (mutex_ held)
+  // The registered names of `kind`, for messages (mutex_ held).
+  std::string Names(ShmKind kind = ShmKind::kAll) const;
+  // Registration off, an empty name, a name taken, over the budget: the refusal or OK (mutex_
+  // held). `kind` names the kind in messages.
+  Status CheckNew(const std::string& name, uint64_t byte_size, const char* kind) const;
 
   const ShmRegistryOptions options_;
   std::shared_ptr<Accounting> accounting_ = std::make_shared<Accounting>();

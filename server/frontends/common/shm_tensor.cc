@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "mha/device_memory.h"
 #include "mha/shape_string.h"
 #include "mha/text.h"
 #include "proto/wire/dtype_table.h"
@@ -14,6 +15,26 @@ namespace mha::serve {
 namespace {
 
 std::string Q(const std::string& text) { return "'" + Abbreviate(text) + "'"; }
+
+// An input in a CUDA region: a device view (the core reads it in place on the device); its start
+// aligned to the element size, as LibTorch's kernels need.
+Status DeviceInput(const std::string& field, const ShmSlice& slice, int dtype,
+                   const std::vector<int64_t>& shape, size_t element, HostTensor* out) {
+  if (reinterpret_cast<uintptr_t>(slice.data) % element != 0) {
+    return InvalidArgument(field + ": shared_memory_offset " + std::to_string(slice.offset) +
+                           " in CUDA region " + Q(slice.region) +
+                           " is not a multiple of the element size " + std::to_string(element));
+  }
+  const codec::DTypeInfo* info = codec::FindDType(dtype);
+  if (info == nullptr || !info->input) {
+    return InvalidArgument(field + ": dtype " + std::to_string(dtype) + " cannot be an input");
+  }
+  auto view = HostTensor::DeviceView(info->element, shape, slice.data, slice.bytes, slice.device,
+                                     std::shared_ptr<const void>(slice.mapping), field);
+  if (!view.ok()) return view.status();
+  *out = std::move(view.value());
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -65,6 +86,11 @@ Status AcquireShmInput(const std::string& field, const ShmRef& ref, int dtype,
   }
   auto slice = registry->Acquire(field, ref.region, ref.offset, ref.byte_size);
   if (!slice.ok()) return slice.status();
+  if (slice->on_device()) {
+    MHA_RETURN_IF_ERROR(DeviceInput(field, *slice, dtype, shape, element, out));
+    plan->inputs.push_back(std::move(slice.value()));
+    return Status::Ok();
+  }
   auto decoded = codec::DecodeTensorBytes(dtype, shape, std::string_view(slice->data, slice->bytes),
                                           field, /*borrow=*/true);
   if (!decoded.ok()) return decoded.status();
@@ -97,9 +123,23 @@ Status WriteShmTensor(const HostTensor& tensor, const ShmSlice& slot, const std:
                            std::to_string(tensor.bytes()) + " bytes (shape " +
                            ShapeString(tensor.shape()) + " " + dtype_name + ")");
   }
+  if (slot.on_device()) {
+    // The core wrote it there device to device (PlaceOnDevice), or answered on the host.
+    if (tensor.on_device() && tensor.data() == slot.data) return Status::Ok();
+    if (tensor.on_device()) return Internal(name + ": answered on a device, not in its region");
+    return CopyHostToDevice(slot.data, slot.device, tensor.data(), tensor.bytes());
+  }
   MHA_RETURN_IF_ERROR(slot.Check());  // not truncated since the request took it
   if (tensor.bytes() > 0) std::memcpy(slot.data, tensor.data(), tensor.bytes());
   return slot.Check();  // no page faulted while writing
+}
+
+void PlaceOnDevice(const std::optional<ShmSlice>& slot, DevicePlace* place) {
+  if (!slot || !slot->on_device()) return;
+  place->data = slot->data;
+  place->bytes = slot->bytes;
+  place->device = slot->device;
+  place->owner = slot->mapping;
 }
 
 }  // namespace mha::serve

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mha/host_io.h"
 #include "mha/host_tensor.h"
 #include "mha/status.h"
 #include "server/frontends/common/shared_memory_registry.h"
@@ -65,8 +66,15 @@ StatusOr<ShmSlice> AcquireShmOutput(const std::string& field, const ShmRef& ref,
 Status CheckShmInputs(const ShmPlan& plan);
 
 // Writes `tensor` into `slot` (INVALID_ARGUMENT when it does not fit; `dtype_name` as the wire
-// spells the tensor's type) and checks the region is intact afterwards.
+// spells the tensor's type) and checks the region is intact afterwards. A CUDA slot: nothing to do
+// when the core wrote the tensor there (PlaceOnDevice), else a host-to-device copy.
+// An input in a CUDA region (AcquireShmInput) becomes a HostTensor::DeviceView; its offset must be
+// a multiple of the element size.
 Status WriteShmTensor(const HostTensor& tensor, const ShmSlice& slot, const std::string& name,
                       const std::string& dtype_name);
+
+// An output place in a CUDA region -> the DevicePlace the core writes it into (device to
+// device); nothing for a system region or none.
+void PlaceOnDevice(const std::optional<ShmSlice>& slot, DevicePlace* place);
 
 }  // namespace mha::serve

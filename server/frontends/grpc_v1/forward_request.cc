@@ -58,7 +58,8 @@ Status DecodeInputs(const v1::ForwardRequest& r, const TensorSource& from, HostI
 }
 
 // The places the request names for output (plan->outputs[0]) and attn_weights ([1]).
-Status PlaceOutputs(const v1::ForwardRequest& r, const HostInputs& in, const TensorSource& from) {
+// One in a CUDA region becomes the input's DevicePlace: the core writes it there device to device.
+Status PlaceOutputs(const v1::ForwardRequest& r, HostInputs& in, const TensorSource& from) {
   if (!r.has_output_shared_memory() && !r.has_attn_weights_shared_memory()) return Status::Ok();
   auto output = PlaceV1Output(r.output_shared_memory(), "output", from.shm);
   if (!output.ok()) return output.status();
@@ -72,6 +73,8 @@ Status PlaceOutputs(const v1::ForwardRequest& r, const HostInputs& in, const Ten
   if (!output->has_value() && !weights->has_value()) return Status::Ok();
   if (from.plan == nullptr) return NoShmRegistry(output->has_value() ? "output" : "attn_weights");
   from.plan->outputs = {std::move(output.value()), std::move(weights.value())};
+  PlaceOnDevice(from.plan->outputs[0], &in.output_place);
+  PlaceOnDevice(from.plan->outputs[1], &in.attn_weights_place);
   return Status::Ok();
 }
 

@@ -245,6 +245,13 @@ StatusOr<InferCall> DecodeModelInferRequest(const inference::ModelInferRequest& 
   std::vector<std::string> names;
   for (OutputTensor which : call.outputs) names.emplace_back(OutputName(which));
   MHA_RETURN_IF_ERROR(PlaceShmOutputs(r, names, options.shm, &call.shm));
+  for (size_t i = 0; i < call.shm.outputs.size(); ++i) {  // CUDA regions: written on the device
+    const OutputTensor which = call.outputs[i];
+    if (which == OutputTensor::kOutput) PlaceOnDevice(call.shm.outputs[i], &in.output_place);
+    if (which == OutputTensor::kAttnWeights) {
+      PlaceOnDevice(call.shm.outputs[i], &in.attn_weights_place);
+    }
+  }
   return StatusOr<InferCall>(std::move(call));
 }
 

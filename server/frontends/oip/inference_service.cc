@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "mha/device_memory.h"
 #include "mha/text.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/oip/infer_stream.h"
@@ -88,6 +89,7 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerMetadata(
     response->add_extensions("statistics");
     response->add_extensions("sequence");
     response->add_extensions("system_shared_memory");  // shm_rpcs.cc
+    if (CudaShmBuilt()) response->add_extensions("cuda_shared_memory");
     return Status::Ok();
   });
 }

@@ -119,9 +119,6 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
                                const OipFrontendOptions& options, const InferenceServer& core,
                                grpc::CallbackServerContext* context, const RequestLog& log);
 
-// The refusal of CUDA shared-memory registration (shm_rpcs.cc; also REST's): this build has none.
-Status CudaShmRefusal();
-
 // The READY entry of `name` ("" = the default model) at `version` ("" = the newest READY one):
 // ModelRepository::Resolve's NOT_FOUND / UNAVAILABLE / FAILED_PRECONDITION.
 StatusOr<std::shared_ptr<const ModelEntry>> ResolveVersion(const ModelRepository& repository,

@@ -1,12 +1,15 @@
-// Triton's shared-memory extension on gRPC: SystemSharedMemoryStatus / Register / Unregister on
-// the shared registry (common/shared_memory_registry.h), and the CUDA ones, which this server
-// refuses (cuda_shared_memory is not in ServerMetadata). All six need the admin token when one
-// is set, as the repository calls; registration also needs --allow-client-shm=true.
+// Triton's shared-memory extensions on gRPC: SystemSharedMemoryStatus / Register / Unregister and
+// CudaSharedMemoryStatus / Register / Unregister on the shared registry
+// (common/shared_memory_registry.h; CUDA regions open a cudaIpcMemHandle_t, mha/device_memory.h,
+// and a build without CUDA shared memory refuses them: cuda_shared_memory is then not in
+// ServerMetadata). All six need the admin token when one is set, as the repository calls;
+// registration also needs --allow-client-shm=true.
 // Unregister answers once the region is unmapped: at once, or when the last request using it
 // has been answered.
 #include <string>
 #include <utility>
 
+#include "mha/device_memory.h"
 #include "mha/text.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/oip/inference_service.h"
@@ -23,16 +26,6 @@ std::string Detail(const std::string& name) {
 }
 
 }  // namespace
-
-Status CudaShmRefusal() {
-#ifdef MHA_WITH_CUDA
-  return InvalidArgument(
-      "CUDA shared memory is not supported by this server yet (use system shared memory)");
-#else
-  return InvalidArgument(
-      "CUDA shared memory: this server was built without CUDA (use system shared memory)");
-#endif
-}
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
@@ -82,26 +75,45 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse* response) {
   return AdminUnary(context, "CudaSharedMemoryStatus", options_.admin_token, [&] {
-    if (request->name().empty()) return Status::Ok();  // none registered
-    return NotFound("CUDA shared memory region '" + Abbreviate(request->name()) +
-                    "' is not registered (" + CudaShmRefusal().message() + ")");
+    if (options_.shm == nullptr) return NoRegistry();
+    auto regions = options_.shm->CudaRegions(request->name());
+    if (!regions.ok()) return regions.status();
+    for (const CudaShmRegionSpec& r : *regions) {
+      auto& out = (*response->mutable_regions())[r.name];
+      out.set_name(r.name);
+      out.set_device_id(static_cast<uint64_t>(r.device_id));
+      out.set_byte_size(r.byte_size);
+    }
+    return Status::Ok();
   });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryRegister(
     grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse* response) {
-  return AdminUnary(context, "CudaSharedMemoryRegister", options_.admin_token,
-                    [&] { return CudaShmRefusal(); });
+  return AdminUnary(context, "CudaSharedMemoryRegister", options_.admin_token, [&] {
+    if (options_.shm == nullptr) return UnaryAnswer{NoRegistry(), ""};
+    const CudaShmRegionSpec spec{request->name(), request->raw_handle(),
+                                 static_cast<int64_t>(request->device_id()), request->byte_size()};
+    return UnaryAnswer{options_.shm->RegisterCuda(spec), Detail(request->name())};
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryUnregister(
     grpc::CallbackServerContext* context,
     const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* response) {
-  // Nothing is ever registered: unregistering is OK, as for an unknown system region.
   return AdminUnary(context, "CudaSharedMemoryUnregister", options_.admin_token,
-                    [&] { return Status::Ok(); });
+                    [&](const UnaryFinish& finish) {
+                      if (options_.shm == nullptr) return finish(NoRegistry());
+                      const std::string detail = Detail(request->name());
+                      options_.shm->Unregister(
+                          request->name(),
+                          [finish, detail] {
+                            finish(Status::Ok(), detail);  // the region is closed
+                          },
+                          ShmKind::kCuda);
+                    });
 }
 
 }  // namespace mha::serve::oip

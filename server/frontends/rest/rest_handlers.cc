@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "mha/device_memory.h"
 #include "server/frontends/oip/inference_service.h"
 #include "server/frontends/oip/model_statistics.h"
 #include "server/frontends/rest/http_status.h"
@@ -68,6 +69,7 @@ void HandleServerMetadata(const RestContext& c, const httplib::Request& req,
   metadata.add_extensions("statistics");
   metadata.add_extensions("sequence");
   metadata.add_extensions("system_shared_memory");  // rest_shm.cc
+  if (CudaShmBuilt()) metadata.add_extensions("cuda_shared_memory");
   metadata.add_extensions("binary_tensor_data");
   Reply(res, log, Status::Ok(), ProtoToJson(metadata));
 }

@@ -18,13 +18,24 @@ at::Tensor Additive(const at::Tensor& mask, at::ScalarType dtype) {
   return ToAdditiveMask(mask, dtype, mask.device());
 }
 
-// [B_i, L_i, D] tensors -> [sum B_i, L_max, D], zero-padded along dim 1.
+// Where merged parts meet: the first part's CUDA device if any is on one (a request whose tensors
+// are in CUDA shared memory), else the CPU.
+at::Device MergeDevice(const std::vector<at::Tensor>& parts) {
+  for (const at::Tensor& part : parts) {
+    if (part.defined() && part.is_cuda()) return part.device();
+  }
+  return at::Device(at::kCPU);
+}
+
+// [B_i, L_i, D] tensors -> [sum B_i, L_max, D], zero-padded along dim 1, on MergeDevice.
 at::Tensor PadCat(const std::vector<at::Tensor>& parts, int64_t length) {
   std::vector<at::Tensor> padded;
   padded.reserve(parts.size());
+  const at::Device device = MergeDevice(parts);
   for (const at::Tensor& part : parts) {
     const int64_t missing = length - part.size(1);
-    padded.push_back(missing > 0 ? at::constant_pad_nd(part, {0, 0, 0, missing}, 0) : part);
+    const at::Tensor here = part.to(device);
+    padded.push_back(missing > 0 ? at::constant_pad_nd(here, {0, 0, 0, missing}, 0) : here);
   }
   return padded.size() == 1 ? padded.front() : at::cat(padded, 0);
 }
