@@ -62,6 +62,12 @@ class ServerApp {
   void FillKServeOptions(KServeOptions* o) const;
   void SetServing(bool serving);
   std::unique_ptr<oip::GrpcInferenceServiceImpl> MakeOipService();
+  // --forward-threads: the threads of each unary inference method (mha.v1 Forward, OIP ModelInfer)
+  int ForwardThreads() const {
+    return c_.forward_threads > 0
+               ? c_.forward_threads
+               : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  }
 
   const ServerConfig& c_;
   std::shared_ptr<grpc::ServerCredentials> credentials_;  // tls.h: plaintext, TLS or mTLS
@@ -164,7 +170,7 @@ Status ServerApp::StartGrpc() {
   service_->AddTo(&builder);  // registers it, with Forward's completion queue
   builder.RegisterService(control_.get());
   oip_service_ = MakeOipService();
-  builder.RegisterService(oip_service_.get());
+  oip_service_->AddTo(&builder);  // registers it, with ModelInfer's completion queue
   // A little above --max-message-bytes, so that the handler can say precisely what is too big.
   const int64_t receive_limit = std::min<int64_t>(INT_MAX, c_.max_message_bytes + (1 << 20));
   builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
@@ -172,6 +178,7 @@ Status ServerApp::StartGrpc() {
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) return Unavailable("cannot listen on " + c_.grpc_address);
   service_->Start();
+  oip_service_->Start();
   SetServing(false);
   spdlog::info(
       "mha-server listening on {} (port {}, {}): NOT_SERVING until models are loaded; "
@@ -189,6 +196,7 @@ std::unique_ptr<oip::GrpcInferenceServiceImpl> ServerApp::MakeOipService() {
   oip::OipFrontendOptions options;
   FillKServeOptions(&options);
   options.stream_window = c_.stream_window;
+  options.infer_threads = ForwardThreads();
   return std::make_unique<oip::GrpcInferenceServiceImpl>(core_.get(), std::move(options));
 }
 
@@ -242,7 +250,9 @@ void ServerApp::Stop(int sig) {
   }
   if (core_) core_->Stop();  // completes accepted requests, joins the schedulers
   if (server_) server_->Wait();
-  if (service_) service_->ShutdownQueue();  // Forward's threads drain their queue and end
+  // Forward's and ModelInfer's threads drain their queues and end.
+  if (service_) service_->ShutdownQueue();
+  if (oip_service_) oip_service_->ShutdownQueue();
   if (shm_) shm_->Clear();  // every client region unmapped (no request holds one now)
   if (http_) http_->Stop();
   spdlog::info("mha-server stopped");

@@ -32,7 +32,7 @@ StatusOr<std::shared_ptr<const ModelEntry>> ResolveVersion(const ModelRepository
 
 StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
                                const OipFrontendOptions& options, const InferenceServer& core,
-                               grpc::CallbackServerContext* context, const RequestLog& log) {
+                               grpc::ServerContextBase* context, const RequestLog& log) {
   DecodeOptions decode;
   decode.max_message_bytes = options.max_message_bytes;
   decode.borrow = true;
@@ -46,7 +46,27 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
 
 GrpcInferenceServiceImpl::GrpcInferenceServiceImpl(InferenceServer* core,
                                                    OipFrontendOptions options)
-    : core_(core), options_(std::move(options)) {}
+    : core_(core), options_(std::move(options)) {
+  CqUnaryMethod::Options queue;
+  queue.threads = options_.infer_threads;
+  infer_ = std::make_unique<CqUnaryMethod>(
+      [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
+             grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* responder,
+             grpc::ServerCompletionQueue* cq,
+             void* tag) { RequestModelInfer(context, request, responder, cq, cq, tag); },
+      [this](CqCall* call) { HandleModelInfer(call); }, queue);
+}
+
+GrpcInferenceServiceImpl::~GrpcInferenceServiceImpl() = default;
+
+void GrpcInferenceServiceImpl::AddTo(grpc::ServerBuilder* builder) {
+  builder->RegisterService(this);
+  infer_->AddTo(builder);
+}
+
+void GrpcInferenceServiceImpl::Start() { infer_->Start(); }
+
+void GrpcInferenceServiceImpl::ShutdownQueue() { infer_->Shutdown(); }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerLive(
     grpc::CallbackServerContext* context, const inference::ServerLiveRequest* request,
@@ -104,37 +124,38 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelMetadata(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelInfer(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
-    grpc::ByteBuffer* response_bytes) {
-  return Unary(context, "ModelInfer", [&](const UnaryFinish& finish) {
-    const RequestLog& log = finish.log();
-    auto call = std::make_shared<UnaryCall>();
-    if (Status parsed = ParseRawRequest(*request_bytes, &call->request); !parsed.ok()) {
-      core_->CountRequest(std::nullopt, parsed, log.start, Protocol::kOip);
-      return finish(parsed);
-    }
-    auto decoded = DecodeCall(call->request, options_, *core_, context, log);
-    Status begun = decoded.status();
-    if (begun.ok()) begun = BeginSequence(core_, &decoded.value());  // sequence.h
-    if (!begun.ok()) {
-      core_->CountRequest(call->request.model_name(), begun, log.start, Protocol::kOip);
-      return finish(begun);
-    }
-    InferCall& infer = decoded.value();
-    std::string session = infer.request.session_id;
-    // `done` runs on a scheduler worker (or inline when refused); the call stays open until then.
-    core_->Infer(
-        std::move(infer.request),
-        [finish, response_bytes, call, outputs = std::move(infer.outputs), id = std::move(infer.id),
-         core = core_, sequence = std::move(infer.sequence), session = std::move(session),
-         shm = std::move(infer.shm)](InferenceResponse result) {
-          EndSequence(core, sequence, session, result.status);
-          Status status = EncodeModelInferResponse(result, outputs, id, &call->response, &shm);
-          if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
-          finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
-        });
-  });
+void GrpcInferenceServiceImpl::HandleModelInfer(CqCall* cq_call) {
+  grpc::ServerContext* context = cq_call->context();
+  const UnaryFinish finish(cq_call, StartRequest(context, "ModelInfer"));
+  const RequestLog& log = finish.log();
+  auto call = std::make_shared<UnaryCall>();
+  if (Status parsed = ParseRawRequest(cq_call->request(), &call->request); !parsed.ok()) {
+    core_->CountRequest(std::nullopt, parsed, log.start, Protocol::kOip);
+    return finish(parsed);
+  }
+  auto decoded = DecodeCall(call->request, options_, *core_, context, log);
+  Status begun = decoded.status();
+  if (begun.ok()) begun = BeginSequence(core_, &decoded.value());  // sequence.h
+  if (!begun.ok()) {
+    core_->CountRequest(call->request.model_name(), begun, log.start, Protocol::kOip);
+    return finish(begun);
+  }
+  InferCall& infer = decoded.value();
+  std::string session = infer.request.session_id;
+  infer.request.caller_may_run = cq_call->may_block();  // a pass on this thread (work_queue.h)
+  grpc::ByteBuffer* response_bytes = cq_call->response();
+  // `done` runs inline (refused, or a pass this thread ran) or on a scheduler worker; the call
+  // stays open until then.
+  core_->Infer(
+      std::move(infer.request),
+      [finish, response_bytes, call, outputs = std::move(infer.outputs), id = std::move(infer.id),
+       core = core_, sequence = std::move(infer.sequence), session = std::move(session),
+       shm = std::move(infer.shm)](InferenceResponse result) {
+        EndSequence(core, sequence, session, result.status);
+        Status status = EncodeModelInferResponse(result, outputs, id, &call->response, &shm);
+        if (status.ok()) status = SerializeRawMessage(call->response, response_bytes);
+        finish(status, InferDetail(result.model, result.queue_us, result.compute_us));
+      });
 }
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*

@@ -1,8 +1,11 @@
-// inference.GRPCInferenceService (Open Inference Protocol v2: KServe's and Triton's gRPC API) on
-// gRPC's callback API, registered on the same server and port as mha.v1. Handlers only
-// translate, like AttentionServiceImpl: decode (infer_request), call the serving core
-// (InferenceServer::Infer: the same validation, limits, scheduling and error messages), encode,
-// and map the status (proto/wire/status_convert). No handler blocks a gRPC thread.
+// inference.GRPCInferenceService (Open Inference Protocol v2: KServe's and Triton's gRPC API),
+// registered on the same server and port as mha.v1. Handlers only translate, like
+// AttentionServiceImpl: decode (infer_request), call the serving core (InferenceServer::Infer: the
+// same validation, limits, scheduling and error messages), encode, and map the status
+// (proto/wire/status_convert). ModelInfer, the hot unary call, is served on the completion-queue
+// API as mha.v1 Forward (common/cq_unary.h: its own threads, a small pass may run on the thread
+// that took the call); every other method on the callback API, where no handler blocks a gRPC
+// thread.
 //
 // Served: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer,
 // ModelStreamInfer (infer_stream.h), ModelConfig, ModelStatistics, and the model repository
@@ -14,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "inference/grpc_service.grpc.pb.h"
@@ -31,17 +35,45 @@ inline constexpr char kServerName[] = "mha-serve";
 
 struct OipFrontendOptions : KServeOptions {
   int stream_window = 4;  // ModelStreamInfer: requests of one stream in flight at once
+  int infer_threads = 2;  // threads serving ModelInfer (CqUnaryMethod; at least 2)
 };
 
+namespace internal {
+using gen = inference::GRPCInferenceService;
 // ModelInfer is registered raw (bytes in, bytes out), as mha.v1 Forward, so that a request that
-// does not parse is answered INVALID_ARGUMENT with a message rather than gRPC's bare error.
-using InferenceServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-    inference::GRPCInferenceService::CallbackService>;
+// does not parse is answered INVALID_ARGUMENT with a message rather than gRPC's bare error; on the
+// completion-queue API, first in the chain (attention_service.h says why). A new RPC in
+// grpc_service.proto is added here.
+using InferenceServiceBase = gen::WithCallbackMethod_ServerLive<gen::WithCallbackMethod_ServerReady<
+    gen::WithCallbackMethod_ModelReady<gen::WithCallbackMethod_ServerMetadata<
+        gen::WithCallbackMethod_ModelMetadata<gen::WithCallbackMethod_ModelStreamInfer<
+            gen::WithCallbackMethod_ModelConfig<gen::WithCallbackMethod_ModelStatistics<
+                gen::WithCallbackMethod_RepositoryIndex<gen::WithCallbackMethod_RepositoryModelLoad<
+                    gen::WithCallbackMethod_RepositoryModelUnload<
+                        gen::WithCallbackMethod_SystemSharedMemoryStatus<
+                            gen::WithCallbackMethod_SystemSharedMemoryRegister<
+                                gen::WithCallbackMethod_SystemSharedMemoryUnregister<
+                                    gen::WithCallbackMethod_CudaSharedMemoryStatus<
+                                        gen::WithCallbackMethod_CudaSharedMemoryRegister<
+                                            gen::WithCallbackMethod_CudaSharedMemoryUnregister<
+                                                gen::WithRawMethod_ModelInfer<
+                                                    gen::Service>>>>>>>>>>>>>>>>>>;
+}  // namespace internal
 
-class GrpcInferenceServiceImpl final : public InferenceServiceBase {
+// Lifecycle of ModelInfer's queue as AttentionServiceImpl's: AddTo(builder) before BuildAndStart,
+// Start() after it, ShutdownQueue() after the server's Shutdown and the core's Stop.
+
+class GrpcInferenceServiceImpl final : public internal::InferenceServiceBase {
  public:
   // `core` is not owned and must outlive the service.
   GrpcInferenceServiceImpl(InferenceServer* core, OipFrontendOptions options);
+  ~GrpcInferenceServiceImpl() override;
+
+  void AddTo(grpc::ServerBuilder* builder);
+  void Start();
+  void ShutdownQueue();
+  // One ModelInfer call, on a ModelInfer thread.
+  void HandleModelInfer(CqCall* call);
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -58,9 +90,6 @@ class GrpcInferenceServiceImpl final : public InferenceServiceBase {
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const grpc::ByteBuffer* request,
-                                       grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
@@ -111,13 +140,14 @@ class GrpcInferenceServiceImpl final : public InferenceServiceBase {
 
   InferenceServer* const core_;
   const OipFrontendOptions options_;
+  std::unique_ptr<CqUnaryMethod> infer_;
 };
 
 // Decodes `request` (borrowing its bytes), checks the requested model version and adds what the
 // call knows: deadline, cancellation, request id, start.
 StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
                                const OipFrontendOptions& options, const InferenceServer& core,
-                               grpc::CallbackServerContext* context, const RequestLog& log);
+                               grpc::ServerContextBase* context, const RequestLog& log);
 
 // The READY entry of `name` ("" = the default model) at `version` ("" = the newest READY one):
 // ModelRepository::Resolve's NOT_FOUND / UNAVAILABLE / FAILED_PRECONDITION.

@@ -52,14 +52,18 @@ class OipFrontendTest : public ::testing::Test {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
+    service_->AddTo(&builder);
     server_ = builder.BuildAndStart();
     ASSERT_NE(port, 0);
+    service_->Start();
     target_ = "127.0.0.1:" + std::to_string(port);
     stub_ = inference::GRPCInferenceService::NewStub(
         grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
   }
-  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now() + 5s); }
+  void TearDown() override {
+    server_->Shutdown(std::chrono::system_clock::now() + 5s);
+    service_->ShutdownQueue();
+  }
 
   FakeCore core_;
   std::unique_ptr<oip::GrpcInferenceServiceImpl> service_;
