@@ -12,6 +12,7 @@
 #include "mha/device_stream.h"
 #include "mha/head_selection.h"
 #include "mha/tensor_util.h"
+#include "packed_attention.h"
 #include "shape_checks.h"
 
 namespace mha {
@@ -248,7 +249,28 @@ bool MhaModel::ProjectHeads(const ForwardInputs& in, bool explicit_path, at::Ten
   return false;
 }
 
+bool MhaModel::RunPacked(const ForwardInputs& in, ForwardOutputs* out) const {
+  // Plain self-attention (causal or not, nothing else masked, no key appended, only the output
+  // asked) over short sequences in float32 on the CPU: internal::PackedSelfAttention.
+  const int64_t t = in.query.size(1);
+  const bool eligible = device_.is_cpu() && compute_scalar_type_ == at::kFloat &&
+                        in_proj_weight_t_.defined() && !in.key.defined() && !in.value.defined() &&
+                        !in.attn_mask.defined() && !in.key_padding_mask.defined() &&
+                        !in.need_weights && !in.wants_head_options() && !options_.add_bias_kv &&
+                        !options_.add_zero_attn && t >= 1 && t <= internal::kPackedAttentionMaxT &&
+                        BlockRows(in) >= t;
+  if (!eligible) return false;
+  const internal::PackedWeights w{&in_proj_weight_t_, &in_proj_bias_, &out_weight_t_,
+                                  &weights_.out_bias};
+  at::Tensor output =
+      internal::PackedSelfAttention(in.query.to(at::kFloat), options_.num_heads, in.is_causal, w);
+  *out = ForwardOutputs();
+  out->output = output.to(ToScalarType(options_.dtype));
+  return true;
+}
+
 void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
+  if (RunPacked(in, out)) return;
   const auto opts = at::TensorOptions().device(device_).dtype(compute_scalar_type_);
   const int64_t batch = in.query.size(0), heads = options_.num_heads;
   const MhaWeights& w = weights_;

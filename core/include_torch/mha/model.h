@@ -70,6 +70,9 @@ class MhaModel {
   void PlaceWeights(const MhaWeights& source, const c10::Device& device, at::ScalarType dtype);
   Status ProbeKernels() const;  // one tiny forward per path in the compute dtype
   void RunForward(const ForwardInputs& inputs, ForwardOutputs* outputs) const;  // may throw
+  // The CPU pass of plain short self-attention over the transposed weights
+  // (core/src/packed_attention.h); false, having done nothing, when the pass is not one.
+  bool RunPacked(const ForwardInputs& inputs, ForwardOutputs* outputs) const;  // may throw
   // Probabilities, head statistics, head_mask, the per-head output [B, H, T, D] and the selected
   // weights (mha/head_selection.h) into `outputs`; may throw.
   // `q_scaled`: qh already carries 1/sqrt(D) (mha::project_qkv_heads).
