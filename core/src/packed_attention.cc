@@ -9,9 +9,17 @@
 namespace mha::internal {
 namespace {
 
-// x [N, K] times w [K, M] (+ bias [M]): [N, M].
-at::Tensor Project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
-  return bias.defined() ? at::addmm(bias, x, w) : at::mm(x, w);
+// Buffers of up to this many bytes are kept per thread between passes (no allocation, no fresh
+// pages); larger ones are allocated for the pass.
+constexpr int64_t kKeptBufferBytes = int64_t{8} << 20;
+
+// A [rows, cols] float32 tensor for this pass only: a view of `kept` (grown as needed) when small.
+at::Tensor PassBuffer(at::Tensor* kept, int64_t rows, int64_t cols, const at::TensorOptions& opts) {
+  const int64_t n = rows * cols;
+  if (n * static_cast<int64_t>(sizeof(float)) > kKeptBufferBytes)
+    return at::empty({rows, cols}, opts);
+  if (!kept->defined() || kept->numel() < n) *kept = at::empty({n}, opts);
+  return kept->narrow(0, 0, n).view({rows, cols});
 }
 
 }  // namespace
@@ -20,9 +28,14 @@ at::Tensor PackedSelfAttention(const at::Tensor& query, int64_t heads, bool caus
                                const PackedWeights& w) {
   const int64_t batch = query.size(0), t = query.size(1), e = query.size(2);
   const at::Tensor x = query.contiguous().view({batch * t, e});
-  const at::Tensor qkv = Project(x, *w.in_t, *w.in_bias).contiguous();  // [B·T, 3E]
-  at::Tensor attended = at::empty({batch * t, e}, x.options());         // [B·T, E]
+  thread_local at::Tensor kept_qkv, kept_attended;
+  // [B·T, 3E] without the bias: the kernel adds q's and v's (paged_kernel.h Unit), k's changes no
+  // probability.
+  at::Tensor qkv = PassBuffer(&kept_qkv, batch * t, 3 * e, x.options());
+  at::mm_out(qkv, x, *w.in_t);
+  at::Tensor attended = PassBuffer(&kept_attended, batch * t, e, x.options());  // [B·T, E]
   const float* base = qkv.data_ptr<float>();
+  const float* bias = w.in_bias->defined() ? w.in_bias->data_ptr<float>() : nullptr;
   Pages pages;
   pages.keys = base + e;  // batch row b's keys: the block at b * T rows of 3E floats
   pages.values = base + 2 * e;
@@ -44,9 +57,14 @@ at::Tensor PackedSelfAttention(const at::Tensor& query, int64_t heads, bool caus
     u.q = base + b * t * 3 * e;
     u.q_stride = 3 * e;
     u.out = out + b * t * e;
+    u.q_bias = bias;
+    u.v_bias = bias ? bias + 2 * e : nullptr;
     AttendUnit(u, pages, &scratch);
   }
-  return Project(attended, *w.out_t, *w.out_bias).view({batch, t, e});
+  const at::Tensor& out_bias = *w.out_bias;
+  at::Tensor output =
+      out_bias.defined() ? at::addmm(out_bias, attended, *w.out_t) : at::mm(attended, *w.out_t);
+  return output.view({batch, t, e});
 }
 
 }  // namespace mha::internal
