@@ -11,8 +11,10 @@
 #include "mha/attention_ops.h"
 #include "mha/device_stream.h"
 #include "mha/head_selection.h"
+#include "mha/runtime.h"
 #include "mha/tensor_util.h"
 #include "packed_attention.h"
+#include "panel_gemm.h"
 #include "shape_checks.h"
 
 namespace mha {
@@ -100,10 +102,16 @@ void MhaModel::PlaceWeights(const MhaWeights& source, const c10::Device& device,
       weights_.v_bias = in_proj_bias_.narrow(0, 2 * e, e);
     }
   }
-  in_proj_weight_t_ = out_weight_t_ = at::Tensor();
+  in_proj_weight_t_ = out_weight_t_ = in_proj_panels_ = out_panels_ = at::Tensor();
   if (device.is_cpu()) {
     if (in_proj_weight_.defined()) in_proj_weight_t_ = in_proj_weight_.t().contiguous();
     out_weight_t_ = weights_.out_weight.t().contiguous();
+    // The packed pass's GEMMs read these in place (core/src/panel_gemm.h): +4E^2 floats.
+    if (in_proj_weight_t_.defined() && dtype == at::kFloat &&
+        options_.embed_dim % internal::kPanelWidth == 0) {
+      in_proj_panels_ = internal::PackPanels(in_proj_weight_t_);
+      out_panels_ = internal::PackPanels(out_weight_t_);
+    }
   }
   compute_scalar_type_ = dtype;
   device_ = device;
@@ -260,8 +268,14 @@ bool MhaModel::RunPacked(const ForwardInputs& in, ForwardOutputs* out) const {
                         !options_.add_zero_attn && t >= 1 && t <= internal::kPackedAttentionMaxT &&
                         BlockRows(in) >= t;
   if (!eligible) return false;
-  const internal::PackedWeights w{&in_proj_weight_t_, &in_proj_bias_, &out_weight_t_,
-                                  &weights_.out_bias};
+  // The panel GEMM is one thread's: with more BLAS threads allowed (a lone pass), OpenBLAS's.
+  const bool panels = in_proj_panels_.defined() && BlasThreads() == 1;
+  const internal::PackedWeights w{&in_proj_weight_t_,
+                                  &in_proj_bias_,
+                                  &out_weight_t_,
+                                  &weights_.out_bias,
+                                  panels ? &in_proj_panels_ : nullptr,
+                                  panels ? &out_panels_ : nullptr};
   at::Tensor output =
       internal::PackedSelfAttention(in.query.to(at::kFloat), options_.num_heads, in.is_causal, w);
   *out = ForwardOutputs();

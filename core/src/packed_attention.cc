@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "paged_kernel.h"
+#include "panel_gemm.h"
 
 namespace mha::internal {
 namespace {
@@ -22,6 +23,19 @@ at::Tensor PassBuffer(at::Tensor* kept, int64_t rows, int64_t cols, const at::Te
   return kept->narrow(0, 0, n).view({rows, cols});
 }
 
+// attended [B·T, E] times W^O plus its bias.
+at::Tensor Project(const at::Tensor& attended, const PackedWeights& w) {
+  const at::Tensor& bias = *w.out_bias;
+  if (!w.out_panels) {
+    return bias.defined() ? at::addmm(bias, attended, *w.out_t) : at::mm(attended, *w.out_t);
+  }
+  const int64_t n = attended.size(0), e = attended.size(1);
+  at::Tensor output = at::empty({n, e}, attended.options());
+  PanelGemm(attended.data_ptr<float>(), e, n, e, w.out_panels->data_ptr<float>(), e,
+            bias.defined() ? bias.data_ptr<float>() : nullptr, output.data_ptr<float>());
+  return output;
+}
+
 }  // namespace
 
 at::Tensor PackedSelfAttention(const at::Tensor& query, int64_t heads, bool causal,
@@ -32,7 +46,12 @@ at::Tensor PackedSelfAttention(const at::Tensor& query, int64_t heads, bool caus
   // [B·T, 3E] without the bias: the kernel adds q's and v's (paged_kernel.h Unit), k's changes no
   // probability.
   at::Tensor qkv = PassBuffer(&kept_qkv, batch * t, 3 * e, x.options());
-  at::mm_out(qkv, x, *w.in_t);
+  if (w.in_panels) {
+    PanelGemm(x.data_ptr<float>(), e, batch * t, e, w.in_panels->data_ptr<float>(), 3 * e, nullptr,
+              qkv.data_ptr<float>());
+  } else {
+    at::mm_out(qkv, x, *w.in_t);
+  }
   at::Tensor attended = PassBuffer(&kept_attended, batch * t, e, x.options());  // [B·T, E]
   const float* base = qkv.data_ptr<float>();
   const float* bias = w.in_bias->defined() ? w.in_bias->data_ptr<float>() : nullptr;
@@ -61,10 +80,7 @@ at::Tensor PackedSelfAttention(const at::Tensor& query, int64_t heads, bool caus
     u.v_bias = bias ? bias + 2 * e : nullptr;
     AttendUnit(u, pages, &scratch);
   }
-  const at::Tensor& out_bias = *w.out_bias;
-  at::Tensor output =
-      out_bias.defined() ? at::addmm(out_bias, attended, *w.out_t) : at::mm(attended, *w.out_t);
-  return output.view({batch, t, e});
+  return Project(attended, w).view({batch, t, e});
 }
 
 }  // namespace mha::internal

@@ -21,6 +21,9 @@ struct PackedWeights {
   const at::Tensor* in_bias = nullptr;   // [3E] or undefined
   const at::Tensor* out_t = nullptr;     // [E, E] contiguous float32
   const at::Tensor* out_bias = nullptr;  // [E] or undefined
+  // The same weights as panels (panel_gemm.h), or null: OpenBLAS's GEMM over in_t and out_t.
+  const at::Tensor* in_panels = nullptr;
+  const at::Tensor* out_panels = nullptr;
 };
 
 // softmax(q k^T / sqrt(D) (+ causal -inf above the diagonal, top-left)) v projected, for float32

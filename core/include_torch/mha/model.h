@@ -96,6 +96,8 @@ class MhaModel {
   at::Tensor in_proj_weight_;  // [3E, E] fused q/k/v for self-attention (same_embed_dim only)
   at::Tensor in_proj_bias_;    // [3E] or undefined
   at::Tensor in_proj_weight_t_, out_weight_t_;  // CPU only: [E, 3E], [E, E]
+  // CPU, float32, E a multiple of 16 only: the same as panels (core/src/panel_gemm.h).
+  at::Tensor in_proj_panels_, out_panels_;
   std::string device_name_;
   c10::Device device_{c10::kCPU};
   DType compute_dtype_ = DType::kFloat32;

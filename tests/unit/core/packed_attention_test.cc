@@ -2,7 +2,9 @@
 // attention written out in ATen ops here, at sizes that reach every tail of its kernel (head dims
 // not a multiple of 8 or 16, T under and over 8, one head, the longest T it takes and the first it
 // does not), with and without causality and biases; passes it must not take (masks, weights asked)
-// still give the reference output.
+// still give the reference output. At one BLAS thread and two: the pass's GEMMs are its own panel
+// GEMM's (core/src/panel_gemm.h) at one, OpenBLAS's at more; E = 528 reaches the panel GEMM's
+// chunks of K and blocks of rows, and B·T from 1 to 5 past a multiple of 6 each of its row tails.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +14,7 @@
 #include <string>
 
 #include "mha/model.h"
+#include "mha/runtime.h"
 #include "op_counter.h"
 #include "test_util.h"
 
@@ -77,6 +80,18 @@ at::Tensor Reference(const MhaModel& model, const at::Tensor& x, bool causal,
 
 class PackedAttentionTest : public ::testing::TestWithParam<Case> {};
 
+// BLAS threads set for a scope (the packed pass multiplies by its weight panels only at one).
+class BlasThreadsScope {
+ public:
+  explicit BlasThreadsScope(int threads) : before_(BlasThreads()) { SetBlasThreads(threads); }
+  ~BlasThreadsScope() {
+    if (before_ > 0) SetBlasThreads(before_);
+  }
+
+ private:
+  int before_;
+};
+
 TEST_P(PackedAttentionTest, MatchesTheStepsInAten) {
   const Case c = GetParam();
   auto model = RandomModel(c);
@@ -84,27 +99,34 @@ TEST_P(PackedAttentionTest, MatchesTheStepsInAten) {
   ForwardInputs in;
   in.query = at::randn({c.batch, c.t, c.embed});
   in.is_causal = c.causal;
-  ForwardOutputs out;
-  testing::OpCounter counter;
-  ASSERT_TRUE(model->Forward(in, &out).ok());
-  counter.Stop();
   const at::Tensor expected = Reference(*model, in.query, c.causal, at::Tensor());
-  EXPECT_TRUE(TensorsNear(out.output, expected, kFp32Tolerance));
-  // The packed pass is its two GEMMs and no other op that computes; a longer T takes the general
-  // path (a softmax, its batched GEMMs).
-  const int gemms = counter.count("aten::addmm") + counter.count("aten::mm");
-  const int softmax = counter.count("aten::softmax");
-  if (c.t <= 64) {
-    EXPECT_EQ(gemms, 2);
-    EXPECT_EQ(softmax + counter.count("aten::bmm") + counter.count("aten::mul"), 0);
-  } else {
-    EXPECT_GT(softmax, 0);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE("BLAS threads " + std::to_string(threads));
+    BlasThreadsScope scope(threads);
+    if (BlasThreads() != threads) continue;  // no OpenBLAS to set
+    ForwardOutputs out;
+    testing::OpCounter counter;
+    ASSERT_TRUE(model->Forward(in, &out).ok());
+    counter.Stop();
+    EXPECT_TRUE(TensorsNear(out.output, expected, kFp32Tolerance));
+    // The packed pass is its two GEMMs (the panel GEMM at one BLAS thread when E is a multiple of
+    // 16, no ATen op) and no other op that computes; a longer T takes the general path (a
+    // softmax, its batched GEMMs).
+    const int gemms = counter.count("aten::addmm") + counter.count("aten::mm");
+    const int softmax = counter.count("aten::softmax");
+    if (c.t <= 64) {
+      EXPECT_EQ(gemms, threads == 1 && c.embed % 16 == 0 ? 0 : 2);
+      EXPECT_EQ(softmax + counter.count("aten::bmm") + counter.count("aten::mul"), 0);
+    } else {
+      EXPECT_GT(softmax, 0);
+    }
+    // The explicit path (weights asked) gives the same output.
+    ForwardInputs weights_in = in;
+    weights_in.need_weights = true;
+    ForwardOutputs with_weights;
+    ASSERT_TRUE(model->Forward(weights_in, &with_weights).ok());
+    EXPECT_TRUE(TensorsNear(out.output, with_weights.output, kFp32Tolerance));
   }
-  // The explicit path (weights asked) gives the same output.
-  in.need_weights = true;
-  ForwardOutputs with_weights;
-  ASSERT_TRUE(model->Forward(in, &with_weights).ok());
-  EXPECT_TRUE(TensorsNear(out.output, with_weights.output, kFp32Tolerance));
 }
 
 // Cases the packed pass must leave to the general path give the masked reference.
@@ -132,7 +154,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{3, 7, 12, 3, true, false}, Case{2, 16, 40, 5, true, true},
                       Case{4, 9, 24, 1, false, false}, Case{17, 16, 512, 8, false, true},
                       Case{17, 16, 512, 8, true, true}, Case{2, 64, 64, 4, true, true},
-                      Case{2, 65, 64, 4, false, true}),
+                      Case{2, 65, 64, 4, false, true}, Case{17, 16, 528, 8, true, true},
+                      Case{5, 3, 48, 3, false, false}, Case{1, 11, 32, 4, true, true},
+                      Case{2, 5, 16, 2, false, true}, Case{7, 1, 64, 4, false, true}),
     [](const auto& info) { return Name(info.param); });
 
 }  // namespace

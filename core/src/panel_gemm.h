@@ -1,0 +1,26 @@
+// Private to mha_core: a float32 GEMM over weights laid out once at load, for the packed pass
+// (core/src/packed_attention.h). OpenBLAS packs both operands on every call (it has no pre-packed
+// GEMM): at c=32 that is ~4 MiB of weights copied per pass. Here the weights are stored as the
+// kernel reads them, panels of 16 output columns [K, 16] one after the other, and x is read where
+// it lies: nothing is copied. 6 x 16 tiles (12 accumulators of 8 floats), K in chunks of 512, rows
+// in blocks that keep x's chunk in L2; built for x86-64-v4, x86-64-v3 and the baseline, picked at
+// load (as paged_kernel.cc).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace mha::internal {
+
+constexpr int64_t kPanelWidth = 16;
+
+// w_t [K, M] (x times it gives [N, M]), M a multiple of kPanelWidth: [M / 16, K, 16] contiguous.
+at::Tensor PackPanels(const at::Tensor& w_t);
+
+// c [N, M] = x [N, K] (rows `ldx` floats apart) times the panels of PackPanels (+ bias [M], or
+// null); c's rows M floats apart. Overwrites c.
+void PanelGemm(const float* x, int64_t ldx, int64_t n, int64_t k, const float* panels, int64_t m,
+               const float* bias, float* c);
+
+}  // namespace mha::internal
