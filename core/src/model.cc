@@ -268,8 +268,11 @@ bool MhaModel::RunPacked(const ForwardInputs& in, ForwardOutputs* out) const {
                         !options_.add_zero_attn && t >= 1 && t <= internal::kPackedAttentionMaxT &&
                         BlockRows(in) >= t;
   if (!eligible) return false;
-  // The panel GEMM is one thread's: with more BLAS threads allowed (a lone pass), OpenBLAS's.
-  const bool panels = in_proj_panels_.defined() && BlasThreads() == 1;
+  // The panel GEMM is one thread's: with more BLAS threads allowed (a lone pass), OpenBLAS's,
+  // unless the pass is so small that one thread without packing is faster anyway.
+  const bool panels =
+      in_proj_panels_.defined() &&
+      (BlasThreads() == 1 || in.query.size(0) * t <= internal::kPanelRowsAnyThreads);
   const internal::PackedWeights w{&in_proj_weight_t_,
                                   &in_proj_bias_,
                                   &out_weight_t_,

@@ -14,6 +14,10 @@
 namespace mha::internal {
 
 constexpr int64_t kPanelWidth = 16;
+// Up to this many rows (B·T) the panel GEMM on one thread beat OpenBLAS on two in wall time
+// (mha_core_bench BM_Forward, E=512, this 2-core box: 16 rows 0.34 vs 0.57 ms, 64 rows 1.35 vs
+// 1.6-2.4 ms; 256 rows a tie): such passes take it whatever the BLAS threads.
+constexpr int64_t kPanelRowsAnyThreads = 64;
 
 // w_t [K, M] (x times it gives [N, M]), M a multiple of kPanelWidth: [M / 16, K, 16] contiguous.
 at::Tensor PackPanels(const at::Tensor& w_t);
