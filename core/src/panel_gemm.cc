@@ -3,12 +3,15 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MHA_GEMM_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define MHA_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define MHA_GEMM_WIDE 1
+#define MHA_V4 __attribute__((target("arch=x86-64-v4")))
 #else
 #define MHA_GEMM_CLONES
+#define MHA_GEMM_WIDE 0
 #endif
 #define MHA_INLINE inline __attribute__((always_inline))
 
@@ -73,6 +76,86 @@ MHA_INLINE void PanelRows(const float* x, int64_t ldx, int64_t n, const float* p
   }
 }
 
+#if MHA_GEMM_WIDE
+typedef float V16 __attribute__((vector_size(64)));
+typedef float V16u __attribute__((vector_size(64), aligned(4), may_alias));
+#define MHA_LD16(p) (*reinterpret_cast<const V16u*>(p))
+#define MHA_ST16(p, x) (*reinterpret_cast<V16u*>(p) = (x))
+
+constexpr int64_t kWideRows = 8;  // 8 rows x 2 panels: 16 accumulators of 16 floats
+
+// Tile's AVX-512 form: R rows x P panels (`stride` floats apart) of 16 columns.
+template <int R, int P>
+MHA_V4 MHA_INLINE void WideTile(const float* x, int64_t ldx, const float* p, int64_t stride,
+                                int64_t kc, const float* init, float* c, int64_t ldc) {
+  V16 acc[R][P];
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < P; ++q) acc[r][q] = MHA_LD16(init ? init + 16 * q : c + r * ldc + 16 * q);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    V16 b[P];
+    for (int q = 0; q < P; ++q) b[q] = MHA_LD16(p + q * stride + k * kPanelWidth);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float a = x[r * ldx + k];
+      for (int q = 0; q < P; ++q) acc[r][q] += a * b[q];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < P; ++q) MHA_ST16(c + r * ldc + 16 * q, acc[r][q]);
+  }
+}
+
+template <int P>
+MHA_V4 MHA_INLINE void WideRows(const float* x, int64_t ldx, int64_t n, const float* p,
+                                int64_t stride, int64_t kc, const float* init, float* c,
+                                int64_t ldc) {
+  int64_t i = 0;
+  for (; i + kWideRows <= n; i += kWideRows) {
+    WideTile<kWideRows, P>(x + i * ldx, ldx, p, stride, kc, init, c + i * ldc, ldc);
+  }
+  const float* xi = x + i * ldx;
+  float* ci = c + i * ldc;
+  switch (n - i) {
+#define MHA_WIDE_TAIL(R)                                   \
+  case R:                                                  \
+    WideTile<R, P>(xi, ldx, p, stride, kc, init, ci, ldc); \
+    break;
+    MHA_WIDE_TAIL(1)
+    MHA_WIDE_TAIL(2)
+    MHA_WIDE_TAIL(3) MHA_WIDE_TAIL(4) MHA_WIDE_TAIL(5) MHA_WIDE_TAIL(6) MHA_WIDE_TAIL(7)
+#undef MHA_WIDE_TAIL
+        default : break;
+  }
+}
+
+// PanelGemm with AVX-512: two panels at a time (the last alone when their number is odd).
+MHA_V4 void WideGemm(const float* x, int64_t ldx, int64_t n, int64_t k, const float* panels,
+                     int64_t m, const float* bias, float* c) {
+  static const float kZeros[2 * kPanelWidth] = {};
+  const int64_t depth = std::min(k, kDepth), count = m / kPanelWidth, stride = k * kPanelWidth;
+  const int64_t block =
+      std::max<int64_t>(kWideRows, kBlockBytes / (depth * static_cast<int64_t>(sizeof(float))) /
+                                       kWideRows * kWideRows);
+  for (int64_t i0 = 0; i0 < n; i0 += block) {
+    const int64_t rows = std::min(block, n - i0);
+    for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
+      const int64_t kc = std::min(kDepth, k - k0);
+      for (int64_t j = 0; j < count; j += 2) {
+        const float* init = k0 > 0 ? nullptr : bias ? bias + j * kPanelWidth : kZeros;
+        const float* p = panels + j * stride + k0 * kPanelWidth;
+        float* cj = c + i0 * m + j * kPanelWidth;
+        if (j + 1 < count) {
+          WideRows<2>(x + i0 * ldx + k0, ldx, rows, p, stride, kc, init, cj, m);
+        } else {
+          WideRows<1>(x + i0 * ldx + k0, ldx, rows, p, stride, kc, init, cj, m);
+        }
+      }
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 at::Tensor PackPanels(const at::Tensor& w_t) {
@@ -80,8 +163,12 @@ at::Tensor PackPanels(const at::Tensor& w_t) {
   return w_t.reshape({k, m / kPanelWidth, kPanelWidth}).permute({1, 0, 2}).contiguous();
 }
 
-MHA_GEMM_CLONES void PanelGemm(const float* x, int64_t ldx, int64_t n, int64_t k,
-                               const float* panels, int64_t m, const float* bias, float* c) {
+namespace {
+
+std::atomic<bool> g_allow_wide{true};
+
+MHA_GEMM_CLONES void NarrowGemm(const float* x, int64_t ldx, int64_t n, int64_t k,
+                                const float* panels, int64_t m, const float* bias, float* c) {
   static const float kZeros[kPanelWidth] = {};
   const int64_t depth = std::min(k, kDepth);
   const int64_t block = std::max<int64_t>(
@@ -97,6 +184,21 @@ MHA_GEMM_CLONES void PanelGemm(const float* x, int64_t ldx, int64_t n, int64_t k
       }
     }
   }
+}
+
+}  // namespace
+
+void AllowWidePanelGemm(bool allow) { g_allow_wide.store(allow); }
+
+void PanelGemm(const float* x, int64_t ldx, int64_t n, int64_t k, const float* panels, int64_t m,
+               const float* bias, float* c) {
+#if MHA_GEMM_WIDE
+  static const bool wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  if (wide && g_allow_wide.load(std::memory_order_relaxed)) {
+    return WideGemm(x, ldx, n, k, panels, m, bias, c);
+  }
+#endif
+  NarrowGemm(x, ldx, n, k, panels, m, bias, c);
 }
 
 }  // namespace mha::internal

@@ -27,4 +27,8 @@ at::Tensor PackPanels(const at::Tensor& w_t);
 void PanelGemm(const float* x, int64_t ldx, int64_t n, int64_t k, const float* panels, int64_t m,
                const float* bias, float* c);
 
+// Tests only: false makes PanelGemm run its 8-float form (x86-64-v3 / baseline) even where the
+// CPU has AVX-512 (there it runs 8 x 32 tiles of 16-float vectors); true restores the default.
+void AllowWidePanelGemm(bool allow);
+
 }  // namespace mha::internal
