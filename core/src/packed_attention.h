@@ -3,7 +3,8 @@
 // kernel of paged attention (paged_kernel.h: each batch row is one "page" of T keys, rows 3E floats
 // apart), which writes [B·T, E] in combine_heads' layout for the output projection: no head split,
 // no q * scale copy, no [B, H, T, S] scores tensor, no combine_heads copy. Both GEMMs multiply by
-// the weights MhaModel lays out transposed at load (in_proj_weight_t, out_weight_t).
+// weights MhaModel lays out at load: as panels (panel_gemm.h) or transposed for OpenBLAS
+// (in_proj_weight_t, out_weight_t).
 #pragma once
 
 #include <ATen/core/Tensor.h>
