@@ -7,7 +7,8 @@ in one stage, walking its stack from the leaf outwards until a frame names one:
 
   decode     ParseRawRequest / DecodeCall / DecodeForwardRequest (the handler's parse + tensors)
   merge      MergeInputs                    split    SplitOutputs / ToHostOutputs
-  pass       ForwardValidated (the forward pass; sub-split: GEMM kernel, GEMM packing, other ops)
+  pass       ForwardValidated (the forward pass; sub-split: GEMM kernel (OpenBLAS's or mha's panel GEMM),
+             GEMM packing, other ops)
   encode     WriteForwardResponse / EncodeForwardResponse / SerializeWithBorrowedBytes
   scheduling DynamicBatcher, CompletionExecutor, ServerCore, BlasPassPolicy, the stats, request log
   transport  any frame in gRPC's libraries (libgrpc*, libgpr, libaddress_sorting, absl under them)
@@ -37,7 +38,7 @@ STAGES = [  # (stage, regex on the frame's symbol), checked in this order for ea
 TRANSPORT_DSO = re.compile(r"libgrpc|libgpr|libaddress_sorting|libupb|libre2|libcares")
 ORDER = ["transport", "decode", "scheduling", "merge", "pass", "split", "encode",
          "blas threads", "other"]
-PASS_PARTS = [("gemm kernel", r"sgemm_kernel|dgemm_kernel|gemm_kernel"),
+PASS_PARTS = [("gemm kernel", r"sgemm_kernel|dgemm_kernel|gemm_kernel|PanelGemm|WideGemm|NarrowGemm"),
               ("gemm packing", r"sgemm_(in|on|it|ot)copy|gemm_.*copy")]
 COMPILED = [(name, re.compile(rx)) for name, rx in STAGES]
 

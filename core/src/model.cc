@@ -11,7 +11,10 @@
 #include "mha/attention_ops.h"
 #include "mha/device_stream.h"
 #include "mha/head_selection.h"
+#include "mha/runtime.h"
 #include "mha/tensor_util.h"
+#include "packed_attention.h"
+#include "panel_gemm.h"
 #include "shape_checks.h"
 
 namespace mha {
@@ -99,10 +102,16 @@ void MhaModel::PlaceWeights(const MhaWeights& source, const c10::Device& device,
       weights_.v_bias = in_proj_bias_.narrow(0, 2 * e, e);
     }
   }
-  in_proj_weight_t_ = out_weight_t_ = at::Tensor();
+  in_proj_weight_t_ = out_weight_t_ = in_proj_panels_ = out_panels_ = at::Tensor();
   if (device.is_cpu()) {
     if (in_proj_weight_.defined()) in_proj_weight_t_ = in_proj_weight_.t().contiguous();
     out_weight_t_ = weights_.out_weight.t().contiguous();
+    // The packed pass's GEMMs read these in place (core/src/panel_gemm.h): +4E^2 floats.
+    if (in_proj_weight_t_.defined() && dtype == at::kFloat &&
+        options_.embed_dim % internal::kPanelWidth == 0) {
+      in_proj_panels_ = internal::PackPanels(in_proj_weight_t_);
+      out_panels_ = internal::PackPanels(out_weight_t_);
+    }
   }
   compute_scalar_type_ = dtype;
   device_ = device;
@@ -248,7 +257,37 @@ bool MhaModel::ProjectHeads(const ForwardInputs& in, bool explicit_path, at::Ten
   return false;
 }
 
+bool MhaModel::RunPacked(const ForwardInputs& in, ForwardOutputs* out) const {
+  // Plain self-attention (causal or not, nothing else masked, no key appended, only the output
+  // asked) over short sequences in float32 on the CPU: internal::PackedSelfAttention.
+  const int64_t t = in.query.size(1);
+  const bool eligible = device_.is_cpu() && compute_scalar_type_ == at::kFloat &&
+                        in_proj_weight_t_.defined() && !in.key.defined() && !in.value.defined() &&
+                        !in.attn_mask.defined() && !in.key_padding_mask.defined() &&
+                        !in.need_weights && !in.wants_head_options() && !options_.add_bias_kv &&
+                        !options_.add_zero_attn && t >= 1 && t <= internal::kPackedAttentionMaxT &&
+                        BlockRows(in) >= t;
+  if (!eligible) return false;
+  // The panel GEMM is one thread's: with more BLAS threads allowed (a lone pass), OpenBLAS's,
+  // unless the pass is so small that one thread without packing is faster anyway.
+  const bool panels =
+      in_proj_panels_.defined() &&
+      (BlasThreads() == 1 || in.query.size(0) * t <= internal::kPanelRowsAnyThreads);
+  const internal::PackedWeights w{&in_proj_weight_t_,
+                                  &in_proj_bias_,
+                                  &out_weight_t_,
+                                  &weights_.out_bias,
+                                  panels ? &in_proj_panels_ : nullptr,
+                                  panels ? &out_panels_ : nullptr};
+  at::Tensor output =
+      internal::PackedSelfAttention(in.query.to(at::kFloat), options_.num_heads, in.is_causal, w);
+  *out = ForwardOutputs();
+  out->output = output.to(ToScalarType(options_.dtype));
+  return true;
+}
+
 void MhaModel::RunForward(const ForwardInputs& in, ForwardOutputs* out) const {
+  if (RunPacked(in, out)) return;
   const auto opts = at::TensorOptions().device(device_).dtype(compute_scalar_type_);
   const int64_t batch = in.query.size(0), heads = options_.num_heads;
   const MhaWeights& w = weights_;

@@ -179,6 +179,13 @@ MHA_INLINE void Mix(const Unit& u, const Pages& pages, const float* probs) {
                    }
                  }
                });
+  // sum_p w_p (v_p + b) = sum_p w_p v_p + b: each row's weights sum to 1.
+  if (u.v_bias) {
+    for (int64_t t = 0; t < u.tokens; ++t) {
+      float* row = u.out + t * pages.embed;
+      for (int64_t i = 0; i < pages.embed; ++i) row[i] += u.v_bias[i];
+    }
+  }
 }
 
 MHA_INLINE float RowMax(const float* row, int64_t n) {
@@ -259,7 +266,11 @@ MHA_PAGED_CLONES void AttendUnit(const Unit& u, const Pages& pages, Scratch* scr
   for (int64_t t = 0; t < u.tokens; ++t) {
     const float* src = u.q + t * u.q_stride;
     float* dst = scratch->q.data() + t * e;
-    for (int64_t i = 0; i < e; ++i) dst[i] = src[i] * scale;
+    if (u.q_bias) {
+      for (int64_t i = 0; i < e; ++i) dst[i] = (src[i] + u.q_bias[i]) * scale;
+    } else {
+      for (int64_t i = 0; i < e; ++i) dst[i] = src[i] * scale;
+    }
   }
   Scores(u, pages, scratch->q.data(), scratch->scores.data());
   Softmax(u, pages, scratch->scores.data());

@@ -70,6 +70,9 @@ class MhaModel {
   void PlaceWeights(const MhaWeights& source, const c10::Device& device, at::ScalarType dtype);
   Status ProbeKernels() const;  // one tiny forward per path in the compute dtype
   void RunForward(const ForwardInputs& inputs, ForwardOutputs* outputs) const;  // may throw
+  // The CPU pass of plain short self-attention over the transposed weights
+  // (core/src/packed_attention.h); false, having done nothing, when the pass is not one.
+  bool RunPacked(const ForwardInputs& inputs, ForwardOutputs* outputs) const;  // may throw
   // Probabilities, head statistics, head_mask, the per-head output [B, H, T, D] and the selected
   // weights (mha/head_selection.h) into `outputs`; may throw.
   // `q_scaled`: qh already carries 1/sqrt(D) (mha::project_qkv_heads).
@@ -93,6 +96,8 @@ class MhaModel {
   at::Tensor in_proj_weight_;  // [3E, E] fused q/k/v for self-attention (same_embed_dim only)
   at::Tensor in_proj_bias_;    // [3E] or undefined
   at::Tensor in_proj_weight_t_, out_weight_t_;  // CPU only: [E, 3E], [E, E]
+  // CPU, float32, E a multiple of 16 only: the same as panels (core/src/panel_gemm.h).
+  at::Tensor in_proj_panels_, out_panels_;
   std::string device_name_;
   c10::Device device_{c10::kCPU};
   DType compute_dtype_ = DType::kFloat32;

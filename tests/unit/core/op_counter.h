@@ -26,6 +26,7 @@ class OpCounter {
     if (handle_ != 0) at::removeCallback(handle_);
     handle_ = 0;
   }
+  int count(const std::string& op) const { return static_cast<int>(Ops()->count(op)); }
   int all() const { return static_cast<int>(Ops()->size()); }
   int work() const {
     static const std::set<std::string> kViews = {"aten::view",       "aten::narrow",

@@ -1,0 +1,204 @@
+#include "panel_gemm.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <atomic>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MHA_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define MHA_GEMM_WIDE 1
+#define MHA_V4 __attribute__((target("arch=x86-64-v4")))
+#else
+#define MHA_GEMM_CLONES
+#define MHA_GEMM_WIDE 0
+#endif
+#define MHA_INLINE inline __attribute__((always_inline))
+
+namespace mha::internal {
+namespace {
+
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V8u __attribute__((vector_size(32), aligned(4), may_alias));
+#define MHA_LD(p) (*reinterpret_cast<const V8u*>(p))
+#define MHA_ST(p, x) (*reinterpret_cast<V8u*>(p) = (x))
+
+constexpr int64_t kRows = 6;                // rows of a tile
+constexpr int64_t kDepth = 512;             // K per chunk: a panel's chunk is 32 KiB
+constexpr int64_t kBlockBytes = 384 << 10;  // x's chunk of one block of rows, kept in L2
+
+// c[0..R) x [0, 16) (ldc apart) = `init` (bias row, or c itself when null) + x[0..R) x p, over kc.
+template <int R>
+MHA_INLINE void Tile(const float* x, int64_t ldx, const float* p, int64_t kc, const float* init,
+                     float* c, int64_t ldc) {
+  V8 acc[R][2];
+  for (int r = 0; r < R; ++r) {
+    const float* from = init ? init : c + r * ldc;
+    acc[r][0] = MHA_LD(from), acc[r][1] = MHA_LD(from + 8);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const V8 b0 = MHA_LD(p + k * kPanelWidth), b1 = MHA_LD(p + k * kPanelWidth + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float a = x[r * ldx + k];
+      acc[r][0] += a * b0;
+      acc[r][1] += a * b1;
+    }
+  }
+  for (int r = 0; r < R; ++r) MHA_ST(c + r * ldc, acc[r][0]), MHA_ST(c + r * ldc + 8, acc[r][1]);
+}
+
+// Rows [0, n) of one panel's chunk: full tiles, then the rest.
+MHA_INLINE void PanelRows(const float* x, int64_t ldx, int64_t n, const float* p, int64_t kc,
+                          const float* init, float* c, int64_t ldc) {
+  int64_t i = 0;
+  for (; i + kRows <= n; i += kRows) Tile<kRows>(x + i * ldx, ldx, p, kc, init, c + i * ldc, ldc);
+  const float* xi = x + i * ldx;
+  float* ci = c + i * ldc;
+  switch (n - i) {
+    case 1:
+      Tile<1>(xi, ldx, p, kc, init, ci, ldc);
+      break;
+    case 2:
+      Tile<2>(xi, ldx, p, kc, init, ci, ldc);
+      break;
+    case 3:
+      Tile<3>(xi, ldx, p, kc, init, ci, ldc);
+      break;
+    case 4:
+      Tile<4>(xi, ldx, p, kc, init, ci, ldc);
+      break;
+    case 5:
+      Tile<5>(xi, ldx, p, kc, init, ci, ldc);
+      break;
+    default:
+      break;
+  }
+}
+
+#if MHA_GEMM_WIDE
+typedef float V16 __attribute__((vector_size(64)));
+typedef float V16u __attribute__((vector_size(64), aligned(4), may_alias));
+#define MHA_LD16(p) (*reinterpret_cast<const V16u*>(p))
+#define MHA_ST16(p, x) (*reinterpret_cast<V16u*>(p) = (x))
+
+constexpr int64_t kWideRows = 8;  // 8 rows x 2 panels: 16 accumulators of 16 floats
+
+// Tile's AVX-512 form: R rows x P panels (`stride` floats apart) of 16 columns.
+template <int R, int P>
+MHA_V4 MHA_INLINE void WideTile(const float* x, int64_t ldx, const float* p, int64_t stride,
+                                int64_t kc, const float* init, float* c, int64_t ldc) {
+  V16 acc[R][P];
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < P; ++q) acc[r][q] = MHA_LD16(init ? init + 16 * q : c + r * ldc + 16 * q);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    V16 b[P];
+    for (int q = 0; q < P; ++q) b[q] = MHA_LD16(p + q * stride + k * kPanelWidth);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float a = x[r * ldx + k];
+      for (int q = 0; q < P; ++q) acc[r][q] += a * b[q];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < P; ++q) MHA_ST16(c + r * ldc + 16 * q, acc[r][q]);
+  }
+}
+
+template <int P>
+MHA_V4 MHA_INLINE void WideRows(const float* x, int64_t ldx, int64_t n, const float* p,
+                                int64_t stride, int64_t kc, const float* init, float* c,
+                                int64_t ldc) {
+  int64_t i = 0;
+  for (; i + kWideRows <= n; i += kWideRows) {
+    WideTile<kWideRows, P>(x + i * ldx, ldx, p, stride, kc, init, c + i * ldc, ldc);
+  }
+  const float* xi = x + i * ldx;
+  float* ci = c + i * ldc;
+  switch (n - i) {
+#define MHA_WIDE_TAIL(R)                                   \
+  case R:                                                  \
+    WideTile<R, P>(xi, ldx, p, stride, kc, init, ci, ldc); \
+    break;
+    MHA_WIDE_TAIL(1)
+    MHA_WIDE_TAIL(2)
+    MHA_WIDE_TAIL(3) MHA_WIDE_TAIL(4) MHA_WIDE_TAIL(5) MHA_WIDE_TAIL(6) MHA_WIDE_TAIL(7)
+#undef MHA_WIDE_TAIL
+        default : break;
+  }
+}
+
+// PanelGemm with AVX-512: two panels at a time (the last alone when their number is odd).
+MHA_V4 void WideGemm(const float* x, int64_t ldx, int64_t n, int64_t k, const float* panels,
+                     int64_t m, const float* bias, float* c) {
+  static const float kZeros[2 * kPanelWidth] = {};
+  const int64_t depth = std::min(k, kDepth), count = m / kPanelWidth, stride = k * kPanelWidth;
+  const int64_t block =
+      std::max<int64_t>(kWideRows, kBlockBytes / (depth * static_cast<int64_t>(sizeof(float))) /
+                                       kWideRows * kWideRows);
+  for (int64_t i0 = 0; i0 < n; i0 += block) {
+    const int64_t rows = std::min(block, n - i0);
+    for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
+      const int64_t kc = std::min(kDepth, k - k0);
+      for (int64_t j = 0; j < count; j += 2) {
+        const float* init = k0 > 0 ? nullptr : bias ? bias + j * kPanelWidth : kZeros;
+        const float* p = panels + j * stride + k0 * kPanelWidth;
+        float* cj = c + i0 * m + j * kPanelWidth;
+        if (j + 1 < count) {
+          WideRows<2>(x + i0 * ldx + k0, ldx, rows, p, stride, kc, init, cj, m);
+        } else {
+          WideRows<1>(x + i0 * ldx + k0, ldx, rows, p, stride, kc, init, cj, m);
+        }
+      }
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+at::Tensor PackPanels(const at::Tensor& w_t) {
+  const int64_t k = w_t.size(0), m = w_t.size(1);
+  return w_t.reshape({k, m / kPanelWidth, kPanelWidth}).permute({1, 0, 2}).contiguous();
+}
+
+namespace {
+
+std::atomic<bool> g_allow_wide{true};
+
+MHA_GEMM_CLONES void NarrowGemm(const float* x, int64_t ldx, int64_t n, int64_t k,
+                                const float* panels, int64_t m, const float* bias, float* c) {
+  static const float kZeros[kPanelWidth] = {};
+  const int64_t depth = std::min(k, kDepth);
+  const int64_t block = std::max<int64_t>(
+      kRows, kBlockBytes / (depth * static_cast<int64_t>(sizeof(float))) / kRows * kRows);
+  for (int64_t i0 = 0; i0 < n; i0 += block) {
+    const int64_t rows = std::min(block, n - i0);
+    for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
+      const int64_t kc = std::min(kDepth, k - k0);
+      for (int64_t j = 0; j < m / kPanelWidth; ++j) {
+        const float* init = k0 > 0 ? nullptr : bias ? bias + j * kPanelWidth : kZeros;
+        PanelRows(x + i0 * ldx + k0, ldx, rows, panels + (j * k + k0) * kPanelWidth, kc, init,
+                  c + i0 * m + j * kPanelWidth, m);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void AllowWidePanelGemm(bool allow) { g_allow_wide.store(allow); }
+
+void PanelGemm(const float* x, int64_t ldx, int64_t n, int64_t k, const float* panels, int64_t m,
+               const float* bias, float* c) {
+#if MHA_GEMM_WIDE
+  static const bool wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  if (wide && g_allow_wide.load(std::memory_order_relaxed)) {
+    return WideGemm(x, ldx, n, k, panels, m, bias, c);
+  }
+#endif
+  NarrowGemm(x, ldx, n, k, panels, m, bias, c);
+}
+
+}  // namespace mha::internal
