@@ -260,6 +260,9 @@ bool MhaModel::ProjectHeads(const ForwardInputs& in, bool explicit_path, at::Ten
 bool MhaModel::RunPacked(const ForwardInputs& in, ForwardOutputs* out) const {
   // Plain self-attention (causal or not, nothing else masked, no key appended, only the output
   // asked) over short sequences in float32 on the CPU: internal::PackedSelfAttention.
+  // A query of another width is left to the general path, whose LibTorch ops refuse it (the
+  // packed kernels trust E: they would read past the query).
+  if (in.query.dim() != 3 || in.query.size(2) != options_.embed_dim) return false;
   const int64_t t = in.query.size(1);
   const bool eligible = device_.is_cpu() && compute_scalar_type_ == at::kFloat &&
                         in_proj_weight_t_.defined() && !in.key.defined() && !in.value.defined() &&
