@@ -49,12 +49,26 @@ void FillModel(mha::v1::ModelInfo* info) {
   info->set_is_default(true);
 }
 
+// GetModel on the callback API (FillModel), for the callback-API servers below.
+template <class Base>
+class WithEchoGetModel : public Base {
+ public:
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
+                                     const mha::v1::GetModelRequest* /*request*/,
+                                     mha::v1::ModelInfo* info) override {
+    FillModel(info);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
 // mha-server's stack: Forward raw on the completion-queue API with the same CqUnaryMethod (its
 // threads and queue, server/frontends/common/cq_unary.h), parsed and serialized by the handler;
 // GetModel on the callback API, as in AttentionServiceImpl.
 class MhaFloorService final
-    : public AttentionService::WithCallbackMethod_GetModel<
-          AttentionService::WithRawMethod_Forward<AttentionService::Service>> {
+    : public WithEchoGetModel<AttentionService::WithCallbackMethod_GetModel<
+          AttentionService::WithRawMethod_Forward<AttentionService::Service>>> {
  public:
   static void Handle(mha::serve::CqCall* call) {
     mha::v1::ForwardRequest parsed;
@@ -72,22 +86,14 @@ class MhaFloorService final
     }
     call->Finish(grpc::Status::OK);
   }
-
-  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
-                                     const mha::v1::GetModelRequest* /*request*/,
-                                     mha::v1::ModelInfo* info) override {
-    FillModel(info);
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
 };
 
 // mha-server's stack answered the way its scheduler answers: the handler parses the request and
 // queues the call; one worker thread takes everything queued at once (a "pass") and serializes
 // and Finishes each call from there. No compute: what answering off gRPC's threads costs.
 class HandoffService final
-    : public AttentionService::WithRawCallbackMethod_Forward<AttentionService::CallbackService> {
+    : public WithEchoGetModel<
+          AttentionService::WithRawCallbackMethod_Forward<AttentionService::CallbackService>> {
  public:
   HandoffService() : worker_([this] { Work(); }) {}
   ~HandoffService() override {
@@ -115,15 +121,6 @@ class HandoffService final
       queue_.push_back(std::move(call));
     }
     cv_.notify_one();
-    return reactor;
-  }
-
-  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
-                                     const mha::v1::GetModelRequest* /*request*/,
-                                     mha::v1::ModelInfo* info) override {
-    FillModel(info);
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
     return reactor;
   }
 
@@ -163,21 +160,12 @@ class HandoffService final
 };
 
 // gRPC's callback example: the typed service, gRPC parses the request and serializes the answer.
-class BareCallbackService final : public AttentionService::CallbackService {
+class BareCallbackService final : public WithEchoGetModel<AttentionService::CallbackService> {
  public:
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
                                     const mha::v1::ForwardRequest* request,
                                     mha::v1::ForwardResponse* answer) override {
     FillEcho(*request, answer);
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-
-  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
-                                     const mha::v1::GetModelRequest* /*request*/,
-                                     mha::v1::ModelInfo* info) override {
-    FillModel(info);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
