@@ -284,28 +284,23 @@ int ServeMha(const std::string& address, const std::string& port_file, int port_
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   grpc::EnableDefaultHealthCheckService(true);
   MhaFloorService service;
-  mha::serve::CqUnaryMethod::Options options;
-  options.threads = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
-  mha::serve::CqUnaryMethod forward(
-      [&service](grpc::ServerContext* context, grpc::ByteBuffer* request,
-                 grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* responder,
-                 grpc::ServerCompletionQueue* cq,
-                 void* tag) { service.RequestForward(context, request, responder, cq, cq, tag); },
-      &MhaFloorService::Handle, options);
+  const std::unique_ptr<mha::serve::CqUnaryMethod> forward = mha::serve::ServeRawUnary(
+      &service, &MhaFloorService::RequestForward, &MhaFloorService::Handle,
+      std::max(2, static_cast<int>(std::thread::hardware_concurrency())));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
-  forward.AddTo(&builder);
+  forward->AddTo(&builder);
   std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
   if (!server || port == 0 || !Announce("mha", port, port_file, port_fd)) {
     std::fprintf(stderr, "echo server 'mha': cannot listen on %s\n", address.c_str());
     return 1;
   }
-  forward.Start();
+  forward->Start();
   WaitForSignal();
   server->Shutdown(Soon());
-  forward.Shutdown();
+  forward->Shutdown();
   return 0;
 }
 

@@ -116,16 +116,30 @@ MHA_V4 MHA_INLINE void WideRows(const float* x, int64_t ldx, int64_t n, const fl
   }
   const float* xi = x + i * ldx;
   float* ci = c + i * ldc;
-  switch (n - i) {
-#define MHA_WIDE_TAIL(R)                                   \
-  case R:                                                  \
-    WideTile<R, P>(xi, ldx, p, stride, kc, init, ci, ldc); \
-    break;
-    MHA_WIDE_TAIL(1)
-    MHA_WIDE_TAIL(2)
-    MHA_WIDE_TAIL(3) MHA_WIDE_TAIL(4) MHA_WIDE_TAIL(5) MHA_WIDE_TAIL(6) MHA_WIDE_TAIL(7)
-#undef MHA_WIDE_TAIL
-        default : break;
+  switch (n - i) {  // the rows left: one tile of that height
+    case 1:
+      WideTile<1, P>(xi, ldx, p, stride, kc, init, ci, ldc);
+      break;
+    case 2:
+      WideTile<2, P>(xi, ldx, p, stride, kc, init, ci, ldc);
+      break;
+    case 3:
+      WideTile<3, P>(xi, ldx, p, stride, kc, init, ci, ldc);
+      break;
+    case 4:
+      WideTile<4, P>(xi, ldx, p, stride, kc, init, ci, ldc);
+      break;
+    case 5:
+      WideTile<5, P>(xi, ldx, p, stride, kc, init, ci, ldc);
+      break;
+    case 6:
+      WideTile<6, P>(xi, ldx, p, stride, kc, init, ci, ldc);
+      break;
+    case 7:
+      WideTile<7, P>(xi, ldx, p, stride, kc, init, ci, ldc);
+      break;
+    default:
+      break;
   }
 }
 

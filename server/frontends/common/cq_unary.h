@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace mha::serve {
@@ -118,5 +119,22 @@ class CqUnaryMethod {
   std::atomic<int> live_{0};      // CqCall objects alive
   std::vector<std::thread> threads_;
 };
+
+// A CqUnaryMethod for one raw method of `service`: `request` is its generated
+// `WithRawMethod_<M>::Request<M>` (called with our queue for both of its queues); `handler` runs
+// for every call.
+template <class Service, class RequestMember>
+std::unique_ptr<CqUnaryMethod> ServeRawUnary(Service* service, RequestMember request,
+                                             CqUnaryMethod::Handler handler, int threads) {
+  CqUnaryMethod::Options options;
+  options.threads = threads;
+  return std::make_unique<CqUnaryMethod>(
+      [service, request](grpc::ServerContext* context, grpc::ByteBuffer* bytes,
+                         grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* responder,
+                         grpc::ServerCompletionQueue* cq, void* tag) {
+        (service->*request)(context, bytes, responder, cq, cq, tag);
+      },
+      std::move(handler), options);
+}
 
 }  // namespace mha::serve

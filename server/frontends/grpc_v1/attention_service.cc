@@ -33,16 +33,11 @@ StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
 }
 
 AttentionServiceImpl::AttentionServiceImpl(InferenceServer* core, GrpcFrontendOptions options)
-    : core_(core), options_(options) {
-  CqUnaryMethod::Options queue;
-  queue.threads = options_.forward_threads;
-  forward_ = std::make_unique<CqUnaryMethod>(
-      [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
-             grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* responder,
-             grpc::ServerCompletionQueue* cq,
-             void* tag) { RequestForward(context, request, responder, cq, cq, tag); },
-      [this](CqCall* call) { HandleForward(call); }, queue);
-}
+    : core_(core),
+      options_(options),
+      forward_(ServeRawUnary(
+          this, &AttentionServiceImpl::RequestForward,
+          [this](CqCall* call) { HandleForward(call); }, options_.forward_threads)) {}
 
 AttentionServiceImpl::~AttentionServiceImpl() = default;
 

@@ -46,16 +46,11 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
 
 GrpcInferenceServiceImpl::GrpcInferenceServiceImpl(InferenceServer* core,
                                                    OipFrontendOptions options)
-    : core_(core), options_(std::move(options)) {
-  CqUnaryMethod::Options queue;
-  queue.threads = options_.infer_threads;
-  infer_ = std::make_unique<CqUnaryMethod>(
-      [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
-             grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* responder,
-             grpc::ServerCompletionQueue* cq,
-             void* tag) { RequestModelInfer(context, request, responder, cq, cq, tag); },
-      [this](CqCall* call) { HandleModelInfer(call); }, queue);
-}
+    : core_(core),
+      options_(std::move(options)),
+      infer_(ServeRawUnary(
+          this, &GrpcInferenceServiceImpl::RequestModelInfer,
+          [this](CqCall* call) { HandleModelInfer(call); }, options_.infer_threads)) {}
 
 GrpcInferenceServiceImpl::~GrpcInferenceServiceImpl() = default;
 

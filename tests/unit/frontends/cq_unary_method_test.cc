@@ -1,8 +1,8 @@
 // CqUnaryMethod (server/frontends/common/cq_unary.h) on a real in-process gRPC server: every call
 // is answered once whether its handler answers inline or later from another thread; a call still
 // open when the server shuts down is cancelled and freed; may_block says whether another thread
-// was outside a handler (free to take calls); nothing leaks (live_calls() is 0 after Shutdown). No CPU-speed
-// dependence: the handlers answer when the test says.
+// was outside a handler (free to take calls); nothing leaks (live_calls() is 0 after Shutdown). No
+// CPU-speed dependence: the handlers answer when the test says.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 

@@ -88,7 +88,7 @@ TEST_F(GrpcFrontendTest, ForwardTranslatesTheRequestAndTheAnswer) {
 TEST_F(GrpcFrontendTest, ForwardLetsTheCoreRunThePassOnItsThreadWhenAnotherIsFree) {
   // Both Forward threads wait for calls: the one that takes this call may compute its pass.
   ASSERT_TRUE(testing::WaitUntil([&] { return service_->forward_method().idle_threads() == 2; },
-                        "both Forward threads idle"));
+                                 "both Forward threads idle"));
   ASSERT_TRUE(client_->ForwardRaw(Marked(1.0f)).ok());
   EXPECT_TRUE(core_.Last().caller_may_run);
 }
