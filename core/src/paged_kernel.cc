@@ -8,7 +8,10 @@
 // AttendUnit twice: for x86-64-v3 (AVX2, FMA) and the baseline, picked once by the loader (an
 // ifunc); the helpers below are inlined into each copy, so their 8-float vectors become one AVX
 // register or two SSE ones.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+// (Sanitizer builds take the #else: target_clones' ifunc resolver runs before the sanitizer's
+// runtime is up, and crashed TSan at load.)
 #define MHA_PAGED_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define MHA_PAGED_CLONES

@@ -6,7 +6,13 @@
 #include <atomic>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+// Sanitizer builds: target_clones' ifunc resolver runs before the sanitizer's runtime is up (it
+// crashed TSan at load); they build the baseline form only.
+#define MHA_GEMM_CLONES
+#else
 #define MHA_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
 #define MHA_GEMM_WIDE 1
 #define MHA_V4 __attribute__((target("arch=x86-64-v4")))
 #else

@@ -67,7 +67,10 @@ class CqCall {
   grpc::ByteBuffer request_, response_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
   Tag main_tag_, done_tag_;
-  bool started_ = false;  // the request tag came back ok: a call is running
+  // The call's events may come back on different threads: these order what each wrote for the
+  // next (gRPC's queue orders them too, but out of ThreadSanitizer's sight).
+  std::atomic<bool> started_{false};    // the request tag came back ok: a call is running
+  std::atomic<bool> finishing_{false};  // Finish was called
   bool may_block_ = false;
   std::atomic<int> outstanding_{2};  // main (finish) and done, once started
 };

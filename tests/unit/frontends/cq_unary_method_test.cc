@@ -120,6 +120,8 @@ TEST_F(CqUnaryMethodTest, EveryCallIsAnsweredOnceInlineOrLaterFromAnotherThread)
   }
   for (auto& f : clients) EXPECT_TRUE(testing::GetWithin(f, "a client's 25 calls"));
   EXPECT_EQ(calls.load(), 200);
+  StopServer();  // no handler runs after this body's locals, which it uses, are gone
+  server_.reset();
   {
     std::lock_guard<std::mutex> lock(mu);
     done = true;
@@ -177,6 +179,8 @@ TEST_F(CqUnaryMethodTest, MayBlockSaysWhetherAnotherThreadWasFreeToTakeCalls) {
   EXPECT_TRUE(Call("second", &response).ok());  // the other thread takes it: none is left free
   release.set_value();
   EXPECT_TRUE(testing::GetWithin(first, "the first call's answer"));
+  StopServer();  // no handler runs after this body's locals, which it uses, are gone
+  server_.reset();
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(may_block, (std::vector<bool>{true, false}));
 }
