@@ -5,27 +5,13 @@
 #include <cstdint>
 #include <limits>
 
-// AttendUnit twice: for x86-64-v3 (AVX2, FMA) and the baseline, picked once by the loader (an
-// ifunc); the helpers below are inlined into each copy, so their 8-float vectors become one AVX
-// register or two SSE ones.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-// (Sanitizer builds take the #else: target_clones' ifunc resolver runs before the sanitizer's
-// runtime is up, and crashed TSan at load.)
-#define MHA_PAGED_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define MHA_PAGED_CLONES
-#endif
-#define MHA_INLINE inline __attribute__((always_inline))
+#include "simd.h"
+
+// AttendUnit twice (MHA_CPU_CLONES, simd.h): for x86-64-v3 and the baseline; the helpers below
+// are inlined into each copy, so their 8-float vectors become one AVX register or two SSE ones.
 
 namespace mha::internal {
 namespace {
-
-// Eight floats; V8u reads and writes them at any float alignment (a head's row within a page).
-typedef float V8 __attribute__((vector_size(32)));
-typedef float V8u __attribute__((vector_size(32), aligned(4), may_alias));
-#define MHA_LD(p) (*reinterpret_cast<const V8u*>(p))
-#define MHA_ST(p, x) (*reinterpret_cast<V8u*>(p) = (x))
 
 MHA_INLINE float Sum8(const float* lanes) {
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
@@ -259,7 +245,7 @@ MHA_INLINE void Softmax(const Unit& u, const Pages& pages, float* scores) {
 
 }  // namespace
 
-MHA_PAGED_CLONES void AttendUnit(const Unit& u, const Pages& pages, Scratch* scratch) {
+MHA_CPU_CLONES void AttendUnit(const Unit& u, const Pages& pages, Scratch* scratch) {
   const int64_t e = pages.embed;
   scratch->q.resize(static_cast<size_t>(std::max<int64_t>(u.tokens * e, 1)));
   scratch->scores.resize(

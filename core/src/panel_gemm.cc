@@ -5,29 +5,13 @@
 #include <algorithm>
 #include <atomic>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-// Sanitizer builds: target_clones' ifunc resolver runs before the sanitizer's runtime is up (it
-// crashed TSan at load); they build the baseline form only.
-#define MHA_GEMM_CLONES
-#else
-#define MHA_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-#define MHA_GEMM_WIDE 1
-#define MHA_V4 __attribute__((target("arch=x86-64-v4")))
-#else
-#define MHA_GEMM_CLONES
-#define MHA_GEMM_WIDE 0
-#endif
-#define MHA_INLINE inline __attribute__((always_inline))
+#include "simd.h"
+
+// The AVX-512 form (WideGemm) where GCC can build it for x86-64 (simd.h).
+#define MHA_GEMM_WIDE MHA_SIMD_X86_GCC
 
 namespace mha::internal {
 namespace {
-
-typedef float V8 __attribute__((vector_size(32)));
-typedef float V8u __attribute__((vector_size(32), aligned(4), may_alias));
-#define MHA_LD(p) (*reinterpret_cast<const V8u*>(p))
-#define MHA_ST(p, x) (*reinterpret_cast<V8u*>(p) = (x))
 
 constexpr int64_t kRows = 6;                // rows of a tile
 constexpr int64_t kDepth = 512;             // K per chunk: a panel's chunk is 32 KiB
@@ -187,8 +171,8 @@ namespace {
 
 std::atomic<bool> g_allow_wide{true};
 
-MHA_GEMM_CLONES void NarrowGemm(const float* x, int64_t ldx, int64_t n, int64_t k,
-                                const float* panels, int64_t m, const float* bias, float* c) {
+MHA_CPU_CLONES void NarrowGemm(const float* x, int64_t ldx, int64_t n, int64_t k,
+                               const float* panels, int64_t m, const float* bias, float* c) {
   static const float kZeros[kPanelWidth] = {};
   const int64_t depth = std::min(k, kDepth);
   const int64_t block = std::max<int64_t>(
