@@ -38,32 +38,22 @@ MHA_INLINE void Tile(const float* x, int64_t ldx, const float* p, int64_t kc, co
   for (int r = 0; r < R; ++r) MHA_ST(c + r * ldc, acc[r][0]), MHA_ST(c + r * ldc + 8, acc[r][1]);
 }
 
+// The last `rows` (< kRows) rows of a panel's chunk: one tile of that height.
+template <int R>
+MHA_INLINE void TailTile(int64_t rows, const float* x, int64_t ldx, const float* p, int64_t kc,
+                         const float* init, float* c, int64_t ldc) {
+  if constexpr (R > 0) {
+    if (rows == R) return Tile<R>(x, ldx, p, kc, init, c, ldc);
+    TailTile<R - 1>(rows, x, ldx, p, kc, init, c, ldc);
+  }
+}
+
 // Rows [0, n) of one panel's chunk: full tiles, then the rest.
 MHA_INLINE void PanelRows(const float* x, int64_t ldx, int64_t n, const float* p, int64_t kc,
                           const float* init, float* c, int64_t ldc) {
   int64_t i = 0;
   for (; i + kRows <= n; i += kRows) Tile<kRows>(x + i * ldx, ldx, p, kc, init, c + i * ldc, ldc);
-  const float* xi = x + i * ldx;
-  float* ci = c + i * ldc;
-  switch (n - i) {
-    case 1:
-      Tile<1>(xi, ldx, p, kc, init, ci, ldc);
-      break;
-    case 2:
-      Tile<2>(xi, ldx, p, kc, init, ci, ldc);
-      break;
-    case 3:
-      Tile<3>(xi, ldx, p, kc, init, ci, ldc);
-      break;
-    case 4:
-      Tile<4>(xi, ldx, p, kc, init, ci, ldc);
-      break;
-    case 5:
-      Tile<5>(xi, ldx, p, kc, init, ci, ldc);
-      break;
-    default:
-      break;
-  }
+  TailTile<kRows - 1>(n - i, x + i * ldx, ldx, p, kc, init, c + i * ldc, ldc);
 }
 
 #if MHA_GEMM_WIDE
@@ -96,6 +86,17 @@ MHA_V4 MHA_INLINE void WideTile(const float* x, int64_t ldx, const float* p, int
   }
 }
 
+// The last `rows` (< kWideRows) rows: one wide tile of that height.
+template <int R, int P>
+MHA_V4 MHA_INLINE void WideTailTile(int64_t rows, const float* x, int64_t ldx, const float* p,
+                                    int64_t stride, int64_t kc, const float* init, float* c,
+                                    int64_t ldc) {
+  if constexpr (R > 0) {
+    if (rows == R) return WideTile<R, P>(x, ldx, p, stride, kc, init, c, ldc);
+    WideTailTile<R - 1, P>(rows, x, ldx, p, stride, kc, init, c, ldc);
+  }
+}
+
 template <int P>
 MHA_V4 MHA_INLINE void WideRows(const float* x, int64_t ldx, int64_t n, const float* p,
                                 int64_t stride, int64_t kc, const float* init, float* c,
@@ -104,33 +105,7 @@ MHA_V4 MHA_INLINE void WideRows(const float* x, int64_t ldx, int64_t n, const fl
   for (; i + kWideRows <= n; i += kWideRows) {
     WideTile<kWideRows, P>(x + i * ldx, ldx, p, stride, kc, init, c + i * ldc, ldc);
   }
-  const float* xi = x + i * ldx;
-  float* ci = c + i * ldc;
-  switch (n - i) {  // the rows left: one tile of that height
-    case 1:
-      WideTile<1, P>(xi, ldx, p, stride, kc, init, ci, ldc);
-      break;
-    case 2:
-      WideTile<2, P>(xi, ldx, p, stride, kc, init, ci, ldc);
-      break;
-    case 3:
-      WideTile<3, P>(xi, ldx, p, stride, kc, init, ci, ldc);
-      break;
-    case 4:
-      WideTile<4, P>(xi, ldx, p, stride, kc, init, ci, ldc);
-      break;
-    case 5:
-      WideTile<5, P>(xi, ldx, p, stride, kc, init, ci, ldc);
-      break;
-    case 6:
-      WideTile<6, P>(xi, ldx, p, stride, kc, init, ci, ldc);
-      break;
-    case 7:
-      WideTile<7, P>(xi, ldx, p, stride, kc, init, ci, ldc);
-      break;
-    default:
-      break;
-  }
+  WideTailTile<kWideRows - 1, P>(n - i, x + i * ldx, ldx, p, stride, kc, init, c + i * ldc, ldc);
 }
 
 // PanelGemm with AVX-512: two panels at a time (the last alone when their number is odd).
