@@ -227,15 +227,7 @@ class WorkQueue {
   void TakeInlineLocked(Taken* taken) {
     if (running_ >= instances_) return;
     const Clock::time_point now = context_.Now();
-    const Item& item = queue_.front().item;
-    const Clock::time_point deadline = planner_.Deadline(item);
-    const double alone_us =
-        deadline == Clock::time_point::max() ? 0 : context_.EstimatePassUs(planner_.Alone(item));
-    if (!DropBeforePass(deadline, planner_.Cancelled(item), queue_.front().arrival, now, alone_us,
-                        Planner::kPass)
-             .ok()) {
-      return;  // a worker's sweep answers it
-    }
+    if (!DropReason(queue_.front(), now).ok()) return;  // a worker's sweep answers it
     PassPlan<Item> plan = planner_.PlanLocked(queue_, now, context_);
     if (plan.items.empty() || !(plan.full || now >= plan.dispatch_at)) return;
     TakeLocked(plan, &taken->batch, &taken->lone);
@@ -271,15 +263,20 @@ class WorkQueue {
     cv_.notify_all();  // items that waited for this pass (or an instance) may run now
   }
 
+  // Why `entry` must be dropped at `now` (DropBeforePass), OK when it may run.
+  Status DropReason(const Entry& entry, Clock::time_point now) const {
+    const Clock::time_point deadline = planner_.Deadline(entry.item);
+    const double alone_us = deadline == Clock::time_point::max()
+                                ? 0
+                                : context_.EstimatePassUs(planner_.Alone(entry.item));
+    return DropBeforePass(deadline, planner_.Cancelled(entry.item), entry.arrival, now, alone_us,
+                          Planner::kPass);
+  }
+
   // With mu_ held: moves expired, cancelled and hopeless items to `dropped`.
   void SweepLocked(Clock::time_point now, std::vector<Dropped>* dropped) {
     for (auto it = queue_.begin(); it != queue_.end();) {
-      const Clock::time_point deadline = planner_.Deadline(it->item);
-      const double alone_us = deadline == Clock::time_point::max()
-                                  ? 0
-                                  : context_.EstimatePassUs(planner_.Alone(it->item));
-      Status status = DropBeforePass(deadline, planner_.Cancelled(it->item), it->arrival, now,
-                                     alone_us, Planner::kPass);
+      Status status = DropReason(*it, now);
       if (status.ok()) {
         ++it;
         continue;
