@@ -297,33 +297,33 @@ void SharedMemoryRegistry::Clear() {
   unmapped.wait(lock, [&] { return all; });
 }
 
-StatusOr<std::vector<ShmRegionSpec>> SharedMemoryRegistry::Regions(const std::string& name) const {
+template <class Spec, class GetSpec>
+StatusOr<std::vector<Spec>> SharedMemoryRegistry::ListRegions(const std::string& name, ShmKind kind,
+                                                              const char* what,
+                                                              GetSpec spec) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<ShmRegionSpec> out;
+  std::vector<Spec> out;
   for (const auto& [region, mapping] : regions_) {
     const bool wanted = name.empty() || region == name;
-    if (wanted && mapping->kind() == ShmKind::kSystem) out.push_back(mapping->spec());
+    if (wanted && mapping->kind() == kind) out.push_back(spec(*mapping));
   }
   if (!name.empty() && out.empty()) {
-    return NotFound("shared memory region " + Q(name) +
-                    " is not registered (system regions: " + Names(ShmKind::kSystem) + ")");
+    return NotFound(std::string(what) + " region " + Q(name) + " is not registered (" +
+                    (kind == ShmKind::kCuda ? "CUDA" : "system") + " regions: " + Names(kind) +
+                    ")");
   }
   return out;
 }
 
+StatusOr<std::vector<ShmRegionSpec>> SharedMemoryRegistry::Regions(const std::string& name) const {
+  return ListRegions<ShmRegionSpec>(name, ShmKind::kSystem, "shared memory",
+                                    [](const ShmMapping& m) { return m.spec(); });
+}
+
 StatusOr<std::vector<CudaShmRegionSpec>> SharedMemoryRegistry::CudaRegions(
     const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<CudaShmRegionSpec> out;
-  for (const auto& [region, mapping] : regions_) {
-    const bool wanted = name.empty() || region == name;
-    if (wanted && mapping->kind() == ShmKind::kCuda) out.push_back(mapping->cuda());
-  }
-  if (!name.empty() && out.empty()) {
-    return NotFound("CUDA shared memory region " + Q(name) +
-                    " is not registered (CUDA regions: " + Names(ShmKind::kCuda) + ")");
-  }
-  return out;
+  return ListRegions<CudaShmRegionSpec>(name, ShmKind::kCuda, "CUDA shared memory",
+                                        [](const ShmMapping& m) { return m.cuda(); });
 }
 
 StatusOr<ShmSlice> SharedMemoryRegistry::Acquire(std::string_view field, const std::string& region,

@@ -115,6 +115,11 @@ class SharedMemoryRegistry {
   // Registration off, an empty name, a name taken, over the budget: the refusal or OK (mutex_
   // held). `kind` names the kind in messages.
   Status CheckNew(const std::string& name, uint64_t byte_size, const char* kind) const;
+  // The regions of `kind` named `name` ("" = all) as `spec(mapping)` gives them; NOT_FOUND for a
+  // name not registered as that kind (`what`: "shared memory" or "CUDA shared memory").
+  template <class Spec, class GetSpec>
+  StatusOr<std::vector<Spec>> ListRegions(const std::string& name, ShmKind kind, const char* what,
+                                          GetSpec spec) const;
 
   const ShmRegistryOptions options_;
   std::shared_ptr<Accounting> accounting_ = std::make_shared<Accounting>();
