@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "mha/v1/attention.grpc.pb.h"
@@ -277,24 +278,32 @@ int ServeCallback(grpc::Service* service, const std::string& address, const std:
   return 0;
 }
 
+// Forward only, raw on the completion-queue API, and no method on any other API (kMhaCqOnly).
+class MhaCqOnlyService final
+    : public AttentionService::WithRawMethod_Forward<AttentionService::AsyncService> {};
+
 // As mha-server serves Forward (server/app/server_app.cc): the service's CqUnaryMethod added to
-// the builder, started after it, its queue shut down after the server.
-int ServeMha(const std::string& address, const std::string& port_file, int port_fd) {
+// the builder, started after it, its queue shut down after the server. `Service` is
+// MhaFloorService (with health and GetModel on the callback API) or MhaCqOnlyService.
+template <class Service>
+int ServeMha(const std::string& address, const std::string& port_file, int port_fd,
+             const char* name) {
   // As mha-server (server/app/server_main.cc): no deadlock check on gRPC's absl locks.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  grpc::EnableDefaultHealthCheckService(true);
-  MhaFloorService service;
-  const std::unique_ptr<mha::serve::CqUnaryMethod> forward = mha::serve::ServeRawUnary(
-      &service, &MhaFloorService::RequestForward, &MhaFloorService::Handle,
-      std::max(2, static_cast<int>(std::thread::hardware_concurrency())));
+  constexpr bool kCqOnly = std::is_same_v<Service, MhaCqOnlyService>;
+  grpc::EnableDefaultHealthCheckService(!kCqOnly);
+  Service service;
+  const std::unique_ptr<mha::serve::CqUnaryMethod> forward =
+      mha::serve::ServeRawUnary(&service, &Service::RequestForward, &MhaFloorService::Handle,
+                                std::max(2, static_cast<int>(std::thread::hardware_concurrency())));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   forward->AddTo(&builder);
   std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
-  if (!server || port == 0 || !Announce("mha", port, port_file, port_fd)) {
-    std::fprintf(stderr, "echo server 'mha': cannot listen on %s\n", address.c_str());
+  if (!server || port == 0 || !Announce(name, port, port_file, port_fd)) {
+    std::fprintf(stderr, "echo server '%s': cannot listen on %s\n", name, address.c_str());
     return 1;
   }
   forward->Start();
@@ -338,6 +347,8 @@ const char* EchoServerName(EchoServerKind kind) {
   switch (kind) {
     case EchoServerKind::kMhaFloor:
       return "mha";
+    case EchoServerKind::kMhaCqOnly:
+      return "mha-cq";
     case EchoServerKind::kCallback:
       return "callback";
     case EchoServerKind::kAsync:
@@ -352,8 +363,8 @@ const char* EchoServerName(EchoServerKind kind) {
 
 bool ParseEchoServerKind(const std::string& name, EchoServerKind* kind) {
   for (EchoServerKind k :
-       {EchoServerKind::kMhaFloor, EchoServerKind::kCallback, EchoServerKind::kAsync,
-        EchoServerKind::kAsyncHealth, EchoServerKind::kHandoff}) {
+       {EchoServerKind::kMhaFloor, EchoServerKind::kMhaCqOnly, EchoServerKind::kCallback,
+        EchoServerKind::kAsync, EchoServerKind::kAsyncHealth, EchoServerKind::kHandoff}) {
     if (name == EchoServerName(k)) {
       *kind = k;
       return true;
@@ -368,7 +379,9 @@ int ServeEcho(EchoServerKind kind, const std::string& address, const std::string
   signal(SIGINT, OnSignal);
   switch (kind) {
     case EchoServerKind::kMhaFloor:
-      return ServeMha(address, port_file, port_fd);
+      return ServeMha<MhaFloorService>(address, port_file, port_fd, "mha");
+    case EchoServerKind::kMhaCqOnly:
+      return ServeMha<MhaCqOnlyService>(address, port_file, port_fd, "mha-cq");
     case EchoServerKind::kCallback: {
       BareCallbackService service;
       return ServeCallback(&service, address, port_file, port_fd, "callback");

@@ -1,9 +1,13 @@
-// The echo servers of bench/echo_floor.cc (issue 26's echo floor, issue 46's anchors): four gRPC
+// The echo servers of bench/echo_floor.cc (issue 26's echo floor, issue 46's anchors): six gRPC
 // servers that answer every mha.v1 Forward with a ForwardResponse whose output is the query's
 // bytes and compute nothing, with the same message limits (receive 64 MiB, send unlimited):
 //   kMhaFloor  mha-server's stack: Forward raw (ByteBuffer) on the completion-queue API with
 //              mha-server's own CqUnaryMethod (threads = cores, at least 2), parsed by the handler
 //              as ForwardRequest; GetModel on the callback API; the default health service.
+//   kMhaCqOnly kMhaFloor's Forward alone, with no method on the callback API and no synchronous
+//              one (no health service, no GetModel): the floor mha-server's own code reaches once
+//              every method of the server is on the completion-queue API (gRPC then starts no
+//              callback-queue or sync-server polling threads).
 //   kCallback  gRPC's own callback-API pattern (examples/cpp/helloworld/
 //              greeter_callback_server.cc): the generated typed CallbackService, gRPC parses and
 //              serializes.
@@ -24,9 +28,10 @@
 
 namespace mha::bench {
 
-enum class EchoServerKind { kMhaFloor, kCallback, kAsync, kAsyncHealth, kHandoff };
+enum class EchoServerKind { kMhaFloor, kMhaCqOnly, kCallback, kAsync, kAsyncHealth, kHandoff };
 
-// "mha", "callback", "async", "handoff" (the names --server takes and the table prints).
+// "mha", "mha-cq", "callback", "async", "async+health", "handoff" (the names --server takes and
+// the table prints).
 const char* EchoServerName(EchoServerKind kind);
 bool ParseEchoServerKind(const std::string& name, EchoServerKind* kind);
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "server/serving/scheduling/caller_thread.h"
+
 // ThreadSanitizer does not see gRPC's completion queue (Debian's libgrpc is not instrumented): a
 // tag handed to gRPC on one thread comes back from Next on another. These annotate that handoff
 // as the release and acquire it is.
@@ -55,12 +57,10 @@ void CqCall::OnEvent(Event event, bool ok) {
     started_.store(true, std::memory_order_release);  // seen by the thread of the next event
     CqUnaryMethod* const method = method_;            // `this` may be gone once the handler returns
     method->RequestOne();                             // the next call, before this one is handled
-    // Free to block while another thread is outside a handler: that one only passes events on
-    // (finishes, done tags) and is soon back for the next call.
-    const int handling = method->handling_.fetch_add(1, std::memory_order_acq_rel) + 1;
-    may_block_ = handling < method->thread_count_;
+    // Free to block while another thread waits for the lead: only this (the leading) thread
+    // hands the lead on, so the waiting ones can only grow in number until it does.
+    may_block_ = method->followers_.load(std::memory_order_acquire) > 0;
     method->handler_(this);
-    method->handling_.fetch_sub(1, std::memory_order_acq_rel);
     return;
   }
   if (event == Event::kMain) (void)finishing_.load(std::memory_order_acquire);  // see Finish
@@ -85,7 +85,6 @@ void CqUnaryMethod::Start() {
   }
   for (int i = 0; i < std::max(1, options_.slots); ++i) RequestOne();
   const int threads = std::max(2, options_.threads);
-  thread_count_ = threads;
   threads_.reserve(threads);
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
 }
@@ -100,18 +99,62 @@ void CqUnaryMethod::RequestOne() {
   request_(&call->context_, &call->request_, &call->responder_, cq_.get(), &call->main_tag_);
 }
 
+// The lead as the thread that holds it sees it: `held` turns false when a handler hands it on.
+struct CqUnaryMethod::Lead {
+  CqUnaryMethod* method;
+  bool held = true;
+};
+
 void CqUnaryMethod::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(lead_mu_);
+      followers_.fetch_add(1, std::memory_order_release);
+      idle_.fetch_add(1, std::memory_order_relaxed);
+      lead_cv_.wait(lock, [this] { return !led_ || drained_; });
+      idle_.fetch_sub(1, std::memory_order_relaxed);
+      followers_.fetch_sub(1, std::memory_order_release);
+      if (drained_) return;
+      led_ = true;
+    }
+    if (!RunLead()) return;
+  }
+}
+
+bool CqUnaryMethod::RunLead() {
+  Lead lead{this};
   void* tag = nullptr;
   bool ok = false;
-  for (;;) {
+  while (lead.held) {
     idle_.fetch_add(1, std::memory_order_relaxed);
     const bool got = cq_->Next(&tag, &ok);
     idle_.fetch_sub(1, std::memory_order_relaxed);
-    if (!got) return;  // shut down and drained
+    if (!got) {  // shut down and drained: the followers end too
+      {
+        std::lock_guard<std::mutex> lock(lead_mu_);
+        drained_ = true;
+        led_ = false;
+      }
+      lead_cv_.notify_all();
+      return false;
+    }
     MHA_CQ_TAKEN(tag);
+    const CallerThread::Scope scope(&CqUnaryMethod::HandOff, &lead);
     auto* t = static_cast<CqCall::Tag*>(tag);
     t->call->OnEvent(t->event, ok);
   }
+  return true;
+}
+
+void CqUnaryMethod::HandOff(void* arg) {
+  auto* lead = static_cast<Lead*>(arg);
+  CqUnaryMethod* const method = lead->method;
+  {
+    std::lock_guard<std::mutex> lock(method->lead_mu_);
+    method->led_ = false;
+  }
+  lead->held = false;
+  method->lead_cv_.notify_one();
 }
 
 void CqUnaryMethod::Shutdown() {
@@ -126,7 +169,7 @@ void CqUnaryMethod::Shutdown() {
     Loop();
     return;
   }
-  for (auto& t : threads_) t.join();  // each drains until Next says the queue is empty
+  for (auto& t : threads_) t.join();  // the leader drains the queue; then they all end
   threads_.clear();
 }
 

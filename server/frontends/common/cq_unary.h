@@ -1,12 +1,15 @@
 // CqUnaryMethod: one raw (bytes in, bytes out) unary method served on gRPC's completion-queue API,
-// in the pattern of gRPC's greeter_async_server.cc: a few threads drain one ServerCompletionQueue
-// that always has `slots` calls requested, and a call's handler runs on the thread that took it.
-// Every other method stays on the callback API (a service mixes them per method).
+// in the pattern of gRPC's greeter_async_server.cc: one thread at a time (the leader) waits on
+// the method's ServerCompletionQueue, which always has `slots` calls requested, and runs the
+// handler of what it takes itself; the other threads (followers) wait for the lead. Every other
+// method stays on the callback API (a service mixes them per method).
 //
-// Why (issue 46, docs/performance.md "Anchors and the host floor"): Debian's gRPC 1.51 runs every
-// callback-API handler and reaction on its executor threads, 6–7 thread hand-offs per call at
-// c=1, against one for a thread that drains its own queue; a handler here may also do a small
-// pass itself (CqCall::may_block) instead of handing it to a worker and back.
+// Why (issue 46, docs/host_floor.md): Debian's gRPC 1.51 runs every callback-API handler and
+// reaction on its executor threads, 6–7 thread hand-offs per call at c=1, against one for a
+// thread that drains its own queue; and two threads waiting on one queue hand each event from the
+// one that polled to the other (epoll1 wakes a second waiter for it), 3.5 switches a call against
+// 1. A handler here may also do a small pass itself (CqCall::may_block) instead of handing it to
+// a worker and back: before it blocks, the leader hands the queue to a follower (CallerThread).
 //
 // Invariants:
 //   - a call object lives until both of its events came back: the request-then-finish tag and
@@ -14,6 +17,8 @@
 //   - Finish is called once per started call, from any thread;
 //   - a new call is requested before the handler of the one just taken runs, so the number of
 //     requested calls stays `slots` until the queue shuts down;
+//   - at most one thread leads (waits in Next or runs what it took); a handler blocks only after
+//     CallerThread::BeforeBlocking() (which hands the lead on), or the queue waits for it;
 //   - lifecycle: AddTo(builder) before BuildAndStart, Start() after it, Shutdown() after the
 //     server's Shutdown (and after everything that may still Finish a call is stopped); the
 //     method must outlive the server (it owns the queue the server delivers to).
@@ -26,6 +31,7 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -43,9 +49,9 @@ class CqCall {
   grpc::ServerContext* context() { return &context_; }
   const grpc::ByteBuffer& request() const { return request_; }
   grpc::ByteBuffer* response() { return &response_; }
-  // True when another of the method's threads was outside a handler as this one started (waiting
-  // for the next call, or passing an event on): the handler may then block this thread for a pass
-  // without delaying anybody's call. At most threads - 1 handlers are told so at once.
+  // True when another of the method's threads was waiting for the lead as this one started: the
+  // handler may then block this thread for a pass without delaying anybody's call, once it called
+  // CallerThread::BeforeBlocking() (which hands the queue to that thread).
   bool may_block() const { return may_block_; }
   // Sends response() with an OK status, or the status alone; once per call, from any thread.
   void Finish(const grpc::Status& status);
@@ -85,7 +91,7 @@ class CqUnaryMethod {
   using Handler = std::function<void(CqCall* call)>;
 
   struct Options {
-    int threads = 2;  // threads draining the queue (at least 2: one stays free to take calls)
+    int threads = 2;  // threads taking the lead in turn (at least 2: one waits to take it over)
     int slots = 32;   // calls requested at any time
   };
 
@@ -101,25 +107,31 @@ class CqUnaryMethod {
 
   // Call objects alive (requested or running): 0 after Shutdown when nothing leaked.
   int live_calls() const { return live_.load(); }
-  // Threads waiting for the next event now.
+  // Threads waiting now: for the next event (the leader) or for the lead (followers).
   int idle_threads() const { return idle_.load(); }
 
  private:
   friend class CqCall;
+  struct Lead;        // the lead as one thread holds it (cq_unary.cc)
   void RequestOne();  // a new call requested on the queue (nothing once the queue shuts down)
-  void Loop();
+  void Loop();        // follows, leads when its turn comes; returns once the queue is drained
+  bool RunLead();     // leads: false once the queue is drained, true once the lead was handed on
+  static void HandOff(void* lead);  // CallerThread's hook while a handler runs on the leader
 
   const RequestFn request_;
   const Handler handler_;
   const Options options_;
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
-  std::mutex mu_;                 // orders RequestOne against the queue's shutdown
-  bool accepting_ = false;        // Start() ran and Shutdown() did not
-  bool shut_down_ = false;        // the queue was shut down (it lives on until the destructor)
-  std::atomic<int> idle_{0};      // threads waiting in Next
-  std::atomic<int> handling_{0};  // threads inside the handler
-  int thread_count_ = 0;          // set by Start()
-  std::atomic<int> live_{0};      // CqCall objects alive
+  std::mutex mu_;             // orders RequestOne against the queue's shutdown
+  bool accepting_ = false;    // Start() ran and Shutdown() did not
+  bool shut_down_ = false;    // the queue was shut down (it lives on until the destructor)
+  std::atomic<int> idle_{0};  // threads waiting in Next or for the lead
+  std::mutex lead_mu_;        // the lead: led_, drained_ and the followers' wait
+  std::condition_variable lead_cv_;
+  bool led_ = false;               // a thread leads (waits in Next or runs what it took)
+  bool drained_ = false;           // Next said the queue is shut down and empty
+  std::atomic<int> followers_{0};  // threads waiting for the lead (written under lead_mu_)
+  std::atomic<int> live_{0};       // CqCall objects alive
   std::vector<std::thread> threads_;
 };
 

@@ -16,8 +16,9 @@
 //   - the inline pass: an item its planner lets the submitting thread run (MayRunInline: a front
 //     end thread that may block) runs on that thread, inside Submit, when the queue was empty,
 //     an instance is idle and its plan would dispatch at once — exactly the pass a worker would
-//     run next, without the hand-off to the worker and back (issue 46's c=1 floor). At most
-//     `instances` passes run at once, inline or not.
+//     run next, without the hand-off to the worker and back (issue 46's c=1 floor); the thread
+//     calls CallerThread::BeforeBlocking() first (a completion queue's leader hands its queue on).
+//     At most `instances` passes run at once, inline or not.
 // What differs between schedulers is their Planner (a policy, as OrderedStreamReactor's):
 //
 //   struct Planner {
@@ -57,6 +58,7 @@
 #include "server/serving/clock.h"
 #include "server/serving/scheduling/batcher_options.h"
 #include "server/serving/scheduling/blas_policy.h"
+#include "server/serving/scheduling/caller_thread.h"
 #include "server/serving/scheduling/completion_executor.h"
 #include "server/serving/scheduling/pass_time_estimator.h"
 #include "server/serving/scheduling/runner.h"
@@ -182,6 +184,7 @@ class WorkQueue {
       cv_.notify_all();  // a worker waiting for company re-plans; an idle one wakes up
       return;
     }
+    CallerThread::BeforeBlocking();  // a queue's leader hands its queue on first (cq_unary.h)
     RunTaken(here);
   }
 

@@ -29,6 +29,7 @@
 #include "mha/text.h"
 #include "server/serving/clock.h"
 #include "server/serving/observability/stats_aggregator.h"
+#include "server/serving/scheduling/caller_thread.h"
 #include "server/serving/sessions/session_directory.h"
 #include "server/serving/sessions/session_options.h"
 #include "server/serving/sessions/session_spill.h"
@@ -186,6 +187,7 @@ class SessionTable {
           "was evicted (least recently used) to free KV cache blocks for another session "
           "(--kv-cache-full-policy evict-lru, --kv-cache-bytes)";
       if (options_.full_policy == KvFullPolicy::kSpill) {
+        CallerThread::BeforeBlocking();  // the spill writes to disk (caller_thread.h)
         const Status spilled = SpillLocked(victim, what);
         if (spilled.ok()) continue;
         why = "was evicted (least recently used) to free KV cache blocks for another session: " +
@@ -213,6 +215,7 @@ class SessionTable {
   // exactly. No-op for a session that is not spilled.
   Status RestoreLocked(const Ptr& session, const std::string& per_block) {
     if (!session->cache->spilled()) return Status::Ok();
+    CallerThread::BeforeBlocking();  // the restore reads from disk (caller_thread.h)
     const int64_t blocks = session->cache->BlocksToRestore();
     MHA_RETURN_IF_ERROR(MakeRoomLocked(
         blocks, session.get(), "restoring spilled session '" + session->info.id + "'", per_block));

@@ -1,7 +1,8 @@
 // CqUnaryMethod (server/frontends/common/cq_unary.h) on a real in-process gRPC server: every call
 // is answered once whether its handler answers inline or later from another thread; a call still
 // open when the server shuts down is cancelled and freed; may_block says whether another thread
-// was outside a handler (free to take calls); nothing leaks (live_calls() is 0 after Shutdown). No
+// waited to take the queue over, and a handler that hands it on (CallerThread) before it blocks
+// lets that thread take the next call; nothing leaks (live_calls() is 0 after Shutdown). No
 // CPU-speed dependence: the handlers answer when the test says.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 
 #include "mha/v1/attention.grpc.pb.h"
 #include "server/frontends/common/cq_unary.h"
+#include "server/serving/scheduling/caller_thread.h"
 #include "wait.h"
 
 namespace mha::serve {
@@ -160,7 +162,10 @@ TEST_F(CqUnaryMethodTest, MayBlockSaysWhetherAnotherThreadWasFreeToTakeCalls) {
       first = may_block.empty();
       may_block.push_back(call->may_block());
     }
-    if (first) released.wait();  // the first call holds its thread
+    if (first) {  // the first call holds its thread, after handing the queue on
+      CallerThread::BeforeBlocking();
+      released.wait();
+    }
     Echo(call);
   });
   ASSERT_TRUE(

@@ -17,6 +17,7 @@
 
 #include "pass_gate.h"
 #include "server/serving/observability/stats_aggregator.h"
+#include "server/serving/scheduling/caller_thread.h"
 
 namespace mha::serve {
 namespace {
@@ -195,6 +196,31 @@ TEST(WorkQueueTest, AnIdleQueueRunsAnInlineItemsPassOnTheSubmittingThread) {
   EXPECT_NE(Get(queued).thread, std::this_thread::get_id());
   queue.Shutdown();
   EXPECT_EQ(log->passes, (std::vector<std::vector<int>>{{1}, {2}}));
+}
+
+TEST(WorkQueueTest, TheSubmittingThreadSaysItWillBlockBeforeAnInlinePassAndOnlyThen) {
+  auto log = std::make_shared<ToyLog>();
+  WorkQueue<ToyPlanner> queue(ToyPlanner(log), BatcherOptions(), "toy", nullptr);
+  struct Seen {
+    int calls = 0;
+    size_t passes_before = 0;
+    std::shared_ptr<ToyLog> log;
+  } seen{0, 0, log};
+  const CallerThread::Scope scope(
+      [](void* arg) {
+        auto* s = static_cast<Seen*>(arg);
+        ++s->calls;
+        s->passes_before = s->log->passes.size();
+      },
+      &seen);
+  auto queued = Submit(queue, 1);  // not allowed inline: a worker runs it, this thread never blocks
+  EXPECT_TRUE(Get(queued).status.ok());
+  EXPECT_EQ(seen.calls, 0);
+  auto here = SubmitInline(queue, 2);
+  EXPECT_EQ(Get(here).thread, std::this_thread::get_id());
+  EXPECT_EQ(seen.calls, 1);
+  EXPECT_EQ(seen.passes_before, 1u) << "told after the inline pass ran, not before";
+  queue.Shutdown();
 }
 
 TEST(WorkQueueTest, AnInlineItemQueuesWhileEveryInstanceIsBusy) {
