@@ -258,12 +258,17 @@ class WorkQueue {
       const BlasPassPolicy::Pass pass(blas_, taken.lone);
       planner_.Run(taken.batch, context_);
     }
+    bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       planner_.FinishLocked(taken.running);
       --running_;
+      // Items that waited for this pass (or an instance) may run now, and Shutdown waits for the
+      // last pass; with nothing queued an idle worker has nothing to do: it is not woken (at c=1
+      // every call's pass would wake them all to find the queue empty).
+      wake = !queue_.empty() || (stopping_ && running_ == 0);
     }
-    cv_.notify_all();  // items that waited for this pass (or an instance) may run now
+    if (wake) cv_.notify_all();
   }
 
   // Why `entry` must be dropped at `now` (DropBeforePass), OK when it may run.

@@ -246,6 +246,32 @@ TEST(WorkQueueTest, AnInlineItemQueuesWhileEveryInstanceIsBusy) {
   EXPECT_EQ(log->passes, (std::vector<std::vector<int>>{{1}, {2}}));
 }
 
+// A pass's end wakes the workers only when they have something to do (RunTaken): an item that
+// waited for the instance is such a thing.
+TEST(WorkQueueTest, AnItemQueuedBehindAnInlinePassRunsWhenThatPassEnds) {
+  auto log = std::make_shared<ToyLog>();
+  testing::PassGate gate;
+  BatcherOptions o;
+  o.instances = 1;
+  o.pass_hook = gate.Hook();
+  WorkQueue<ToyPlanner> queue(ToyPlanner(log), o, "toy", nullptr);
+  const testing::ReleaseOnExit release_on_exit(gate);
+  gate.Hold();
+  auto inline_answer = std::async(std::launch::async, [&queue] {
+    auto here = SubmitInline(queue, 1);
+    return Get(here);
+  });
+  ASSERT_TRUE(gate.WaitEntered(1)) << "the inline pass never started";
+  auto queued = Submit(queue, 2);  // the one instance is busy: the worker waits for it
+  EXPECT_FALSE(Ready(queued));
+  gate.ReleaseAll();
+  EXPECT_TRUE(testing::GetWithin(inline_answer, "the inline answer").status.ok());
+  const Answer a = Get(queued);  // the worker was woken when the inline pass freed the instance
+  EXPECT_TRUE(a.status.ok());
+  queue.Shutdown();
+  EXPECT_EQ(log->passes, (std::vector<std::vector<int>>{{1}, {2}}));
+}
+
 TEST(WorkQueueTest, InlineAndWorkerPassesTogetherNeverExceedTheInstances) {
   auto log = std::make_shared<ToyLog>();
   BatcherOptions o;
