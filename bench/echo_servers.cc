@@ -282,8 +282,8 @@ int ServeCallback(grpc::Service* service, const std::string& address, const std:
 class MhaCqOnlyService final
     : public AttentionService::WithRawMethod_Forward<AttentionService::AsyncService> {};
 
-// As mha-server serves Forward (server/app/server_app.cc): the service's CqUnaryMethod added to
-// the builder, started after it, its queue shut down after the server. `Service` is
+// As mha-server serves Forward (server/app/server_app.cc): the method on a CqQueue added to the
+// builder, started after it, shut down after the server. `Service` is
 // MhaFloorService (with health and GetModel on the callback API) or MhaCqOnlyService.
 template <class Service>
 int ServeMha(const std::string& address, const std::string& port_file, int port_fd,
@@ -293,23 +293,23 @@ int ServeMha(const std::string& address, const std::string& port_file, int port_
   constexpr bool kCqOnly = std::is_same_v<Service, MhaCqOnlyService>;
   grpc::EnableDefaultHealthCheckService(!kCqOnly);
   Service service;
-  const std::unique_ptr<mha::serve::CqUnaryMethod> forward =
-      mha::serve::ServeRawUnary(&service, &Service::RequestForward, &MhaFloorService::Handle,
-                                std::max(2, static_cast<int>(std::thread::hardware_concurrency())));
+  mha::serve::CqQueue queue({std::max(2, static_cast<int>(std::thread::hardware_concurrency()))});
+  const std::unique_ptr<mha::serve::CqUnaryMethod> forward = mha::serve::ServeRawUnary(
+      &queue, &service, &Service::RequestForward, &MhaFloorService::Handle);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
-  forward->AddTo(&builder);
+  queue.AddTo(&builder);
   std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
   if (!server || port == 0 || !Announce(name, port, port_file, port_fd)) {
     std::fprintf(stderr, "echo server '%s': cannot listen on %s\n", name, address.c_str());
     return 1;
   }
-  forward->Start();
+  queue.Start();
   WaitForSignal();
   server->Shutdown(Soon());
-  forward->Shutdown();
+  queue.Shutdown();
   return 0;
 }
 

@@ -17,6 +17,7 @@
 #include "mha/runtime.h"
 #include "server/app/tls.h"
 #include "server/frontends/common/admin_auth.h"
+#include "server/frontends/common/cq_queue.h"
 #include "server/frontends/common/shared_memory_registry.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "server/frontends/grpc_v1/model_control_service.h"
@@ -62,7 +63,8 @@ class ServerApp {
   void FillKServeOptions(KServeOptions* o) const;
   void SetServing(bool serving);
   std::unique_ptr<oip::GrpcInferenceServiceImpl> MakeOipService();
-  // --forward-threads: the threads of each unary inference method (mha.v1 Forward, OIP ModelInfer)
+  // --forward-threads: the threads of the unary inference methods' queue (mha.v1 Forward, OIP
+  // ModelInfer: one CqQueue)
   int ForwardThreads() const {
     return c_.forward_threads > 0
                ? c_.forward_threads
@@ -79,6 +81,8 @@ class ServerApp {
   std::unique_ptr<ModelControlServiceImpl> control_;
   std::unique_ptr<oip::GrpcInferenceServiceImpl> oip_service_;  // Open Inference Protocol v2
   std::unique_ptr<rest::RestServer> rest_;                      // the same over HTTP/REST
+  // Forward's and ModelInfer's queue: destroyed after the server, before the services.
+  std::unique_ptr<CqQueue> queue_;
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> loaded_{false};
@@ -157,28 +161,26 @@ Status ServerApp::StartHttp() {
 }
 
 Status ServerApp::StartGrpc() {
+  queue_ = std::make_unique<CqQueue>(CqQueue::Options{ForwardThreads()});
   GrpcFrontendOptions v1_options{c_.max_message_bytes, c_.stream_window, shm_.get()};
-  v1_options.forward_threads =
-      c_.forward_threads > 0 ? c_.forward_threads
-                             : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
-  service_ = std::make_unique<AttentionServiceImpl>(core_.get(), v1_options);
+  service_ = std::make_unique<AttentionServiceImpl>(core_.get(), queue_.get(), v1_options);
   control_ = std::make_unique<ModelControlServiceImpl>(core_.get(), admin_token_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(c_.grpc_address, credentials_, &port_);
-  service_->AddTo(&builder);  // registers it, with Forward's completion queue
+  queue_->AddTo(&builder);  // Forward's and ModelInfer's completion queue
+  service_->AddTo(&builder);
   builder.RegisterService(control_.get());
   oip_service_ = MakeOipService();
-  oip_service_->AddTo(&builder);  // registers it, with ModelInfer's completion queue
+  oip_service_->AddTo(&builder);
   // A little above --max-message-bytes, so that the handler can say precisely what is too big.
   const int64_t receive_limit = std::min<int64_t>(INT_MAX, c_.max_message_bytes + (1 << 20));
   builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
   builder.SetMaxSendMessageSize(-1);
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) return Unavailable("cannot listen on " + c_.grpc_address);
-  service_->Start();
-  oip_service_->Start();
+  queue_->Start();  // the methods' first calls requested, its threads started
   SetServing(false);
   spdlog::info(
       "mha-server listening on {} (port {}, {}): NOT_SERVING until models are loaded; "
@@ -196,8 +198,8 @@ std::unique_ptr<oip::GrpcInferenceServiceImpl> ServerApp::MakeOipService() {
   oip::OipFrontendOptions options;
   FillKServeOptions(&options);
   options.stream_window = c_.stream_window;
-  options.infer_threads = ForwardThreads();
-  return std::make_unique<oip::GrpcInferenceServiceImpl>(core_.get(), std::move(options));
+  return std::make_unique<oip::GrpcInferenceServiceImpl>(core_.get(), queue_.get(),
+                                                         std::move(options));
 }
 
 void ServerApp::SetServing(bool serving) {
@@ -250,9 +252,8 @@ void ServerApp::Stop(int sig) {
   }
   if (core_) core_->Stop();  // completes accepted requests, joins the schedulers
   if (server_) server_->Wait();
-  // Forward's and ModelInfer's threads drain their queues and end.
-  if (service_) service_->ShutdownQueue();
-  if (oip_service_) oip_service_->ShutdownQueue();
+  // Forward's and ModelInfer's threads drain their queue and end.
+  if (queue_) queue_->Shutdown();
   if (shm_) shm_->Clear();  // every client region unmapped (no request holds one now)
   if (http_) http_->Stop();
   spdlog::info("mha-server stopped");

@@ -32,23 +32,16 @@ StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
   return decoded;
 }
 
-AttentionServiceImpl::AttentionServiceImpl(InferenceServer* core, GrpcFrontendOptions options)
+AttentionServiceImpl::AttentionServiceImpl(InferenceServer* core, CqQueue* queue,
+                                           GrpcFrontendOptions options)
     : core_(core),
       options_(options),
-      forward_(ServeRawUnary(
-          this, &AttentionServiceImpl::RequestForward,
-          [this](CqCall* call) { HandleForward(call); }, options_.forward_threads)) {}
+      forward_(ServeRawUnary(queue, this, &AttentionServiceImpl::RequestForward,
+                             [this](CqCall* call) { HandleForward(call); })) {}
 
 AttentionServiceImpl::~AttentionServiceImpl() = default;
 
-void AttentionServiceImpl::AddTo(grpc::ServerBuilder* builder) {
-  builder->RegisterService(this);
-  forward_->AddTo(builder);
-}
-
-void AttentionServiceImpl::Start() { forward_->Start(); }
-
-void AttentionServiceImpl::ShutdownQueue() { forward_->Shutdown(); }
+void AttentionServiceImpl::AddTo(grpc::ServerBuilder* builder) { builder->RegisterService(this); }
 
 void AttentionServiceImpl::HandleForward(CqCall* cq_call) {
   grpc::ServerContext* context = cq_call->context();

@@ -23,7 +23,6 @@ struct GrpcFrontendOptions {
   // Registered shared-memory regions (the server's one registry, which the Open Inference
   // Protocol's front ends register into); null = a tensor naming a region is refused.
   const SharedMemoryRegistry* shm = nullptr;
-  int forward_threads = 2;  // threads serving Forward (CqUnaryMethod; at least 2)
 };
 
 namespace internal {
@@ -43,21 +42,19 @@ using AttentionServiceBase =
 // Forward is registered raw (bytes in, bytes out) so that a request that does not parse can be
 // answered INVALID_ARGUMENT with a message, rather than gRPC's bare UNIMPLEMENTED.
 //
-// Lifecycle (Forward's queue, CqUnaryMethod): AddTo(builder) before BuildAndStart, Start() after
-// it, ShutdownQueue() after the server's Shutdown and the core's Stop; the service outlives the
-// server.
+// Forward is served on `queue` (cq_queue.h: the caller adds it to the builder, starts it after
+// BuildAndStart and shuts it down after the server's Shutdown and the core's Stop); the service
+// outlives the server and the queue's Shutdown.
 class AttentionServiceImpl final : public internal::AttentionServiceBase {
  public:
   // `core` is not owned and must outlive the service.
-  AttentionServiceImpl(InferenceServer* core, GrpcFrontendOptions options);
+  AttentionServiceImpl(InferenceServer* core, CqQueue* queue, GrpcFrontendOptions options);
   ~AttentionServiceImpl() override;
 
   InferenceServer* core() const { return core_; }
   const GrpcFrontendOptions& options() const { return options_; }
 
-  void AddTo(grpc::ServerBuilder* builder);
-  void Start();
-  void ShutdownQueue();
+  void AddTo(grpc::ServerBuilder* builder);  // registers the service
 
   // One Forward call, on a Forward thread.
   void HandleForward(CqCall* call);

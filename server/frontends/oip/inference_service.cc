@@ -44,24 +44,18 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
   return decoded;
 }
 
-GrpcInferenceServiceImpl::GrpcInferenceServiceImpl(InferenceServer* core,
+GrpcInferenceServiceImpl::GrpcInferenceServiceImpl(InferenceServer* core, CqQueue* queue,
                                                    OipFrontendOptions options)
     : core_(core),
       options_(std::move(options)),
-      infer_(ServeRawUnary(
-          this, &GrpcInferenceServiceImpl::RequestModelInfer,
-          [this](CqCall* call) { HandleModelInfer(call); }, options_.infer_threads)) {}
+      infer_(ServeRawUnary(queue, this, &GrpcInferenceServiceImpl::RequestModelInfer,
+                           [this](CqCall* call) { HandleModelInfer(call); })) {}
 
 GrpcInferenceServiceImpl::~GrpcInferenceServiceImpl() = default;
 
 void GrpcInferenceServiceImpl::AddTo(grpc::ServerBuilder* builder) {
   builder->RegisterService(this);
-  infer_->AddTo(builder);
 }
-
-void GrpcInferenceServiceImpl::Start() { infer_->Start(); }
-
-void GrpcInferenceServiceImpl::ShutdownQueue() { infer_->Shutdown(); }
 
 grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerLive(
     grpc::CallbackServerContext* context, const inference::ServerLiveRequest* request,

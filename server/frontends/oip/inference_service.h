@@ -35,7 +35,6 @@ inline constexpr char kServerName[] = "mha-serve";
 
 struct OipFrontendOptions : KServeOptions {
   int stream_window = 4;  // ModelStreamInfer: requests of one stream in flight at once
-  int infer_threads = 2;  // threads serving ModelInfer (CqUnaryMethod; at least 2)
 };
 
 namespace internal {
@@ -60,18 +59,15 @@ using InferenceServiceBase = gen::WithCallbackMethod_ServerLive<gen::WithCallbac
                                                     gen::Service>>>>>>>>>>>>>>>>>>;
 }  // namespace internal
 
-// Lifecycle of ModelInfer's queue as AttentionServiceImpl's: AddTo(builder) before BuildAndStart,
-// Start() after it, ShutdownQueue() after the server's Shutdown and the core's Stop.
+// ModelInfer is served on `queue`, with the same lifecycle as AttentionServiceImpl's Forward.
 
 class GrpcInferenceServiceImpl final : public internal::InferenceServiceBase {
  public:
   // `core` is not owned and must outlive the service.
-  GrpcInferenceServiceImpl(InferenceServer* core, OipFrontendOptions options);
+  GrpcInferenceServiceImpl(InferenceServer* core, CqQueue* queue, OipFrontendOptions options);
   ~GrpcInferenceServiceImpl() override;
 
-  void AddTo(grpc::ServerBuilder* builder);
-  void Start();
-  void ShutdownQueue();
+  void AddTo(grpc::ServerBuilder* builder);  // registers the service
   // One ModelInfer call, on a ModelInfer thread.
   void HandleModelInfer(CqCall* call);
 

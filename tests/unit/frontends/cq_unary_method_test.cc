@@ -41,11 +41,11 @@ void Echo(CqCall* call) {
 
 class CqUnaryMethodTest : public ::testing::Test {
  protected:
-  void Start(CqUnaryMethod::Handler handler, int threads = 2) {
+  void Start(CqUnaryMethod::Handler handler) {
     CqUnaryMethod::Options options;
-    options.threads = threads;
     options.slots = 4;
     method_ = std::make_unique<CqUnaryMethod>(
+        &queue_,
         [this](grpc::ServerContext* c, grpc::ByteBuffer* r,
                grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* w,
                grpc::ServerCompletionQueue* cq,
@@ -55,16 +55,16 @@ class CqUnaryMethodTest : public ::testing::Test {
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service_);
-    method_->AddTo(&builder);
+    queue_.AddTo(&builder);
     server_ = builder.BuildAndStart();
     ASSERT_NE(port, 0);
-    method_->Start();
+    queue_.Start();
     stub_ = v1::AttentionService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
                                                               grpc::InsecureChannelCredentials()));
   }
   void StopServer(std::chrono::milliseconds grace = 5s) {
     server_->Shutdown(std::chrono::system_clock::now() + grace);
-    method_->Shutdown();
+    queue_.Shutdown();
   }
   grpc::Status Call(const std::string& model, v1::ForwardResponse* response,
                     std::chrono::seconds deadline = 60s) {
@@ -81,6 +81,7 @@ class CqUnaryMethodTest : public ::testing::Test {
 
   Service service_;
   std::unique_ptr<CqUnaryMethod> method_;
+  CqQueue queue_{CqQueue::Options{2}};  // destroyed after the server, before the method
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::AttentionService::Stub> stub_;
 };
@@ -146,7 +147,7 @@ TEST_F(CqUnaryMethodTest, ACallOpenAtShutdownIsCancelledAndFreed) {
   EXPECT_TRUE(code == grpc::StatusCode::CANCELLED || code == grpc::StatusCode::UNAVAILABLE)
       << "code " << code;
   call->Finish(grpc::Status::OK);  // too late: its tag comes back failed, the call is freed
-  method_->Shutdown();
+  queue_.Shutdown();
   server_.reset();
 }
 
@@ -168,8 +169,7 @@ TEST_F(CqUnaryMethodTest, MayBlockSaysWhetherAnotherThreadWasFreeToTakeCalls) {
     }
     Echo(call);
   });
-  ASSERT_TRUE(
-      testing::WaitUntil([&] { return method_->idle_threads() == 2; }, "both threads idle"));
+  ASSERT_TRUE(testing::WaitUntil([&] { return queue_.idle_threads() == 2; }, "both threads idle"));
   auto first = std::async(std::launch::async, [this] {
     v1::ForwardResponse response;
     return Call("first", &response).ok();

@@ -26,20 +26,22 @@ using mha::testing::WireFloat;
 class GrpcFrontendTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    service_ = std::make_unique<AttentionServiceImpl>(&core_, GrpcFrontendOptions{1 << 20, 4});
+    service_ =
+        std::make_unique<AttentionServiceImpl>(&core_, &queue_, GrpcFrontendOptions{1 << 20, 4});
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     service_->AddTo(&builder);
+    queue_.AddTo(&builder);
     server_ = builder.BuildAndStart();
     ASSERT_NE(port, 0);
-    service_->Start();
+    queue_.Start();
     client_ = std::make_unique<client::TensorClient>(
         client::ClientOptions{"127.0.0.1:" + std::to_string(port), 30s});
   }
   void TearDown() override {
     server_->Shutdown(std::chrono::system_clock::now() + 5s);
-    service_->ShutdownQueue();
+    queue_.Shutdown();
   }
 
   static v1::ForwardRequest Marked(float marker) {
@@ -50,6 +52,7 @@ class GrpcFrontendTest : public ::testing::Test {
 
   FakeCore core_;
   std::unique_ptr<AttentionServiceImpl> service_;
+  CqQueue queue_{CqQueue::Options{2}};  // destroyed after the server, before the service
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<client::TensorClient> client_;
 };
@@ -87,8 +90,8 @@ TEST_F(GrpcFrontendTest, ForwardTranslatesTheRequestAndTheAnswer) {
 
 TEST_F(GrpcFrontendTest, ForwardLetsTheCoreRunThePassOnItsThreadWhenAnotherIsFree) {
   // Both Forward threads wait for calls: the one that takes this call may compute its pass.
-  ASSERT_TRUE(testing::WaitUntil([&] { return service_->forward_method().idle_threads() == 2; },
-                                 "both Forward threads idle"));
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return queue_.idle_threads() == 2; }, "both Forward threads idle"));
   ASSERT_TRUE(client_->ForwardRaw(Marked(1.0f)).ok());
   EXPECT_TRUE(core_.Last().caller_may_run);
 }

@@ -48,25 +48,27 @@ class OipFrontendTest : public ::testing::Test {
     oip::OipFrontendOptions options;
     options.max_message_bytes = 1 << 20;
     options.stream_window = 4;
-    service_ = std::make_unique<oip::GrpcInferenceServiceImpl>(&core_, options);
+    service_ = std::make_unique<oip::GrpcInferenceServiceImpl>(&core_, &queue_, options);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     service_->AddTo(&builder);
+    queue_.AddTo(&builder);
     server_ = builder.BuildAndStart();
     ASSERT_NE(port, 0);
-    service_->Start();
+    queue_.Start();
     target_ = "127.0.0.1:" + std::to_string(port);
     stub_ = inference::GRPCInferenceService::NewStub(
         grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     server_->Shutdown(std::chrono::system_clock::now() + 5s);
-    service_->ShutdownQueue();
+    queue_.Shutdown();
   }
 
   FakeCore core_;
   std::unique_ptr<oip::GrpcInferenceServiceImpl> service_;
+  CqQueue queue_{CqQueue::Options{2}};  // destroyed after the server, before the service
   std::unique_ptr<grpc::Server> server_;
   std::string target_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;

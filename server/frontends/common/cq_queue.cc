@@ -1,0 +1,114 @@
+#include "server/frontends/common/cq_queue.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "server/serving/scheduling/caller_thread.h"
+
+// ThreadSanitizer does not see gRPC's completion queue (Debian's libgrpc is not instrumented): a
+// tag handed to gRPC on one thread comes back from Next on another: the side that hands it over
+// annotates the release (cq_unary.cc), this the acquire.
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define MHA_CQ_TAKEN(tag) __tsan_acquire(tag)
+#else
+#define MHA_CQ_TAKEN(tag) (void)(tag)
+#endif
+
+namespace mha::serve {
+
+// The lead as the thread that holds it sees it: `held` turns false when a handler hands it on.
+struct CqQueue::Lead {
+  CqQueue* queue;
+  bool held = true;
+};
+
+CqQueue::CqQueue(Options options) : options_(options) {}
+
+CqQueue::~CqQueue() { Shutdown(); }
+
+void CqQueue::AddTo(grpc::ServerBuilder* builder) { cq_ = builder->AddCompletionQueue(); }
+
+void CqQueue::OnStart(std::function<void()> first_requests) {
+  on_start_.push_back(std::move(first_requests));
+}
+
+void CqQueue::Start() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    accepting_ = true;
+  }
+  for (const auto& requests : on_start_) requests();
+  const int threads = std::max(2, options_.threads);
+  threads_.reserve(threads);
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+}
+
+void CqQueue::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(lead_mu_);
+      followers_.fetch_add(1, std::memory_order_release);
+      idle_.fetch_add(1, std::memory_order_relaxed);
+      lead_cv_.wait(lock, [this] { return !led_ || drained_; });
+      idle_.fetch_sub(1, std::memory_order_relaxed);
+      followers_.fetch_sub(1, std::memory_order_release);
+      if (drained_) return;
+      led_ = true;
+    }
+    if (!RunLead()) return;
+  }
+}
+
+bool CqQueue::RunLead() {
+  Lead lead{this};
+  void* tag = nullptr;
+  bool ok = false;
+  while (lead.held) {
+    idle_.fetch_add(1, std::memory_order_relaxed);
+    const bool got = cq_->Next(&tag, &ok);
+    idle_.fetch_sub(1, std::memory_order_relaxed);
+    if (!got) {  // shut down and drained: the followers end too
+      {
+        std::lock_guard<std::mutex> lock(lead_mu_);
+        drained_ = true;
+        led_ = false;
+      }
+      lead_cv_.notify_all();
+      return false;
+    }
+    MHA_CQ_TAKEN(tag);
+    const CallerThread::Scope scope(&CqQueue::HandOff, &lead);
+    static_cast<Tag*>(tag)->OnEvent(ok);
+  }
+  return true;
+}
+
+void CqQueue::HandOff(void* arg) {
+  auto* lead = static_cast<Lead*>(arg);
+  CqQueue* const queue = lead->queue;
+  {
+    std::lock_guard<std::mutex> lock(queue->lead_mu_);
+    queue->led_ = false;
+  }
+  lead->held = false;
+  queue->lead_cv_.notify_one();
+}
+
+void CqQueue::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!cq_ || shut_down_) return;
+    shut_down_ = true;
+    accepting_ = false;
+    cq_->Shutdown();
+  }
+  if (threads_.empty()) {  // never started: drain here (nothing was requested)
+    Loop();
+    return;
+  }
+  for (auto& t : threads_) t.join();  // the leader drains the queue; then they all end
+  threads_.clear();
+}
+
+}  // namespace mha::serve
