@@ -42,7 +42,7 @@ struct ServerConfig {
   std::string http_address = "0.0.0.0:8501";
   std::string http_port_file;
   int http_threads = 192;
-  int forward_threads = 0;  // mha.v1 Forward's queue threads; 0 = the machine's cores (at least 2)
+  int forward_threads = 0;  // the Forward/ModelInfer queue's threads; 0 = the cores (at least 2)
   std::string log_format = "text";
   std::string log_level = "info";
   double grace_period_s = 10.0;
