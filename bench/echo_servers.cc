@@ -261,18 +261,24 @@ std::chrono::system_clock::time_point Soon() {
   return std::chrono::system_clock::now() + std::chrono::seconds(1);
 }
 
+// Listens on `address`, builds and starts `builder` and announces the port; null when it cannot.
+std::unique_ptr<grpc::Server> Listen(grpc::ServerBuilder& builder, const std::string& address,
+                                     const char* name, const std::string& port_file, int port_fd) {
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
+  if (server && port != 0 && Announce(name, port, port_file, port_fd)) return server;
+  std::fprintf(stderr, "echo server '%s': cannot listen on %s\n", name, address.c_str());
+  return nullptr;
+}
+
 int ServeCallback(grpc::Service* service, const std::string& address, const std::string& port_file,
                   int port_fd, const char* name) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
-  if (!server || port == 0 || !Announce(name, port, port_file, port_fd)) {
-    std::fprintf(stderr, "echo server '%s': cannot listen on %s\n", name, address.c_str());
-    return 1;
-  }
+  std::unique_ptr<grpc::Server> server = Listen(builder, address, name, port_file, port_fd);
+  if (!server) return 1;
   WaitForSignal();
   server->Shutdown(Soon());
   return 0;
@@ -297,15 +303,10 @@ int ServeMha(const std::string& address, const std::string& port_file, int port_
   const std::unique_ptr<mha::serve::CqUnaryMethod> forward = mha::serve::ServeRawUnary(
       &queue, &service, &Service::RequestForward, &MhaFloorService::Handle);
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   queue.AddTo(&builder);
-  std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
-  if (!server || port == 0 || !Announce(name, port, port_file, port_fd)) {
-    std::fprintf(stderr, "echo server '%s': cannot listen on %s\n", name, address.c_str());
-    return 1;
-  }
+  std::unique_ptr<grpc::Server> server = Listen(builder, address, name, port_file, port_fd);
+  if (!server) return 1;
   queue.Start();
   WaitForSignal();
   server->Shutdown(Soon());
@@ -317,16 +318,11 @@ int ServeAsync(const std::string& address, const std::string& port_file, int por
   if (health) grpc::EnableDefaultHealthCheckService(true);
   AttentionService::AsyncService service;
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
-  std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
-  const char* name = health ? "async+health" : "async";
-  if (!server || port == 0 || !Announce(name, port, port_file, port_fd)) {
-    std::fprintf(stderr, "echo server '%s': cannot listen on %s\n", name, address.c_str());
-    return 1;
-  }
+  std::unique_ptr<grpc::Server> server =
+      Listen(builder, address, health ? "async+health" : "async", port_file, port_fd);
+  if (!server) return 1;
   std::thread handler([&] {  // the example's HandleRpcs, ending when the queue is shut down
     new AsyncUnary<AsyncForward>(&service, cq.get());
     new AsyncUnary<AsyncGetModel>(&service, cq.get());
