@@ -5,11 +5,8 @@
 
 #include "server/serving/scheduling/caller_thread.h"
 
-// ThreadSanitizer does not see gRPC's completion queue (Debian's libgrpc is not instrumented): a
-// tag handed to gRPC on one thread comes back from Next on another: the side that hands it over
-// annotates the release (cq_unary.cc), this the acquire.
+// The acquire of CqQueue::HandOver's release (cq_queue.h).
 #if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
 #define MHA_CQ_TAKEN(tag) __tsan_acquire(tag)
 #else
 #define MHA_CQ_TAKEN(tag) (void)(tag)

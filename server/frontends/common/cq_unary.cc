@@ -3,16 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-// ThreadSanitizer does not see gRPC's completion queue (Debian's libgrpc is not instrumented): a
-// tag handed to gRPC on one thread comes back from Next on another. This annotates the hand-over
-// as the release it is (CqQueue's Next the acquire).
-#if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
-#define MHA_CQ_HANDOFF(tag) __tsan_release(tag)
-#else
-#define MHA_CQ_HANDOFF(tag) (void)(tag)
-#endif
-
 namespace mha::serve {
 
 CqCall::CqCall(CqUnaryMethod* method)
@@ -36,11 +26,10 @@ void CqCall::Finish(const grpc::Status& status) {
   // What this thread wrote into response() happens before the thread that takes the finish
   // event reads or frees it (OnEvent's acquire), in C++'s terms and not only through gRPC's queue.
   finishing_.store(true, std::memory_order_release);
-  MHA_CQ_HANDOFF(&main_tag_);
   if (status.ok()) {
-    responder_.Finish(response_, status, &main_tag_);
+    responder_.Finish(response_, status, CqQueue::HandOver(&main_tag_));
   } else {
-    responder_.FinishWithError(status, &main_tag_);
+    responder_.FinishWithError(status, CqQueue::HandOver(&main_tag_));
   }
 }
 
@@ -77,10 +66,9 @@ CqUnaryMethod::CqUnaryMethod(CqQueue* queue, RequestFn request, Handler handler,
 void CqUnaryMethod::RequestOne() {
   auto* call = new CqCall(this);
   const bool requested = queue_->RequestWhileAccepting([&] {
-    call->context_.AsyncNotifyWhenDone(&call->done_tag_);
-    MHA_CQ_HANDOFF(&call->main_tag_);
-    MHA_CQ_HANDOFF(&call->done_tag_);
-    request_(&call->context_, &call->request_, &call->responder_, queue_->get(), &call->main_tag_);
+    call->context_.AsyncNotifyWhenDone(CqQueue::HandOver(&call->done_tag_));
+    request_(&call->context_, &call->request_, &call->responder_, queue_->get(),
+             CqQueue::HandOver(&call->main_tag_));
   });
   if (!requested) delete call;  // the queue shuts down: no call will come
 }
