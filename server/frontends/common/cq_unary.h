@@ -96,7 +96,6 @@ class CqUnaryMethod {
 
   // Call objects alive (requested or running): 0 after the queue's Shutdown when nothing leaked.
   int live_calls() const { return live_.load(); }
-  CqQueue* queue() const { return queue_; }
 
  private:
   friend class CqCall;

@@ -56,9 +56,8 @@ class AttentionServiceImpl final : public internal::AttentionServiceBase {
 
   void AddTo(grpc::ServerBuilder* builder);  // registers the service
 
-  // One Forward call, on a Forward thread.
+  // One Forward call, on a thread of the queue.
   void HandleForward(CqCall* call);
-  const CqUnaryMethod& forward_method() const { return *forward_; }
   grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse>* ForwardStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,

@@ -68,7 +68,7 @@ class GrpcInferenceServiceImpl final : public internal::InferenceServiceBase {
   ~GrpcInferenceServiceImpl() override;
 
   void AddTo(grpc::ServerBuilder* builder);  // registers the service
-  // One ModelInfer call, on a ModelInfer thread.
+  // One ModelInfer call, on a thread of the queue.
   void HandleModelInfer(CqCall* call);
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
