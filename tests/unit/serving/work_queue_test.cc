@@ -205,22 +205,30 @@ TEST(WorkQueueTest, TheSubmittingThreadSaysItWillBlockBeforeAnInlinePassAndOnlyT
     int calls = 0;
     size_t passes_before = 0;
     std::shared_ptr<ToyLog> log;
-  } seen{0, 0, log};
-  const CallerThread::Scope scope(
-      [](void* arg) {
-        auto* s = static_cast<Seen*>(arg);
-        ++s->calls;
-        s->passes_before = s->log->passes.size();
-      },
-      &seen);
-  auto queued = Submit(queue, 1);  // not allowed inline: a worker runs it, this thread never blocks
-  EXPECT_TRUE(Get(queued).status.ok());
-  EXPECT_EQ(seen.calls, 0);
-  auto here = SubmitInline(queue, 2);
-  EXPECT_EQ(Get(here).thread, std::this_thread::get_id());
-  EXPECT_EQ(seen.calls, 1);
-  EXPECT_EQ(seen.passes_before, 1u) << "told after the inline pass ran, not before";
+  };
+  const CallerThread::Hook count = [](void* arg) {
+    auto* s = static_cast<Seen*>(arg);
+    ++s->calls;
+    s->passes_before = s->log->passes.size();
+  };
+  Seen inline_seen{0, 0, log};
+  {
+    const CallerThread::Scope scope(count, &inline_seen);
+    auto here = SubmitInline(queue, 1);  // the queue is idle: runs here
+    EXPECT_EQ(Get(here).thread, std::this_thread::get_id());
+  }
+  EXPECT_EQ(inline_seen.calls, 1);
+  EXPECT_EQ(inline_seen.passes_before, 0u) << "told after the inline pass ran, not before";
+  Seen queued_seen{0, 0, log};
+  {
+    const CallerThread::Scope scope(count, &queued_seen);
+    auto queued =
+        Submit(queue, 2);  // not allowed inline: a worker runs it, this thread never blocks
+    EXPECT_TRUE(Get(queued).status.ok());
+  }
+  EXPECT_EQ(queued_seen.calls, 0);
   queue.Shutdown();
+  EXPECT_EQ(log->passes, (std::vector<std::vector<int>>{{1}, {2}}));
 }
 
 TEST(WorkQueueTest, AnInlineItemQueuesWhileEveryInstanceIsBusy) {
