@@ -113,8 +113,8 @@ class CqUnaryMethod {
 // for every call.
 template <class Service, class RequestMember>
 std::unique_ptr<CqUnaryMethod> ServeRawUnary(CqQueue* queue, Service* service,
-                                             RequestMember request,
-                                             CqUnaryMethod::Handler handler) {
+                                             RequestMember request, CqUnaryMethod::Handler handler,
+                                             CqUnaryMethod::Options options = {}) {
   return std::make_unique<CqUnaryMethod>(
       queue,
       [service, request](grpc::ServerContext* context, grpc::ByteBuffer* bytes,
@@ -122,7 +122,7 @@ std::unique_ptr<CqUnaryMethod> ServeRawUnary(CqQueue* queue, Service* service,
                          grpc::ServerCompletionQueue* cq, void* tag) {
         (service->*request)(context, bytes, responder, cq, cq, tag);
       },
-      std::move(handler), CqUnaryMethod::Options());
+      std::move(handler), options);
 }
 
 }  // namespace mha::serve

@@ -38,19 +38,10 @@ class CqQueueTest : public ::testing::Test {
  protected:
   // Forward runs `forward`; GetModel answers ModelInfo.name = "model".
   void Start(CqUnaryMethod::Handler forward) {
-    forward_ = std::make_unique<CqUnaryMethod>(
-        &queue_,
-        [this](grpc::ServerContext* c, grpc::ByteBuffer* r,
-               grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* w,
-               grpc::ServerCompletionQueue* cq,
-               void* tag) { service_.RequestForward(c, r, w, cq, cq, tag); },
-        std::move(forward), CqUnaryMethod::Options{4});
-    get_model_ = std::make_unique<CqUnaryMethod>(
-        &queue_,
-        [this](grpc::ServerContext* c, grpc::ByteBuffer* r,
-               grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* w,
-               grpc::ServerCompletionQueue* cq,
-               void* tag) { service_.RequestGetModel(c, r, w, cq, cq, tag); },
+    forward_ = ServeRawUnary(&queue_, &service_, &Service::RequestForward, std::move(forward),
+                             CqUnaryMethod::Options{4});
+    get_model_ = ServeRawUnary(
+        &queue_, &service_, &Service::RequestGetModel,
         [](CqCall* call) {
           v1::ModelInfo info;
           info.set_name("model");

@@ -42,15 +42,8 @@ void Echo(CqCall* call) {
 class CqUnaryMethodTest : public ::testing::Test {
  protected:
   void Start(CqUnaryMethod::Handler handler) {
-    CqUnaryMethod::Options options;
-    options.slots = 4;
-    method_ = std::make_unique<CqUnaryMethod>(
-        &queue_,
-        [this](grpc::ServerContext* c, grpc::ByteBuffer* r,
-               grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* w,
-               grpc::ServerCompletionQueue* cq,
-               void* tag) { service_.RequestForward(c, r, w, cq, cq, tag); },
-        std::move(handler), options);
+    method_ = ServeRawUnary(&queue_, &service_, &Service::RequestForward, std::move(handler),
+                            CqUnaryMethod::Options{4});
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);

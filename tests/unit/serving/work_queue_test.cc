@@ -122,6 +122,22 @@ bool Ready(const std::future<Answer>& f) {
 
 Answer Get(std::future<Answer>& f) { return testing::GetWithin(f, "the item's answer"); }
 
+// A queue of one instance whose passes wait at a held gate (released when it goes, before the
+// queue waits for its passes).
+struct OneHeldInstance {
+  static BatcherOptions Options(const testing::PassGate& gate) {
+    BatcherOptions o;
+    o.instances = 1;
+    o.pass_hook = gate.Hook();
+    return o;
+  }
+  OneHeldInstance() { gate.Hold(); }
+  std::shared_ptr<ToyLog> log = std::make_shared<ToyLog>();
+  testing::PassGate gate;
+  WorkQueue<ToyPlanner> queue{ToyPlanner(log), Options(gate), "toy", nullptr};
+  testing::ReleaseOnExit<testing::PassGate> release_on_exit{gate};
+};
+
 TEST(WorkQueueTest, HeldBackItemsRunAfterThePassTheyWaitForAndTheGaugeFollows) {
   auto log = std::make_shared<ToyLog>();
   testing::PassGate gate;
@@ -232,14 +248,10 @@ TEST(WorkQueueTest, TheSubmittingThreadSaysItWillBlockBeforeAnInlinePassAndOnlyT
 }
 
 TEST(WorkQueueTest, AnInlineItemQueuesWhileEveryInstanceIsBusy) {
-  auto log = std::make_shared<ToyLog>();
-  testing::PassGate gate;
-  BatcherOptions o;
-  o.instances = 1;
-  o.pass_hook = gate.Hook();
-  WorkQueue<ToyPlanner> queue(ToyPlanner(log), o, "toy", nullptr);
-  const testing::ReleaseOnExit release_on_exit(gate);
-  gate.Hold();
+  OneHeldInstance held;
+  const std::shared_ptr<ToyLog>& log = held.log;
+  testing::PassGate& gate = held.gate;
+  WorkQueue<ToyPlanner>& queue = held.queue;
   auto first = Submit(queue, 1);
   ASSERT_TRUE(gate.WaitEntered(1)) << "the worker's pass never started";
   // The one instance is busy: the inline item waits in the queue, Submit returns at once (had it
@@ -257,14 +269,10 @@ TEST(WorkQueueTest, AnInlineItemQueuesWhileEveryInstanceIsBusy) {
 // A pass's end wakes the workers only when they have something to do (RunTaken): an item that
 // waited for the instance is such a thing.
 TEST(WorkQueueTest, AnItemQueuedBehindAnInlinePassRunsWhenThatPassEnds) {
-  auto log = std::make_shared<ToyLog>();
-  testing::PassGate gate;
-  BatcherOptions o;
-  o.instances = 1;
-  o.pass_hook = gate.Hook();
-  WorkQueue<ToyPlanner> queue(ToyPlanner(log), o, "toy", nullptr);
-  const testing::ReleaseOnExit release_on_exit(gate);
-  gate.Hold();
+  OneHeldInstance held;
+  const std::shared_ptr<ToyLog>& log = held.log;
+  testing::PassGate& gate = held.gate;
+  WorkQueue<ToyPlanner>& queue = held.queue;
   auto inline_answer = std::async(std::launch::async, [&queue] {
     auto here = SubmitInline(queue, 1);
     return Get(here);
