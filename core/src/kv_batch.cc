@@ -22,7 +22,8 @@ const KvBlockPool& PoolOf(const std::vector<const KvCache*>& caches) {
 
 void KvBatch::Append(const std::vector<KvCache*>& caches, const at::Tensor& k,
                      const at::Tensor& v) {
-  const KvBlockPool& pool = PoolOf({caches.begin(), caches.end()});
+  const std::vector<const KvCache*> all(caches.begin(), caches.end());
+  const KvBlockPool& pool = PoolOf(all);
   const at::Tensor& keys = pool.keys();
   const int64_t t = k.size(1);
   int64_t rows = 0;
