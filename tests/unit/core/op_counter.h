@@ -1,6 +1,9 @@
 // The ATen ops this thread dispatches while an OpCounter lives (LibTorch's RecordFunction), and
 // of them those that do work: on a GPU each is a kernel launch or a copy, which a pass pays in
-// host time whatever the size of its tensors. Views and metadata ops are not counted as work.
+// host time whatever the size of its tensors. Views and metadata ops are not counted as work, and
+// work counts only the ops our code dispatches itself (depth 0): what a composite op such as
+// scaled_dot_product_attention runs inside is LibTorch's choice per shape and device (on CUDA
+// its backend selection and the mask's alignment padding), and count() still sees all of them.
 #pragma once
 
 #include <ATen/record_function.h>
@@ -15,8 +18,11 @@ class OpCounter {
  public:
   OpCounter()
       : handle_(at::addThreadLocalCallback(
-            at::RecordFunctionCallback(&OpCounter::Record).scopes({at::RecordScope::FUNCTION}))) {
+            at::RecordFunctionCallback(&OpCounter::Enter, &OpCounter::Leave)
+                .scopes({at::RecordScope::FUNCTION}))) {
     Ops()->clear();
+    TopLevel()->clear();
+    *Depth() = 0;
   }
   ~OpCounter() { Stop(); }
   OpCounter(const OpCounter&) = delete;
@@ -42,7 +48,7 @@ class OpCounter {
                                                  "aten::split",      "aten::unbind",
                                                  "aten::contiguous", "aten::flatten"};
     int n = 0;
-    for (const std::string& op : *Ops()) n += kViews.count(op) ? 0 : 1;
+    for (const std::string& op : *TopLevel()) n += kViews.count(op) ? 0 : 1;
     return n;
   }
 
@@ -51,10 +57,20 @@ class OpCounter {
     thread_local std::multiset<std::string> ops;
     return &ops;
   }
-  static std::unique_ptr<at::ObserverContext> Record(const at::RecordFunction& fn) {
+  static std::multiset<std::string>* TopLevel() {
+    thread_local std::multiset<std::string> ops;
+    return &ops;
+  }
+  static int* Depth() {
+    thread_local int depth = 0;
+    return &depth;
+  }
+  static std::unique_ptr<at::ObserverContext> Enter(const at::RecordFunction& fn) {
     Ops()->insert(fn.name());
+    if ((*Depth())++ == 0) TopLevel()->insert(fn.name());
     return nullptr;
   }
+  static void Leave(const at::RecordFunction&, at::ObserverContext*) { --*Depth(); }
 
   at::CallbackHandle handle_;
 };

@@ -18,6 +18,7 @@
 
 #include "metrics_text.h"
 #include "test_util.h"
+#include "warmup_test_util.h"
 #include "wait.h"
 
 namespace mha::serve {
@@ -92,6 +93,7 @@ class Fixture {
   ModelLifecycle& lifecycle() { return *lifecycle_; }
   fs::path root() const { return dir_.path(); }
   int made() const { return made_; }
+  const ServerCoreOptions& options() const { return options_; }
   int shutdowns() const { return shutdowns_; }
   std::string MetricsText() { return metrics_.Serialize(); }
 
@@ -157,7 +159,9 @@ TEST(ModelLifecycleTest, StartUpLoadPublishesAHandlePerReadyVersion) {
   EXPECT_EQ(f.made(), 3);
   for (const auto& [key, handle] : state->handles) {
     EXPECT_EQ(handle->entry->state, ModelState::kReady) << key.first;
-    EXPECT_EQ(handle->entry->warmup_passes, 2) << key.first << ": the default warmup ran";
+    EXPECT_EQ(handle->entry->warmup_passes,
+              testing::PlannedDefaultWarmupPasses(*handle->entry, f.options()))
+        << key.first << ": the default warmup ran";
   }
   const std::string metrics = f.MetricsText();
   EXPECT_EQ(testing::SeriesValue(metrics, R"(mha_model_loaded{model="enc"})"), 1.0);

@@ -16,6 +16,7 @@
 #include "mha/tensor_adapter.h"
 #include "server/serving/repository/default_model.h"
 #include "wait.h"
+#include "warmup_test_util.h"
 
 namespace mha::serve {
 namespace {
@@ -211,7 +212,7 @@ TEST(ServerCoreTest, EveryModelRunsItsWarmupBeforeItIsReady) {
     ASSERT_NE(builtin, nullptr);
     EXPECT_EQ(builtin->state, ModelState::kReady) << builtin->error;
     EXPECT_EQ(builtin->source, "builtin");
-    EXPECT_EQ(builtin->warmup_passes, 2);
+    EXPECT_EQ(builtin->warmup_passes, testing::PlannedDefaultWarmupPasses(*builtin, o));
     const std::string text = core->metrics()->Serialize();
     EXPECT_NE(text.find(R"(mha_model_loads_total{model="default",result="success"} 1)"),
               std::string::npos)
@@ -235,8 +236,10 @@ TEST(ServerCoreTest, EveryModelRunsItsWarmupBeforeItIsReady) {
   ASSERT_NE(core, nullptr);
   auto repository = core->repository();
   EXPECT_EQ(repository->ready_count(), 3u);
-  EXPECT_EQ(repository->Find("self_basic")->warmup_passes, 2);
-  EXPECT_EQ(repository->Find("kdim_vdim")->warmup_passes, 2);  // key [1, 16, kdim], value vdim
+  EXPECT_EQ(repository->Find("self_basic")->warmup_passes,
+            testing::PlannedDefaultWarmupPasses(*repository->Find("self_basic"), o));
+  EXPECT_EQ(repository->Find("kdim_vdim")->warmup_passes,
+            testing::PlannedDefaultWarmupPasses(*repository->Find("kdim_vdim"), o));  // key [1, 16, kdim], value vdim
   EXPECT_EQ(repository->Find("off")->warmup_passes, 0);
   core->Stop();
 }
