@@ -18,8 +18,8 @@
 
 #include "metrics_text.h"
 #include "test_util.h"
-#include "warmup_test_util.h"
 #include "wait.h"
+#include "warmup_test_util.h"
 
 namespace mha::serve {
 namespace {

@@ -238,8 +238,9 @@ TEST(ServerCoreTest, EveryModelRunsItsWarmupBeforeItIsReady) {
   EXPECT_EQ(repository->ready_count(), 3u);
   EXPECT_EQ(repository->Find("self_basic")->warmup_passes,
             testing::PlannedDefaultWarmupPasses(*repository->Find("self_basic"), o));
+  // kdim_vdim's default warmup passes key [1, 16, kdim] and value [1, 16, vdim].
   EXPECT_EQ(repository->Find("kdim_vdim")->warmup_passes,
-            testing::PlannedDefaultWarmupPasses(*repository->Find("kdim_vdim"), o));  // key [1, 16, kdim], value vdim
+            testing::PlannedDefaultWarmupPasses(*repository->Find("kdim_vdim"), o));
   EXPECT_EQ(repository->Find("off")->warmup_passes, 0);
   core->Stop();
 }
