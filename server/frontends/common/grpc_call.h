@@ -8,7 +8,6 @@
 
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/byte_buffer.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/proto_buffer_writer.h>
 #include <grpcpp/support/server_callback.h>
 
@@ -20,6 +19,7 @@
 #include "proto/wire/status_convert.h"
 #include "server/frontends/common/admin_auth.h"
 #include "server/frontends/common/cq_unary.h"
+#include "server/frontends/common/raw_message.h"
 #include "server/frontends/common/request_log.h"
 #include "server/serving/inference.h"
 
@@ -46,14 +46,6 @@ void StampRequest(grpc::ServerContextBase* context, const RequestLog& log,
 
 // AuthorizeAdmin on the call's "authorization" metadata.
 Status AuthorizeAdmin(const grpc::ServerContextBase& context, const std::string& token);
-
-// Parses `bytes` into `message` without copying the slices.
-template <typename Message>
-bool ParseRawMessage(const grpc::ByteBuffer& bytes, Message* message) {
-  grpc::ByteBuffer shared(bytes);  // shares the slices, no copy
-  grpc::ProtoBufferReader reader(&shared);
-  return message->ParseFromZeroCopyStream(&reader);
-}
 
 // ParseRawMessage for a request: INVALID_ARGUMENT "request is not a valid <message's full name>
 // (N bytes)" when the bytes do not parse.

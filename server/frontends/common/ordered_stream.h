@@ -21,7 +21,7 @@
 // kMethod (the log's method), kProtocol, kErrorsEndStream; members
 //   InferenceServer* core() const;  int window() const;
 //   static const std::string& ModelOf(const Request&);
-//   StatusOr<InferenceRequest> Decode(const Request&, grpc::CallbackServerContext*,
+//   StatusOr<InferenceRequest> Decode(const Request&, grpc::ServerContextBase*,
 //                                     const RequestLog&, Pending*) const;
 //   Status Encode(const Request&, const Pending&, const InferenceResponse&, Response*) const;
 //                 (may be static; runs on the core's callback thread, once per decoded message)
@@ -34,6 +34,10 @@
 // and Encode takes) and has the members
 //   void Run(Decoded, std::function<void(Result)>) const;  (instead of core()->Infer)
 //   static bool InOrder(const Decoded&);  (the next read waits until it is submitted)
+//
+// Base: the API the stream is served on: the callback API's grpc::ServerBidiReactor (the default),
+// or the completion-queue API's CqBidiReactor (cq_stream.h), which has the same interface; the
+// reactor is constructed with the call's context and then Base's own arguments.
 #pragma once
 
 #include <grpcpp/support/server_callback.h>
@@ -68,9 +72,9 @@ struct StreamMessages<P, std::void_t<typename P::Decoded>> {
 };
 }  // namespace internal
 
-template <class Policy>
-class OrderedStreamReactor final
-    : public grpc::ServerBidiReactor<typename Policy::Request, typename Policy::Response> {
+template <class Policy,
+          class Base = grpc::ServerBidiReactor<typename Policy::Request, typename Policy::Response>>
+class OrderedStreamReactor final : public Base {
  public:
   using Request = typename Policy::Request;
   using Response = typename Policy::Response;
@@ -78,8 +82,10 @@ class OrderedStreamReactor final
   using Decoded = typename internal::StreamMessages<Policy>::Decoded;
   using Result = typename internal::StreamMessages<Policy>::Result;
 
-  OrderedStreamReactor(Policy policy, grpc::CallbackServerContext* context)
-      : policy_(std::move(policy)),
+  template <class... BaseArgs>
+  OrderedStreamReactor(Policy policy, grpc::ServerContextBase* context, BaseArgs&&... base_args)
+      : Base(std::forward<BaseArgs>(base_args)...),
+        policy_(std::move(policy)),
         context_(context),
         log_(StartRequest(context, Policy::kMethod)) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -138,7 +144,7 @@ class OrderedStreamReactor final
   void FinishNow(const Status& status);
 
   const Policy policy_;
-  grpc::CallbackServerContext* const context_;
+  grpc::ServerContextBase* const context_;
   const RequestLog log_;
 
   std::mutex mu_;
@@ -160,8 +166,8 @@ class OrderedStreamReactor final
   int64_t answered_ = 0;
 };
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::OnReadDone(bool ok) {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::OnReadDone(bool ok) {
   std::shared_ptr<const Request> request;
   int64_t index = -1;
   std::optional<Status> finish;
@@ -182,8 +188,9 @@ void OrderedStreamReactor<Policy>::OnReadDone(bool ok) {
   if (finish) FinishNow(*finish);
 }
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::Submit(int64_t index, std::shared_ptr<const Request> request) {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::Submit(int64_t index,
+                                                std::shared_ptr<const Request> request) {
   RequestLog message_log = log_;
   message_log.start = Clock::now();
   message_log.request_id += "#" + std::to_string(index);
@@ -220,19 +227,20 @@ void OrderedStreamReactor<Policy>::Submit(int64_t index, std::shared_ptr<const R
   if (finish) FinishNow(*finish);
 }
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::OnResult(int64_t index, const Request& request,
-                                            const Pending& pending, const Result& result,
-                                            Clock::time_point start) {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::OnResult(int64_t index, const Request& request,
+                                                  const Pending& pending, const Result& result,
+                                                  Clock::time_point start) {
   auto response = std::make_unique<Response>();  // on the worker thread
   const Status status = policy_.Encode(request, pending, result, response.get());
   if (!status.ok()) return Fail(index, request, status, start, /*decoding=*/false);
   Settle(index, Answer{std::move(response), Policy::ModelOf(request), start}, nullptr, false);
 }
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::Fail(int64_t index, const Request& request, const Status& status,
-                                        Clock::time_point start, bool decoding) {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::Fail(int64_t index, const Request& request,
+                                              const Status& status, Clock::time_point start,
+                                              bool decoding) {
   const std::string& model = Policy::ModelOf(request);
   if constexpr (Policy::kErrorsEndStream) {
     Settle(index, Answer{nullptr, model, start}, &status, decoding);
@@ -243,9 +251,9 @@ void OrderedStreamReactor<Policy>::Fail(int64_t index, const Request& request, c
   }
 }
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::Settle(int64_t index, Answer answer, const Status* failure,
-                                          bool decoding) {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::Settle(int64_t index, Answer answer, const Status* failure,
+                                                bool decoding) {
   std::optional<Status> finish;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -263,8 +271,8 @@ void OrderedStreamReactor<Policy>::Settle(int64_t index, Answer answer, const St
   if (finish) FinishNow(*finish);  // last statement: OnDone may delete `this` right after
 }
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::OnWriteDone(bool ok) {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::OnWriteDone(bool ok) {
   std::optional<Status> finish;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -287,8 +295,8 @@ void OrderedStreamReactor<Policy>::OnWriteDone(bool ok) {
   if (finish) FinishNow(*finish);
 }
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::OnCancel() {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::OnCancel() {
   std::optional<Status> finish;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -300,8 +308,8 @@ void OrderedStreamReactor<Policy>::OnCancel() {
   if (finish) FinishNow(*finish);
 }
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::MaybeStartReadLocked() {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::MaybeStartReadLocked() {
   if (reading_ || processing_ || read_closed_ || broken_ || finishing_ || failure_index_) return;
   const int64_t pending =
       in_flight_ + static_cast<int64_t>(ready_.size()) + (writing_.response ? 1 : 0);
@@ -311,8 +319,8 @@ void OrderedStreamReactor<Policy>::MaybeStartReadLocked() {
   this->StartRead(read_buffer_.get());
 }
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::MaybeWriteLocked() {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::MaybeWriteLocked() {
   if (writing_.response || broken_ || finishing_) return;
   if (failure_index_ && next_write_index_ >= *failure_index_) return;
   auto it = ready_.find(next_write_index_);
@@ -322,10 +330,10 @@ void OrderedStreamReactor<Policy>::MaybeWriteLocked() {
   this->StartWrite(writing_.response.get());
 }
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::RecordFailureLocked(int64_t index, const Status& status,
-                                                       const std::string& model,
-                                                       Clock::time_point start) {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::RecordFailureLocked(int64_t index, const Status& status,
+                                                             const std::string& model,
+                                                             Clock::time_point start) {
   if (failure_index_ && *failure_index_ <= index) return;  // an earlier failure wins
   failure_index_ = index;
   failure_model_ = model;
@@ -335,8 +343,8 @@ void OrderedStreamReactor<Policy>::RecordFailureLocked(int64_t index, const Stat
   ready_.erase(ready_.upper_bound(index), ready_.end());
 }
 
-template <class Policy>
-std::optional<Status> OrderedStreamReactor<Policy>::ShouldFinishLocked() {
+template <class Policy, class Base>
+std::optional<Status> OrderedStreamReactor<Policy, Base>::ShouldFinishLocked() {
   if (finishing_ || in_flight_ > 0 || writing_.response) return std::nullopt;
   Status status = Status::Ok();
   if (failure_index_) {
@@ -351,8 +359,8 @@ std::optional<Status> OrderedStreamReactor<Policy>::ShouldFinishLocked() {
   return status;
 }
 
-template <class Policy>
-void OrderedStreamReactor<Policy>::FinishNow(const Status& status) {
+template <class Policy, class Base>
+void OrderedStreamReactor<Policy, Base>::FinishNow(const Status& status) {
   // The failure that ends the stream is the one outcome counted besides the answers written.
   if (failure_index_) {
     policy_.core()->CountRequest(failure_model_, failure_, failure_start_, Policy::kProtocol);

@@ -3,7 +3,7 @@
 namespace mha::serve {
 
 StatusOr<InferenceRequest> ForwardStreamPolicy::Decode(const Request& request,
-                                                       grpc::CallbackServerContext* context,
+                                                       grpc::ServerContextBase* context,
                                                        const RequestLog& log,
                                                        Pending* pending) const {
   // The stream keeps each message until its answer: the tensors may borrow its bytes.

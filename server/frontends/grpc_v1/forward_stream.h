@@ -27,7 +27,7 @@ struct ForwardStreamPolicy {
   InferenceServer* core() const { return service->core(); }
   int window() const { return service->options().stream_window; }
   static const std::string& ModelOf(const Request& request) { return request.model(); }
-  StatusOr<InferenceRequest> Decode(const Request& request, grpc::CallbackServerContext* context,
+  StatusOr<InferenceRequest> Decode(const Request& request, grpc::ServerContextBase* context,
                                     const RequestLog& log, Pending* pending) const;
   static Status Encode(const Request& request, const Pending& pending,
                        const InferenceResponse& result, Response* out);

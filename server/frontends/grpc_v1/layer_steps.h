@@ -37,7 +37,7 @@ struct LayerStepsPolicy {
   InferenceServer* core() const { return service->core(); }
   int window() const { return service->options().stream_window; }
   static const std::string& ModelOf(const Request& request) { return request.model(); }
-  StatusOr<LayerStepRequest> Decode(const Request& request, grpc::CallbackServerContext* context,
+  StatusOr<LayerStepRequest> Decode(const Request& request, grpc::ServerContextBase* context,
                                     const RequestLog& log, Pending* pending) const;
   static bool InOrder(const LayerStepRequest&) { return true; }
   void Run(LayerStepRequest request, std::function<void(LayerStepResponse)> done) const;

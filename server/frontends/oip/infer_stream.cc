@@ -16,7 +16,7 @@ std::unique_ptr<inference::ModelStreamInferResponse> StreamError(
 }
 
 StatusOr<InferenceRequest> InferStreamPolicy::Decode(const Request& request,
-                                                     grpc::CallbackServerContext* context,
+                                                     grpc::ServerContextBase* context,
                                                      const RequestLog& log,
                                                      Pending* pending) const {
   auto decoded = DecodeCall(request, options, *server, context, log);

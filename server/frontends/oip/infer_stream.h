@@ -35,7 +35,7 @@ struct InferStreamPolicy {
   InferenceServer* core() const { return server; }
   int window() const { return options.stream_window; }
   static const std::string& ModelOf(const Request& request) { return request.model_name(); }
-  StatusOr<InferenceRequest> Decode(const Request& request, grpc::CallbackServerContext* context,
+  StatusOr<InferenceRequest> Decode(const Request& request, grpc::ServerContextBase* context,
                                     const RequestLog& log, Pending* outputs) const;
   // Ends the request's sequence step (EndSequence), then encodes its answer.
   Status Encode(const Request& request, const Pending& pending, const InferenceResponse& result,

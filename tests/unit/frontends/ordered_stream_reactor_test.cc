@@ -5,6 +5,8 @@
 // `window` messages are in the work at once; a failing message ends the stream after the answers
 // before it (kErrorsEndStream) or is answered in its place (not); a cancelled stream ends
 // CANCELLED only once the work it started has answered. No timing: every wait is on an event.
+// Every case runs on both APIs a stream is served on: the callback API's reactor and the
+// completion-queue API's (CqBidiReactor on a CqQueue, cq_stream.h).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -22,6 +24,8 @@
 #include <vector>
 
 #include "mha/v1/attention.grpc.pb.h"
+#include "server/frontends/common/cq_queue.h"
+#include "server/frontends/common/cq_stream.h"
 #include "server/frontends/common/ordered_stream.h"
 #include "wait.h"
 
@@ -138,8 +142,8 @@ struct TestPolicy {
   InferenceServer* core() const { return counting; }
   int window() const { return stream_window; }
   static const std::string& ModelOf(const Request& request) { return request.model(); }
-  StatusOr<TestDecoded> Decode(const Request& request, grpc::CallbackServerContext*,
-                               const RequestLog&, Pending* pending) const {
+  StatusOr<TestDecoded> Decode(const Request& request, grpc::ServerContextBase*, const RequestLog&,
+                               Pending* pending) const {
     if (request.layer() < 0) {
       return InvalidArgument("layer: " + std::to_string(request.layer()) + " is negative");
     }
@@ -178,13 +182,14 @@ class TestService final : public v1::AttentionService::CallbackService {
       : runner_(runner), core_(core), window_(window) {}
   grpc::ServerBidiReactor<v1::LayerStepRequest, v1::LayerStepResponse>* LayerSteps(
       grpc::CallbackServerContext* context) override {
-    auto life = std::make_shared<int>(0);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      last_life_ = life;
-    }
-    return new OrderedStreamReactor<TestPolicy<kEndOnError>>({runner_, core_, window_, life},
-                                                             context);
+    return new OrderedStreamReactor<TestPolicy<kEndOnError>>(MakePolicy(), context);
+  }
+  // The completion-queue API's reactor of a call that started.
+  CqBidiBase* CqLayerSteps(std::unique_ptr<CqStreamCall> call) {
+    grpc::ServerContextBase* context = call->context();
+    return new OrderedStreamReactor<TestPolicy<kEndOnError>,
+                                    CqBidiReactor<v1::LayerStepRequest, v1::LayerStepResponse>>(
+        MakePolicy(), context, std::move(call));
   }
   // Whether the last reactor made is still alive.
   bool ReactorAlive() {
@@ -193,6 +198,13 @@ class TestService final : public v1::AttentionService::CallbackService {
   }
 
  private:
+  TestPolicy<kEndOnError> MakePolicy() {
+    auto life = std::make_shared<int>(0);
+    std::lock_guard<std::mutex> lock(mu_);
+    last_life_ = life;
+    return {runner_, core_, window_, life};
+  }
+
   std::mutex mu_;
   std::weak_ptr<int> last_life_;
   Runner* runner_;
@@ -200,16 +212,30 @@ class TestService final : public v1::AttentionService::CallbackService {
   int window_;
 };
 
-// A server of one TestService on 127.0.0.1:0 and a stream to it.
+using RawService = v1::AttentionService::WithRawMethod_LayerSteps<v1::AttentionService::Service>;
+
+// A server of one TestService on 127.0.0.1:0 (on the completion-queue API when `cq`) and a stream
+// to it.
 template <bool kEndOnError>
 class Harness {
  public:
-  explicit Harness(int window) : service(&runner, &core, window) {
+  Harness(int window, bool cq) : service(&runner, &core, window) {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service);
+    if (cq) {
+      queue = std::make_unique<CqQueue>(CqQueue::Options{});
+      queue->AddTo(&builder);
+      method = ServeRawStream(queue.get(), &raw_service, &RawService::RequestLayerSteps,
+                              [this](std::unique_ptr<CqStreamCall> call) {
+                                return service.CqLayerSteps(std::move(call));
+                              });
+      builder.RegisterService(&raw_service);
+    } else {
+      builder.RegisterService(&service);
+    }
     server = builder.BuildAndStart();
+    if (queue) queue->Start();
     EXPECT_GT(port, 0);
     stub = v1::AttentionService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
                                                              grpc::InsecureChannelCredentials()));
@@ -220,6 +246,7 @@ class Harness {
     runner.AutoAnswer();
     runner.AnswerAll();                                  // nothing left waiting on the test
     server->Shutdown(std::chrono::system_clock::now());  // cancels what is still open
+    if (queue) queue->Shutdown();                        // after the server's, as in the app
   }
   // Writes messages with these ids (a negative layer does not decode), then half-closes. (A
   // write may fail once the server has ended the stream: what was answered is what counts.)
@@ -244,11 +271,16 @@ class Harness {
   Runner runner;
   CountingCore core;
   TestService<kEndOnError> service;
+  RawService raw_service;
+  std::unique_ptr<CqQueue> queue;
+  std::unique_ptr<CqStreamMethod> method;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<v1::AttentionService::Stub> stub;
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::LayerStepRequest, v1::LayerStepResponse>> stream;
 };
+
+class OrderedStreamReactorTest : public ::testing::TestWithParam<bool> {};  // true: CQ API
 
 std::vector<std::string> Ids(const std::vector<v1::LayerStepResponse>& answers) {
   std::vector<std::string> ids;
@@ -256,8 +288,8 @@ std::vector<std::string> Ids(const std::vector<v1::LayerStepResponse>& answers) 
   return ids;
 }
 
-TEST(OrderedStreamReactorTest, AnswersAreWrittenInMessageOrderWhateverOrderTheWorkEnds) {
-  Harness<true> h(/*window=*/4);
+TEST_P(OrderedStreamReactorTest, AnswersAreWrittenInMessageOrderWhateverOrderTheWorkEnds) {
+  Harness<true> h(/*window=*/4, GetParam());
   h.WriteAll({{"m0", 0}, {"m1", 1}, {"m2", 2}, {"m3", 3}});
   ASSERT_TRUE(h.runner.WaitHeld(4));
   for (const char* id : {"m3", "m2", "m1", "m0"}) h.runner.Answer(id);  // m0 last
@@ -270,8 +302,8 @@ TEST(OrderedStreamReactorTest, AnswersAreWrittenInMessageOrderWhateverOrderTheWo
   EXPECT_EQ(h.core.counted(), std::vector<StatusCode>(4, StatusCode::kOk));
 }
 
-TEST(OrderedStreamReactorTest, AtMostWindowMessagesAreInTheWorkAtOnce) {
-  Harness<true> h(/*window=*/2);
+TEST_P(OrderedStreamReactorTest, AtMostWindowMessagesAreInTheWorkAtOnce) {
+  Harness<true> h(/*window=*/2, GetParam());
   h.WriteAll({{"m0", 0}, {"m1", 0}, {"m2", 0}, {"m3", 0}, {"m4", 0}});
   // Each answer frees one place: the next message comes in only then.
   ASSERT_TRUE(h.runner.WaitHeld(2));
@@ -292,8 +324,8 @@ TEST(OrderedStreamReactorTest, AtMostWindowMessagesAreInTheWorkAtOnce) {
   EXPECT_EQ(h.runner.most(), 2u) << "more messages than the window were in the work at once";
 }
 
-TEST(OrderedStreamReactorTest, AFailingMessageEndsTheStreamAfterTheAnswersBeforeIt) {
-  Harness<true> h(/*window=*/4);
+TEST_P(OrderedStreamReactorTest, AFailingMessageEndsTheStreamAfterTheAnswersBeforeIt) {
+  Harness<true> h(/*window=*/4, GetParam());
   h.runner.AutoAnswer();
   h.WriteAll({{"m0", 0}, {"m1", 0}, {"bad", -3}, {"m3", 0}});
   const auto answers = h.ReadAll();
@@ -306,8 +338,8 @@ TEST(OrderedStreamReactorTest, AFailingMessageEndsTheStreamAfterTheAnswersBefore
                                                        StatusCode::kInvalidArgument}));
 }
 
-TEST(OrderedStreamReactorTest, AnAnswerThatFailsToEncodeEndsTheStreamWithItsCode) {
-  Harness<true> h(/*window=*/4);
+TEST_P(OrderedStreamReactorTest, AnAnswerThatFailsToEncodeEndsTheStreamWithItsCode) {
+  Harness<true> h(/*window=*/4, GetParam());
   h.WriteAll({{"m0", 0}, {"m1", 0}, {"m2", 0}});
   ASSERT_TRUE(h.runner.WaitHeld(3));
   h.runner.Answer("m1", Internal("too big to encode"));
@@ -320,8 +352,8 @@ TEST(OrderedStreamReactorTest, AnAnswerThatFailsToEncodeEndsTheStreamWithItsCode
   EXPECT_EQ(Ids(answers), (std::vector<std::string>{"m0"}));
 }
 
-TEST(OrderedStreamReactorTest, WithoutEndingTheStreamAFailureIsAnsweredInItsPlace) {
-  Harness<false> h(/*window=*/4);
+TEST_P(OrderedStreamReactorTest, WithoutEndingTheStreamAFailureIsAnsweredInItsPlace) {
+  Harness<false> h(/*window=*/4, GetParam());
   h.runner.AutoAnswer();
   h.WriteAll({{"m0", 0}, {"bad", -1}, {"m2", 0}});
   const auto answers = h.ReadAll();
@@ -336,8 +368,8 @@ TEST(OrderedStreamReactorTest, WithoutEndingTheStreamAFailureIsAnsweredInItsPlac
   EXPECT_EQ(h.core.counted(), std::vector<StatusCode>{StatusCode::kInvalidArgument});
 }
 
-TEST(OrderedStreamReactorTest, ACancelledStreamLivesUntilItsWorkHasAnswered) {
-  Harness<true> h(/*window=*/4);
+TEST_P(OrderedStreamReactorTest, ACancelledStreamLivesUntilItsWorkHasAnswered) {
+  Harness<true> h(/*window=*/4, GetParam());
   h.WriteAll({{"m0", 0}, {"m1", 0}});
   ASSERT_TRUE(h.runner.WaitHeld(2));
   h.context.TryCancel();
@@ -351,6 +383,11 @@ TEST(OrderedStreamReactorTest, ACancelledStreamLivesUntilItsWorkHasAnswered) {
   EXPECT_TRUE(testing::WaitUntil([&] { return !h.service.ReactorAlive(); },
                                  "the cancelled stream's reactor to be deleted"));
 }
+
+INSTANTIATE_TEST_SUITE_P(Apis, OrderedStreamReactorTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "CompletionQueue" : "Callback";
+                         });
 
 }  // namespace
 }  // namespace mha::serve
