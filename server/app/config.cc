@@ -89,7 +89,7 @@ StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
 std::optional<int> ParseServerConfig(int argc, char** argv, ServerConfig* c) {
   CLI::App app{
       "mha-server: batched multi-head-attention forward passes over gRPC "
-      "(mha.v1.AttentionService, grpc.health.v1.Health, server reflection)"};
+      "(mha.v1.AttentionService, inference.GRPCInferenceService, grpc.health.v1.Health)"};
   // CLI11 reads the config file before the environment, so MHA_CONFIG becomes the default name.
   const char* config_env = std::getenv("MHA_CONFIG");
   app.set_config("--config", config_env ? config_env : "",
@@ -181,6 +181,10 @@ void AddLimitFlags(CLI::App& app, ServerConfig* c) {
       "Let clients register system shared-memory regions (Triton's shared-memory extension, "
       "docs/shared-memory.md); with --admin-token-file registration needs the token")
       ->default_str("false");
+  Add(app, "--grpc-reflection", &c->grpc_reflection,
+      "Serve gRPC server reflection (grpc.reflection.v1alpha: the services and their .proto "
+      "descriptors, for grpcurl and Postman without .proto files)")
+      ->default_str("true");
   Add(app, "--max-shm-bytes", &c->max_shm_bytes,
       "Bytes of client shared memory mapped at once (registration above it: RESOURCE_EXHAUSTED)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));

@@ -31,6 +31,8 @@ struct ServerConfig {
   // Triton's shared-memory extension (server/frontends/common/shared_memory_registry.h).
   bool allow_client_shm = false;
   int64_t max_shm_bytes = int64_t{1} << 30;
+  // gRPC server reflection (grpcurl without .proto files), server/frontends/reflection.
+  bool grpc_reflection = true;
   // gRPC transport security (server/app/tls.h): plaintext unless cert + key are set; a client CA
   // makes client certificates mandatory (mTLS). The metrics/health HTTP endpoint stays plaintext.
   std::string tls_cert_file;

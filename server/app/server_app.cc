@@ -1,8 +1,6 @@
 #include "server/app/server_app.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -21,7 +19,9 @@
 #include "server/frontends/common/shared_memory_registry.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "server/frontends/grpc_v1/model_control_service.h"
+#include "server/frontends/health/health_service.h"
 #include "server/frontends/oip/inference_service.h"
+#include "server/frontends/reflection/reflection_service.h"
 #include "server/frontends/rest/rest_server.h"
 #include "server/serving/observability/metrics_http.h"
 #include "server/serving/server_core.h"
@@ -63,8 +63,7 @@ class ServerApp {
   void FillKServeOptions(KServeOptions* o) const;
   void SetServing(bool serving);
   std::unique_ptr<oip::GrpcInferenceServiceImpl> MakeOipService();
-  // --forward-threads: the threads of the unary inference methods' queue (mha.v1 Forward, OIP
-  // ModelInfer: one CqQueue)
+  // --forward-threads: the threads of the queue every gRPC method is served on (one CqQueue)
   int ForwardThreads() const {
     return c_.forward_threads > 0
                ? c_.forward_threads
@@ -80,8 +79,10 @@ class ServerApp {
   std::unique_ptr<AttentionServiceImpl> service_;
   std::unique_ptr<ModelControlServiceImpl> control_;
   std::unique_ptr<oip::GrpcInferenceServiceImpl> oip_service_;  // Open Inference Protocol v2
+  std::unique_ptr<HealthService> health_;                       // grpc.health.v1
+  std::unique_ptr<ReflectionService> reflection_;               // null with --grpc-reflection=false
   std::unique_ptr<rest::RestServer> rest_;                      // the same over HTTP/REST
-  // Forward's and ModelInfer's queue: destroyed after the server, before the services.
+  // Every gRPC method's queue: destroyed after the server, before the services.
   std::unique_ptr<CqQueue> queue_;
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> ready_{false};
@@ -164,14 +165,24 @@ Status ServerApp::StartGrpc() {
   queue_ = std::make_unique<CqQueue>(CqQueue::Options{ForwardThreads()});
   GrpcFrontendOptions v1_options{c_.max_message_bytes, c_.stream_window, shm_.get()};
   service_ = std::make_unique<AttentionServiceImpl>(core_.get(), queue_.get(), v1_options);
-  control_ = std::make_unique<ModelControlServiceImpl>(core_.get(), admin_token_);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  control_ = std::make_unique<ModelControlServiceImpl>(core_.get(), queue_.get(), admin_token_);
+  health_ = std::make_unique<HealthService>(queue_.get());
+  health_->SetServingStatus(kServiceName, false);
+  health_->SetServingStatus(kOipServiceName, false);
+  // gRPC's own health service is on the callback API (threads polling beside the queue's): ours.
+  grpc::EnableDefaultHealthCheckService(false);
+  if (c_.grpc_reflection) {
+    reflection_ = std::make_unique<ReflectionService>(
+        queue_.get(), std::vector<std::string>{kServiceName, "mha.v1.ModelControlService",
+                                               kOipServiceName, "grpc.health.v1.Health"});
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(c_.grpc_address, credentials_, &port_);
-  queue_->AddTo(&builder);  // Forward's and ModelInfer's completion queue
+  queue_->AddTo(&builder);  // every method's completion queue
   service_->AddTo(&builder);
   builder.RegisterService(control_.get());
+  builder.RegisterService(health_.get());
+  if (reflection_) builder.RegisterService(reflection_.get());
   oip_service_ = MakeOipService();
   oip_service_->AddTo(&builder);
   // A little above --max-message-bytes, so that the handler can say precisely what is too big.
@@ -203,10 +214,7 @@ std::unique_ptr<oip::GrpcInferenceServiceImpl> ServerApp::MakeOipService() {
 }
 
 void ServerApp::SetServing(bool serving) {
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  health->SetServingStatus(serving);
-  health->SetServingStatus(kServiceName, serving);
-  health->SetServingStatus(kOipServiceName, serving);
+  health_->SetServingStatus(serving);  // "", mha.v1 and OIP
   ready_ = serving;
 }
 
@@ -246,13 +254,14 @@ void ServerApp::Stop(int sig) {
   if (server_) SetServing(false);
   // REST first: it stops accepting and answers what it has (the core still runs).
   if (rest_) rest_->Stop();
+  if (health_) health_->Shutdown();  // open watches end now, not at the grace deadline
   if (server_) {
     const auto grace = std::chrono::milliseconds(static_cast<int64_t>(c_.grace_period_s * 1000));
     server_->Shutdown(std::chrono::system_clock::now() + grace);
   }
   if (core_) core_->Stop();  // completes accepted requests, joins the schedulers
   if (server_) server_->Wait();
-  // Forward's and ModelInfer's threads drain their queue and end.
+  // The queue's threads drain it and end.
   if (queue_) queue_->Shutdown();
   if (shm_) shm_->Clear();  // every client region unmapped (no request holds one now)
   if (http_) http_->Stop();

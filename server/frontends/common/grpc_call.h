@@ -9,8 +9,9 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/proto_buffer_writer.h>
-#include <grpcpp/support/server_callback.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -63,52 +64,52 @@ Status SerializeRawMessage(const Message& message, grpc::ByteBuffer* out) {
   return s.ok() ? Status::Ok() : Internal("encoding the response failed: " + s.error_message());
 }
 
-// Logs the outcome (LogOutcome) and finishes the call with the converted status.
-inline void FinishCall(grpc::ServerUnaryReactor* reactor, const RequestLog& log,
-                       const Status& status, const std::string& detail = "") {
-  LogOutcome(log, status, detail);
-  reactor->Finish(codec::ToGrpcStatus(status));
-}
-
 // A unary body's answer with the detail its success log line carries ("model=...").
 struct UnaryAnswer {
   Status status;
   std::string detail;
 };
 
-// Finishes one unary call (FinishCall), of the callback API (a reactor) or of the
-// completion-queue API (a CqCall, which sends its response() when the status is OK); copyable, so
-// that a callback can answer later. Call once.
+// One call of a typed unary method (TypedUnary), as its handler sees it: copyable; the request and
+// response it was given live until the call is answered.
+struct UnaryCall {
+  CqCall* call;
+  std::function<Status(grpc::ByteBuffer*)> serialize;  // the response, when answered OK
+  grpc::ServerContext* context() const { return call->context(); }
+};
+
+// Finishes one unary call of the completion-queue API: logs the outcome (LogOutcome) and sends
+// the converted status, with the response when it is OK (serialized first when the call is
+// typed; a raw handler fills call->response() itself). Copyable, so that a callback can answer
+// later. Call once.
 class UnaryFinish {
  public:
-  UnaryFinish(grpc::ServerUnaryReactor* reactor, RequestLog log)
-      : reactor_(reactor), log_(std::move(log)) {}
   UnaryFinish(CqCall* call, RequestLog log) : call_(call), log_(std::move(log)) {}
+  UnaryFinish(const UnaryCall& call, RequestLog log)
+      : call_(call.call), serialize_(call.serialize), log_(std::move(log)) {}
   const RequestLog& log() const { return log_; }
   void operator()(const Status& status, const std::string& detail = "") const {
-    if (reactor_ != nullptr) return FinishCall(reactor_, log_, status, detail);
-    LogOutcome(log_, status, detail);
-    call_->Finish(codec::ToGrpcStatus(status));
+    Status answer = status;
+    if (answer.ok() && serialize_) answer = serialize_(call_->response());
+    LogOutcome(log_, answer, detail);
+    call_->Finish(codec::ToGrpcStatus(answer));
   }
   void operator()(const UnaryAnswer& answer) const { (*this)(answer.status, answer.detail); }
 
  private:
-  grpc::ServerUnaryReactor* reactor_ = nullptr;
-  CqCall* call_ = nullptr;
+  CqCall* call_;
+  std::function<Status(grpc::ByteBuffer*)> serialize_;
   RequestLog log_;
 };
 
 namespace internal {
 
 template <class F>
-grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context, const char* method,
-                                   const std::string* admin_token, F&& body) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  UnaryFinish finish(reactor, StartRequest(context, method));
+void RunUnary(const UnaryCall& call, const char* method, const std::string* admin_token, F&& body) {
+  UnaryFinish finish(call, StartRequest(call.context(), method));
   if (admin_token != nullptr) {
-    if (Status denied = AuthorizeAdmin(*context, *admin_token); !denied.ok()) {
-      finish(denied);
-      return reactor;
+    if (Status denied = AuthorizeAdmin(*call.context(), *admin_token); !denied.ok()) {
+      return finish(denied);
     }
   }
   if constexpr (std::is_invocable_v<F>) {
@@ -116,8 +117,13 @@ grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context, const c
   } else {
     std::forward<F>(body)(finish);  // answers now or later by calling `finish` once
   }
-  return reactor;
 }
+
+template <class Request, class Response>
+struct UnaryMessages {
+  Request request;
+  Response response;
+};
 
 }  // namespace internal
 
@@ -125,17 +131,36 @@ grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context, const c
 // answered with what it returns) or `void(const UnaryFinish&)` (it calls the finish once, now or
 // from a callback; the log is finish.log()).
 template <class F>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const char* method,
-                                F&& body) {
-  return internal::RunUnary(context, method, nullptr, std::forward<F>(body));
+void Unary(const UnaryCall& call, const char* method, F&& body) {
+  internal::RunUnary(call, method, nullptr, std::forward<F>(body));
 }
 
 // Unary behind the admin token (admin_auth.h): a call without it is answered with the denial
 // and `body` does not run.
 template <class F>
-grpc::ServerUnaryReactor* AdminUnary(grpc::CallbackServerContext* context, const char* method,
-                                     const std::string& admin_token, F&& body) {
-  return internal::RunUnary(context, method, &admin_token, std::forward<F>(body));
+void AdminUnary(const UnaryCall& call, const char* method, const std::string& admin_token,
+                F&& body) {
+  internal::RunUnary(call, method, &admin_token, std::forward<F>(body));
+}
+
+// A typed unary method of `service` on `queue`: `request` is its generated
+// `WithRawMethod_<M>::Request<M>`; each call's bytes are parsed (INVALID_ARGUMENT naming the
+// message and its size when they do not, logged under `method`) and `handler(const UnaryCall&,
+// const Request*, Response*)` runs, which answers through Unary or AdminUnary.
+template <class Service, class RequestMember, class Request, class Response>
+std::unique_ptr<CqUnaryMethod> ServeTypedUnary(
+    CqQueue* queue, Service* service, RequestMember request, const char* method,
+    void (Service::*handler)(const UnaryCall&, const Request*, Response*)) {
+  return ServeRawUnary(queue, service, request, [service, handler, method](CqCall* call) {
+    auto messages = std::make_shared<internal::UnaryMessages<Request, Response>>();
+    const UnaryCall typed{call, [messages](grpc::ByteBuffer* out) {
+                            return SerializeRawMessage(messages->response, out);
+                          }};
+    if (Status parsed = ParseRawRequest(call->request(), &messages->request); !parsed.ok()) {
+      return UnaryFinish(call, StartRequest(call->context(), method))(parsed);
+    }
+    (service->*handler)(typed, &messages->request, &messages->response);
+  });
 }
 
 }  // namespace mha::serve

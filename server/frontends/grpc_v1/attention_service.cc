@@ -9,11 +9,12 @@
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/forward_stream.h"
 #include "server/frontends/grpc_v1/head_options.h"
+#include "server/serving/scheduling/caller_thread.h"
 
 namespace mha::serve {
 namespace {
 
-struct UnaryCall {
+struct ForwardCall {
   v1::ForwardRequest request;
   ShmPlan shm;  // the shared-memory regions its tensors use, held until answered
 };
@@ -34,10 +35,33 @@ StatusOr<InferenceRequest> DecodeCall(const v1::ForwardRequest& request,
 
 AttentionServiceImpl::AttentionServiceImpl(InferenceServer* core, CqQueue* queue,
                                            GrpcFrontendOptions options)
-    : core_(core),
-      options_(options),
-      forward_(ServeRawUnary(queue, this, &AttentionServiceImpl::RequestForward,
-                             [this](CqCall* call) { HandleForward(call); })) {}
+    : core_(core), options_(options) {
+  using S = AttentionServiceImpl;
+  unary_.push_back(ServeRawUnary(queue, this, &S::RequestForward,
+                                 [this](CqCall* call) { HandleForward(call); }));
+  unary_.push_back(
+      ServeTypedUnary(queue, this, &S::RequestListModels, "ListModels", &S::HandleListModels));
+  unary_.push_back(
+      ServeTypedUnary(queue, this, &S::RequestGetModel, "GetModel", &S::HandleGetModel));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestGetModelStatistics, "GetModelStatistics",
+                                   &S::HandleGetModelStatistics));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestAnalyzeModel, "AnalyzeModel",
+                                   &S::HandleAnalyzeModel));
+  unary_.push_back(
+      ServeTypedUnary(queue, this, &S::RequestOpenSession, "OpenSession", &S::HandleOpenSession));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestCloseSession, "CloseSession",
+                                   &S::HandleCloseSession));
+  unary_.push_back(
+      ServeTypedUnary(queue, this, &S::RequestForkSession, "ForkSession", &S::HandleForkSession));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestTruncateSession, "TruncateSession",
+                                   &S::HandleTruncateSession));
+  streams_.push_back(ServeRawStream(
+      queue, this, &S::RequestForwardStream,
+      [this](std::unique_ptr<CqStreamCall> call) { return HandleForwardStream(std::move(call)); }));
+  streams_.push_back(ServeRawStream(
+      queue, this, &S::RequestLayerSteps,
+      [this](std::unique_ptr<CqStreamCall> call) { return HandleLayerSteps(std::move(call)); }));
+}
 
 AttentionServiceImpl::~AttentionServiceImpl() = default;
 
@@ -48,7 +72,7 @@ void AttentionServiceImpl::HandleForward(CqCall* cq_call) {
   const UnaryFinish finish(cq_call, StartRequest(context, "Forward"));
   const RequestLog& log = finish.log();
   // The messages live until the call is answered: the decoded tensors borrow the request's bytes.
-  auto call = std::make_shared<UnaryCall>();
+  auto call = std::make_shared<ForwardCall>();
   if (Status parsed = ParseRawRequest(cq_call->request(), &call->request); !parsed.ok()) {
     core_->CountRequest(std::nullopt, parsed, log.start, Protocol::kNative);
     return finish(parsed);
@@ -72,15 +96,15 @@ void AttentionServiceImpl::HandleForward(CqCall* cq_call) {
   });
 }
 
-grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse>*
-AttentionServiceImpl::ForwardStream(grpc::CallbackServerContext* context) {
-  return new ForwardStreamReactor(ForwardStreamPolicy{this}, context);
+CqBidiBase* AttentionServiceImpl::HandleForwardStream(std::unique_ptr<CqStreamCall> call) {
+  grpc::ServerContextBase* context = call->context();
+  return new ForwardStreamReactor(ForwardStreamPolicy{this}, context, std::move(call));
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(grpc::CallbackServerContext* context,
-                                                           const v1::ListModelsRequest* request,
-                                                           v1::ListModelsResponse* response) {
-  return Unary(context, "ListModels", [&] {
+void AttentionServiceImpl::HandleListModels(const UnaryCall& call,
+                                            const v1::ListModelsRequest* request,
+                                            v1::ListModelsResponse* response) {
+  return Unary(call, "ListModels", [&] {
     auto repository = core_->repository();
     response->set_default_model(repository->default_name());
     for (const auto& entry : repository->entries()) {
@@ -90,10 +114,9 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListModels(grpc::CallbackServerC
   });
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::GetModel(grpc::CallbackServerContext* context,
-                                                         const v1::GetModelRequest* request,
-                                                         v1::ModelInfo* response) {
-  return Unary(context, "GetModel", [&] {
+void AttentionServiceImpl::HandleGetModel(const UnaryCall& call, const v1::GetModelRequest* request,
+                                          v1::ModelInfo* response) {
+  return Unary(call, "GetModel", [&] {
     auto repository = core_->repository();
     auto entry = repository->Find(request->name(), request->version());
     if (!entry) {
@@ -108,10 +131,10 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetModel(grpc::CallbackServerCon
   });
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::GetModelStatistics(
-    grpc::CallbackServerContext* context, const v1::ModelStatisticsRequest* request,
-    v1::ModelStatisticsResponse* response) {
-  return Unary(context, "GetModelStatistics", [&] {
+void AttentionServiceImpl::HandleGetModelStatistics(const UnaryCall& call,
+                                                    const v1::ModelStatisticsRequest* request,
+                                                    v1::ModelStatisticsResponse* response) {
+  return Unary(call, "GetModelStatistics", [&] {
     auto stats = core_->Statistics(request->name(), request->version());
     for (const auto& v : stats.ok() ? *stats : std::vector<VersionStatistics>()) {
       v1::ModelStatistics* s = response->add_models();
@@ -129,10 +152,11 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetModelStatistics(
   });
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::AnalyzeModel(grpc::CallbackServerContext* context,
-                                                             const v1::AnalyzeModelRequest* request,
-                                                             v1::ModelAnalysis* response) {
-  return Unary(context, "AnalyzeModel", [&] {
+void AttentionServiceImpl::HandleAnalyzeModel(const UnaryCall& call,
+                                              const v1::AnalyzeModelRequest* request,
+                                              v1::ModelAnalysis* response) {
+  return Unary(call, "AnalyzeModel", [&] {
+    CallerThread::BeforeBlocking();  // the version's first call computes four SVDs here
     auto result = core_->Analyze(request->model(), request->version());
     if (result.ok()) FillModelAnalysis(*result, response);
     return result.status();

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "mha/v1/attention.grpc.pb.h"
+#include "server/frontends/common/cq_stream.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/forward_request.h"
 #include "server/serving/inference_server.h"
@@ -27,24 +29,26 @@ struct GrpcFrontendOptions {
 
 namespace internal {
 using gen = v1::AttentionService;
-// Forward raw on the completion-queue API, first in the chain: marking a method raw resets its
-// handler only while it is still synchronous, so the callback methods are marked after it. A new
-// RPC in attention.proto is added here (without it the method would answer UNIMPLEMENTED).
-using AttentionServiceBase =
-    gen::WithCallbackMethod_ForwardStream<gen::WithCallbackMethod_ListModels<
-        gen::WithCallbackMethod_GetModel<gen::WithCallbackMethod_GetModelStatistics<
-            gen::WithCallbackMethod_AnalyzeModel<gen::WithCallbackMethod_OpenSession<
-                gen::WithCallbackMethod_CloseSession<gen::WithCallbackMethod_LayerSteps<
-                    gen::WithCallbackMethod_ForkSession<gen::WithCallbackMethod_TruncateSession<
-                        gen::WithRawMethod_Forward<gen::Service>>>>>>>>>>>;
+// Every method raw, on the completion-queue API (none synchronous, none on the callback API: either
+// would start gRPC threads of their own polling beside the queue's, docs/host_floor.md). A new RPC
+// in attention.proto is added here and served in the constructor (without it the method would
+// answer UNIMPLEMENTED).
+using AttentionServiceBase = gen::WithRawMethod_ForwardStream<
+    gen::WithRawMethod_ListModels<gen::WithRawMethod_GetModel<gen::WithRawMethod_GetModelStatistics<
+        gen::WithRawMethod_AnalyzeModel<gen::WithRawMethod_OpenSession<
+            gen::WithRawMethod_CloseSession<gen::WithRawMethod_LayerSteps<
+                gen::WithRawMethod_ForkSession<gen::WithRawMethod_TruncateSession<
+                    gen::WithRawMethod_Forward<gen::Service>>>>>>>>>>>;
 }  // namespace internal
 
-// Forward is registered raw (bytes in, bytes out) so that a request that does not parse can be
+// Every method is registered raw (bytes in, bytes out) so that a request that does not parse can be
 // answered INVALID_ARGUMENT with a message, rather than gRPC's bare UNIMPLEMENTED.
 //
-// Forward is served on `queue` (cq_queue.h: the caller adds it to the builder, starts it after
-// BuildAndStart and shuts it down after the server's Shutdown and the core's Stop); the service
-// outlives the server and the queue's Shutdown.
+// The methods are served on `queue` (cq_queue.h: the caller adds it to the builder, starts it
+// after BuildAndStart and shuts it down after the server's Shutdown and the core's Stop); the
+// service outlives the server and the queue's Shutdown. Handlers run on the queue's threads; one
+// that blocks (AnalyzeModel's first SVDs, OpenSession's pass) first hands the queue on
+// (CallerThread::BeforeBlocking).
 class AttentionServiceImpl final : public internal::AttentionServiceBase {
  public:
   // `core` is not owned and must outlive the service.
@@ -58,44 +62,36 @@ class AttentionServiceImpl final : public internal::AttentionServiceBase {
 
   // One Forward call, on a thread of the queue.
   void HandleForward(CqCall* call);
-  grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse>* ForwardStream(
-      grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
-                                       const v1::ListModelsRequest* request,
-                                       v1::ListModelsResponse* response) override;
-  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
-                                     const v1::GetModelRequest* request,
-                                     v1::ModelInfo* response) override;
-  grpc::ServerUnaryReactor* GetModelStatistics(grpc::CallbackServerContext* context,
-                                               const v1::ModelStatisticsRequest* request,
-                                               v1::ModelStatisticsResponse* response) override;
+  // The reactor of a ForwardStream call that started (forward_stream.h).
+  CqBidiBase* HandleForwardStream(std::unique_ptr<CqStreamCall> call);
+  void HandleListModels(const UnaryCall& call, const v1::ListModelsRequest* request,
+                        v1::ListModelsResponse* response);
+  void HandleGetModel(const UnaryCall& call, const v1::GetModelRequest* request,
+                      v1::ModelInfo* response);
+  void HandleGetModelStatistics(const UnaryCall& call, const v1::ModelStatisticsRequest* request,
+                                v1::ModelStatisticsResponse* response);
   // Seed 001's head analysis (computed on the version's first call, on this gRPC thread: four
   // SVDs of [E, E] in float64; cached for the version's lifetime after that).
-  grpc::ServerUnaryReactor* AnalyzeModel(grpc::CallbackServerContext* context,
-                                         const v1::AnalyzeModelRequest* request,
-                                         v1::ModelAnalysis* response) override;
+  void HandleAnalyzeModel(const UnaryCall& call, const v1::AnalyzeModelRequest* request,
+                          v1::ModelAnalysis* response);
   // Decoding sessions (session_service.cc). OpenSession answers on the gRPC thread: a
   // cross-attention session's key/value projection is one small pass.
-  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* context,
-                                        const v1::OpenSessionRequest* request,
-                                        v1::OpenSessionResponse* response) override;
-  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
-                                         const v1::CloseSessionRequest* request,
-                                         v1::CloseSessionResponse* response) override;
-  grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
-                                        const v1::ForkSessionRequest* request,
-                                        v1::ForkSessionResponse* response) override;
-  grpc::ServerUnaryReactor* TruncateSession(grpc::CallbackServerContext* context,
-                                            const v1::TruncateSessionRequest* request,
-                                            v1::TruncateSessionResponse* response) override;
+  void HandleOpenSession(const UnaryCall& call, const v1::OpenSessionRequest* request,
+                         v1::OpenSessionResponse* response);
+  void HandleCloseSession(const UnaryCall& call, const v1::CloseSessionRequest* request,
+                          v1::CloseSessionResponse* response);
+  void HandleForkSession(const UnaryCall& call, const v1::ForkSessionRequest* request,
+                         v1::ForkSessionResponse* response);
+  void HandleTruncateSession(const UnaryCall& call, const v1::TruncateSessionRequest* request,
+                             v1::TruncateSessionResponse* response);
   // The per-layer step stream of multi-layer models (layer_steps.h, docs/afd_stream.md).
-  grpc::ServerBidiReactor<v1::LayerStepRequest, v1::LayerStepResponse>* LayerSteps(
-      grpc::CallbackServerContext* context) override;
+  CqBidiBase* HandleLayerSteps(std::unique_ptr<CqStreamCall> call);
 
  private:
   InferenceServer* const core_;
   const GrpcFrontendOptions options_;
-  std::unique_ptr<CqUnaryMethod> forward_;
+  std::vector<std::unique_ptr<CqUnaryMethod>> unary_;
+  std::vector<std::unique_ptr<CqStreamMethod>> streams_;
 };
 
 // Decodes `request` and adds what the call knows: deadline, cancellation, request id, start.

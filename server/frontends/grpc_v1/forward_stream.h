@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mha/v1/attention.grpc.pb.h"
+#include "server/frontends/common/cq_stream.h"
 #include "server/frontends/common/ordered_stream.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 
@@ -35,6 +36,8 @@ struct ForwardStreamPolicy {
   AttentionServiceImpl* service;  // not owned
 };
 
-using ForwardStreamReactor = OrderedStreamReactor<ForwardStreamPolicy>;
+using ForwardStreamReactor =
+    OrderedStreamReactor<ForwardStreamPolicy,
+                         CqBidiReactor<v1::ForwardRequest, v1::ForwardResponse>>;
 
 }  // namespace mha::serve

@@ -40,9 +40,9 @@ std::unique_ptr<LayerStepsPolicy::Response> LayerStepsPolicy::ErrorAnswer(const 
   return response;
 }
 
-grpc::ServerBidiReactor<v1::LayerStepRequest, v1::LayerStepResponse>*
-AttentionServiceImpl::LayerSteps(grpc::CallbackServerContext* context) {
-  return new LayerStepsReactor(LayerStepsPolicy{this}, context);
+CqBidiBase* AttentionServiceImpl::HandleLayerSteps(std::unique_ptr<CqStreamCall> call) {
+  grpc::ServerContextBase* context = call->context();
+  return new LayerStepsReactor(LayerStepsPolicy{this}, context, std::move(call));
 }
 
 }  // namespace mha::serve

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "mha/v1/attention.grpc.pb.h"
+#include "server/frontends/common/cq_stream.h"
 #include "server/frontends/common/ordered_stream.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "server/serving/layer_step.h"
@@ -48,6 +49,8 @@ struct LayerStepsPolicy {
   AttentionServiceImpl* service;  // not owned
 };
 
-using LayerStepsReactor = OrderedStreamReactor<LayerStepsPolicy>;
+using LayerStepsReactor =
+    OrderedStreamReactor<LayerStepsPolicy,
+                         CqBidiReactor<v1::LayerStepRequest, v1::LayerStepResponse>>;
 
 }  // namespace mha::serve

@@ -4,14 +4,16 @@
 #include "mha/text.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/attention_service.h"
+#include "server/serving/scheduling/caller_thread.h"
 
 namespace mha::serve {
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::OpenSession(grpc::CallbackServerContext* context,
-                                                            const v1::OpenSessionRequest* request,
-                                                            v1::OpenSessionResponse* response) {
-  return Unary(context, "OpenSession", [&]() -> UnaryAnswer {
-    if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
+void AttentionServiceImpl::HandleOpenSession(const UnaryCall& call,
+                                             const v1::OpenSessionRequest* request,
+                                             v1::OpenSessionResponse* response) {
+  return Unary(call, "OpenSession", [&]() -> UnaryAnswer {
+    CallerThread::BeforeBlocking();  // a cross-attention session's projection is a pass, here
+    if (Status header = CheckSessionHeader(call.context(), request->session_id()); !header.ok()) {
       return {header, ""};
     }
     auto decoded = DecodeOpenSessionRequest(*request, options_.max_message_bytes);
@@ -30,11 +32,11 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::OpenSession(grpc::CallbackServer
   });
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::CloseSession(grpc::CallbackServerContext* context,
-                                                             const v1::CloseSessionRequest* request,
-                                                             v1::CloseSessionResponse* response) {
-  return Unary(context, "CloseSession", [&]() -> UnaryAnswer {
-    if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
+void AttentionServiceImpl::HandleCloseSession(const UnaryCall& call,
+                                              const v1::CloseSessionRequest* request,
+                                              v1::CloseSessionResponse* response) {
+  return Unary(call, "CloseSession", [&]() -> UnaryAnswer {
+    if (Status header = CheckSessionHeader(call.context(), request->session_id()); !header.ok()) {
       return {header, ""};
     }
     auto closed = core_->CloseSession(request->session_id());
@@ -46,11 +48,11 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CloseSession(grpc::CallbackServe
   });
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::ForkSession(grpc::CallbackServerContext* context,
-                                                            const v1::ForkSessionRequest* request,
-                                                            v1::ForkSessionResponse* response) {
-  return Unary(context, "ForkSession", [&]() -> UnaryAnswer {
-    if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
+void AttentionServiceImpl::HandleForkSession(const UnaryCall& call,
+                                             const v1::ForkSessionRequest* request,
+                                             v1::ForkSessionResponse* response) {
+  return Unary(call, "ForkSession", [&]() -> UnaryAnswer {
+    if (Status header = CheckSessionHeader(call.context(), request->session_id()); !header.ok()) {
       return {header, ""};
     }
     auto forked =
@@ -72,11 +74,11 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ForkSession(grpc::CallbackServer
   });
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::TruncateSession(
-    grpc::CallbackServerContext* context, const v1::TruncateSessionRequest* request,
-    v1::TruncateSessionResponse* response) {
-  return Unary(context, "TruncateSession", [&]() -> UnaryAnswer {
-    if (Status header = CheckSessionHeader(context, request->session_id()); !header.ok()) {
+void AttentionServiceImpl::HandleTruncateSession(const UnaryCall& call,
+                                                 const v1::TruncateSessionRequest* request,
+                                                 v1::TruncateSessionResponse* response) {
+  return Unary(call, "TruncateSession", [&]() -> UnaryAnswer {
+    if (Status header = CheckSessionHeader(call.context(), request->session_id()); !header.ok()) {
       return {header, ""};
     }
     auto truncated = core_->TruncateSession(request->session_id(), request->tokens());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "inference/grpc_service.grpc.pb.h"
+#include "server/frontends/common/cq_stream.h"
 #include "server/frontends/common/ordered_stream.h"
 #include "server/frontends/oip/inference_service.h"
 
@@ -46,7 +47,9 @@ struct InferStreamPolicy {
   OipFrontendOptions options;
 };
 
-using InferStreamReactor = OrderedStreamReactor<InferStreamPolicy>;
+using InferStreamReactor =
+    OrderedStreamReactor<InferStreamPolicy, CqBidiReactor<inference::ModelInferRequest,
+                                                          inference::ModelStreamInferResponse>>;
 
 // The stream answer for a request that failed: error_message "CODE: message", the request's id
 // and model name.

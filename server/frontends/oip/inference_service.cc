@@ -17,7 +17,7 @@ namespace {
 
 // The messages of one ModelInfer call; they live until it is answered (the decoded tensors
 // borrow the request's bytes).
-struct UnaryCall {
+struct ModelInferCall {
   inference::ModelInferRequest request;
   inference::ModelInferResponse response;
 };
@@ -46,10 +46,50 @@ StatusOr<InferCall> DecodeCall(const inference::ModelInferRequest& request,
 
 GrpcInferenceServiceImpl::GrpcInferenceServiceImpl(InferenceServer* core, CqQueue* queue,
                                                    OipFrontendOptions options)
-    : core_(core),
-      options_(std::move(options)),
-      infer_(ServeRawUnary(queue, this, &GrpcInferenceServiceImpl::RequestModelInfer,
-                           [this](CqCall* call) { HandleModelInfer(call); })) {}
+    : core_(core), options_(std::move(options)) {
+  using S = GrpcInferenceServiceImpl;
+  unary_.push_back(ServeRawUnary(queue, this, &S::RequestModelInfer,
+                                 [this](CqCall* call) { HandleModelInfer(call); }));
+  unary_.push_back(
+      ServeTypedUnary(queue, this, &S::RequestServerLive, "ServerLive", &S::HandleServerLive));
+  unary_.push_back(
+      ServeTypedUnary(queue, this, &S::RequestServerReady, "ServerReady", &S::HandleServerReady));
+  unary_.push_back(
+      ServeTypedUnary(queue, this, &S::RequestModelReady, "ModelReady", &S::HandleModelReady));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestServerMetadata, "ServerMetadata",
+                                   &S::HandleServerMetadata));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestModelMetadata, "ModelMetadata",
+                                   &S::HandleModelMetadata));
+  unary_.push_back(
+      ServeTypedUnary(queue, this, &S::RequestModelConfig, "ModelConfig", &S::HandleModelConfig));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestModelStatistics, "ModelStatistics",
+                                   &S::HandleModelStatistics));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestRepositoryIndex, "RepositoryIndex",
+                                   &S::HandleRepositoryIndex));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestRepositoryModelLoad,
+                                   "RepositoryModelLoad", &S::HandleRepositoryModelLoad));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestRepositoryModelUnload,
+                                   "RepositoryModelUnload", &S::HandleRepositoryModelUnload));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestSystemSharedMemoryStatus,
+                                   "SystemSharedMemoryStatus", &S::HandleSystemSharedMemoryStatus));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestSystemSharedMemoryRegister,
+                                   "SystemSharedMemoryRegister",
+                                   &S::HandleSystemSharedMemoryRegister));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestSystemSharedMemoryUnregister,
+                                   "SystemSharedMemoryUnregister",
+                                   &S::HandleSystemSharedMemoryUnregister));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestCudaSharedMemoryStatus,
+                                   "CudaSharedMemoryStatus", &S::HandleCudaSharedMemoryStatus));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestCudaSharedMemoryRegister,
+                                   "CudaSharedMemoryRegister", &S::HandleCudaSharedMemoryRegister));
+  unary_.push_back(ServeTypedUnary(queue, this, &S::RequestCudaSharedMemoryUnregister,
+                                   "CudaSharedMemoryUnregister",
+                                   &S::HandleCudaSharedMemoryUnregister));
+  stream_ = ServeRawStream(queue, this, &S::RequestModelStreamInfer,
+                           [this](std::unique_ptr<CqStreamCall> call) {
+                             return HandleModelStreamInfer(std::move(call));
+                           });
+}
 
 GrpcInferenceServiceImpl::~GrpcInferenceServiceImpl() = default;
 
@@ -57,29 +97,29 @@ void GrpcInferenceServiceImpl::AddTo(grpc::ServerBuilder* builder) {
   builder->RegisterService(this);
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerLive(
-    grpc::CallbackServerContext* context, const inference::ServerLiveRequest* request,
-    inference::ServerLiveResponse* response) {
-  return Unary(context, "ServerLive", [&] {
+void GrpcInferenceServiceImpl::HandleServerLive(const UnaryCall& call,
+                                                const inference::ServerLiveRequest* request,
+                                                inference::ServerLiveResponse* response) {
+  return Unary(call, "ServerLive", [&] {
     response->set_live(true);  // answering at all is being live
     return Status::Ok();
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerReady(
-    grpc::CallbackServerContext* context, const inference::ServerReadyRequest* request,
-    inference::ServerReadyResponse* response) {
-  return Unary(context, "ServerReady", [&] {
+void GrpcInferenceServiceImpl::HandleServerReady(const UnaryCall& call,
+                                                 const inference::ServerReadyRequest* request,
+                                                 inference::ServerReadyResponse* response) {
+  return Unary(call, "ServerReady", [&] {
     response->set_ready(options_.server_ready ? options_.server_ready()
                                               : core_->repository()->Ready());
     return Status::Ok();
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelReady(
-    grpc::CallbackServerContext* context, const inference::ModelReadyRequest* request,
-    inference::ModelReadyResponse* response) {
-  return Unary(context, "ModelReady", [&] {
+void GrpcInferenceServiceImpl::HandleModelReady(const UnaryCall& call,
+                                                const inference::ModelReadyRequest* request,
+                                                inference::ModelReadyResponse* response) {
+  return Unary(call, "ModelReady", [&] {
     // Not ready (rather than an error) for unknown names, as Triton answers readiness probes.
     auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
     response->set_ready(entry.ok());
@@ -87,10 +127,10 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelReady(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerMetadata(
-    grpc::CallbackServerContext* context, const inference::ServerMetadataRequest* request,
-    inference::ServerMetadataResponse* response) {
-  return Unary(context, "ServerMetadata", [&] {
+void GrpcInferenceServiceImpl::HandleServerMetadata(const UnaryCall& call,
+                                                    const inference::ServerMetadataRequest* request,
+                                                    inference::ServerMetadataResponse* response) {
+  return Unary(call, "ServerMetadata", [&] {
     response->set_name(kServerName);
     response->set_version(options_.server_version.empty() ? CurrentBuildInfo().version
                                                           : options_.server_version);
@@ -103,10 +143,10 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ServerMetadata(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelMetadata(
-    grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
-    inference::ModelMetadataResponse* response) {
-  return Unary(context, "ModelMetadata", [&] {
+void GrpcInferenceServiceImpl::HandleModelMetadata(const UnaryCall& call,
+                                                   const inference::ModelMetadataRequest* request,
+                                                   inference::ModelMetadataResponse* response) {
+  return Unary(call, "ModelMetadata", [&] {
     auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
     if (entry.ok()) FillModelMetadata(*entry.value(), response);
     return entry.status();
@@ -117,7 +157,7 @@ void GrpcInferenceServiceImpl::HandleModelInfer(CqCall* cq_call) {
   grpc::ServerContext* context = cq_call->context();
   const UnaryFinish finish(cq_call, StartRequest(context, "ModelInfer"));
   const RequestLog& log = finish.log();
-  auto call = std::make_shared<UnaryCall>();
+  auto call = std::make_shared<ModelInferCall>();
   if (Status parsed = ParseRawRequest(cq_call->request(), &call->request); !parsed.ok()) {
     core_->CountRequest(std::nullopt, parsed, log.start, Protocol::kOip);
     return finish(parsed);
@@ -147,15 +187,15 @@ void GrpcInferenceServiceImpl::HandleModelInfer(CqCall* cq_call) {
       });
 }
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-GrpcInferenceServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return new InferStreamReactor(InferStreamPolicy{core_, options_}, context);
+CqBidiBase* GrpcInferenceServiceImpl::HandleModelStreamInfer(std::unique_ptr<CqStreamCall> call) {
+  grpc::ServerContextBase* context = call->context();
+  return new InferStreamReactor(InferStreamPolicy{core_, options_}, context, std::move(call));
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelConfig(
-    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
-    inference::ModelConfigResponse* response) {
-  return Unary(context, "ModelConfig", [&] {
+void GrpcInferenceServiceImpl::HandleModelConfig(const UnaryCall& call,
+                                                 const inference::ModelConfigRequest* request,
+                                                 inference::ModelConfigResponse* response) {
+  return Unary(call, "ModelConfig", [&] {
     auto entry = ResolveVersion(*core_->repository(), request->name(), request->version());
     if (entry.ok()) {
       const ModelEntry& e = *entry.value();
@@ -165,10 +205,10 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelConfig(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ModelStatistics(
-    grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
+void GrpcInferenceServiceImpl::HandleModelStatistics(
+    const UnaryCall& call, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
-  return Unary(context, "ModelStatistics", [&] {
+  return Unary(call, "ModelStatistics", [&] {
     return FillStatisticsResponse(*core_, request->name(), request->version(), response);
   });
 }

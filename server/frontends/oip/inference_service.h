@@ -19,8 +19,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "inference/grpc_service.grpc.pb.h"
+#include "server/frontends/common/cq_stream.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/common/kserve_options.h"
 #include "server/frontends/oip/infer_request.h"
@@ -39,27 +41,27 @@ struct OipFrontendOptions : KServeOptions {
 
 namespace internal {
 using gen = inference::GRPCInferenceService;
-// ModelInfer is registered raw (bytes in, bytes out), as mha.v1 Forward, so that a request that
-// does not parse is answered INVALID_ARGUMENT with a message rather than gRPC's bare error; on the
-// completion-queue API, first in the chain (attention_service.h says why). A new RPC in
-// grpc_service.proto is added here.
-using InferenceServiceBase = gen::WithCallbackMethod_ServerLive<gen::WithCallbackMethod_ServerReady<
-    gen::WithCallbackMethod_ModelReady<gen::WithCallbackMethod_ServerMetadata<
-        gen::WithCallbackMethod_ModelMetadata<gen::WithCallbackMethod_ModelStreamInfer<
-            gen::WithCallbackMethod_ModelConfig<gen::WithCallbackMethod_ModelStatistics<
-                gen::WithCallbackMethod_RepositoryIndex<gen::WithCallbackMethod_RepositoryModelLoad<
-                    gen::WithCallbackMethod_RepositoryModelUnload<
-                        gen::WithCallbackMethod_SystemSharedMemoryStatus<
-                            gen::WithCallbackMethod_SystemSharedMemoryRegister<
-                                gen::WithCallbackMethod_SystemSharedMemoryUnregister<
-                                    gen::WithCallbackMethod_CudaSharedMemoryStatus<
-                                        gen::WithCallbackMethod_CudaSharedMemoryRegister<
-                                            gen::WithCallbackMethod_CudaSharedMemoryUnregister<
+// Every method registered raw (bytes in, bytes out) on the completion-queue API, as mha.v1's
+// (attention_service.h says why), so that a request that does not parse is answered
+// INVALID_ARGUMENT with a message rather than gRPC's bare error. A new RPC in grpc_service.proto
+// is added here and served in the constructor.
+using InferenceServiceBase =
+    gen::WithRawMethod_ServerLive<gen::WithRawMethod_ServerReady<gen::WithRawMethod_ModelReady<
+        gen::WithRawMethod_ServerMetadata<gen::WithRawMethod_ModelMetadata<
+            gen::WithRawMethod_ModelStreamInfer<gen::WithRawMethod_ModelConfig<
+                gen::WithRawMethod_ModelStatistics<gen::WithRawMethod_RepositoryIndex<
+                    gen::WithRawMethod_RepositoryModelLoad<gen::WithRawMethod_RepositoryModelUnload<
+                        gen::WithRawMethod_SystemSharedMemoryStatus<
+                            gen::WithRawMethod_SystemSharedMemoryRegister<
+                                gen::WithRawMethod_SystemSharedMemoryUnregister<
+                                    gen::WithRawMethod_CudaSharedMemoryStatus<
+                                        gen::WithRawMethod_CudaSharedMemoryRegister<
+                                            gen::WithRawMethod_CudaSharedMemoryUnregister<
                                                 gen::WithRawMethod_ModelInfer<
                                                     gen::Service>>>>>>>>>>>>>>>>>>;
 }  // namespace internal
 
-// ModelInfer is served on `queue`, with the same lifecycle as AttentionServiceImpl's Forward.
+// Every method is served on `queue`, with the same lifecycle as AttentionServiceImpl's.
 
 class GrpcInferenceServiceImpl final : public internal::InferenceServiceBase {
  public:
@@ -71,72 +73,61 @@ class GrpcInferenceServiceImpl final : public internal::InferenceServiceBase {
   // One ModelInfer call, on a thread of the queue.
   void HandleModelInfer(CqCall* call);
 
-  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
-                                       const inference::ServerLiveRequest* request,
-                                       inference::ServerLiveResponse* response) override;
-  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
-                                        const inference::ServerReadyRequest* request,
-                                        inference::ServerReadyResponse* response) override;
-  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
-                                       const inference::ModelReadyRequest* request,
-                                       inference::ModelReadyResponse* response) override;
-  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
-                                           const inference::ServerMetadataRequest* request,
-                                           inference::ServerMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
-                                          const inference::ModelMetadataRequest* request,
-                                          inference::ModelMetadataResponse* response) override;
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
-                                        const inference::ModelConfigRequest* request,
-                                        inference::ModelConfigResponse* response) override;
-  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
-                                            const inference::ModelStatisticsRequest* request,
-                                            inference::ModelStatisticsResponse* response) override;
-  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
-                                            const inference::RepositoryIndexRequest* request,
-                                            inference::RepositoryIndexResponse* response) override;
-  grpc::ServerUnaryReactor* RepositoryModelLoad(
-      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
-      inference::RepositoryModelLoadResponse* response) override;
-  grpc::ServerUnaryReactor* RepositoryModelUnload(
-      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
-      inference::RepositoryModelUnloadResponse* response) override;
+  void HandleServerLive(const UnaryCall& call, const inference::ServerLiveRequest* request,
+                        inference::ServerLiveResponse* response);
+  void HandleServerReady(const UnaryCall& call, const inference::ServerReadyRequest* request,
+                         inference::ServerReadyResponse* response);
+  void HandleModelReady(const UnaryCall& call, const inference::ModelReadyRequest* request,
+                        inference::ModelReadyResponse* response);
+  void HandleServerMetadata(const UnaryCall& call, const inference::ServerMetadataRequest* request,
+                            inference::ServerMetadataResponse* response);
+  void HandleModelMetadata(const UnaryCall& call, const inference::ModelMetadataRequest* request,
+                           inference::ModelMetadataResponse* response);
+  CqBidiBase* HandleModelStreamInfer(std::unique_ptr<CqStreamCall> call);
+  void HandleModelConfig(const UnaryCall& call, const inference::ModelConfigRequest* request,
+                         inference::ModelConfigResponse* response);
+  void HandleModelStatistics(const UnaryCall& call,
+                             const inference::ModelStatisticsRequest* request,
+                             inference::ModelStatisticsResponse* response);
+  void HandleRepositoryIndex(const UnaryCall& call,
+                             const inference::RepositoryIndexRequest* request,
+                             inference::RepositoryIndexResponse* response);
+  void HandleRepositoryModelLoad(const UnaryCall& call,
+                                 const inference::RepositoryModelLoadRequest* request,
+                                 inference::RepositoryModelLoadResponse* response);
+  void HandleRepositoryModelUnload(const UnaryCall& call,
+                                   const inference::RepositoryModelUnloadRequest* request,
+                                   inference::RepositoryModelUnloadResponse* response);
   // shm_rpcs.cc: Triton's shared-memory extension (common/shared_memory_registry.h).
-  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
-      grpc::CallbackServerContext* context,
-      const inference::SystemSharedMemoryStatusRequest* request,
-      inference::SystemSharedMemoryStatusResponse* response) override;
-  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
-      grpc::CallbackServerContext* context,
-      const inference::SystemSharedMemoryRegisterRequest* request,
-      inference::SystemSharedMemoryRegisterResponse* response) override;
-  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
-      grpc::CallbackServerContext* context,
-      const inference::SystemSharedMemoryUnregisterRequest* request,
-      inference::SystemSharedMemoryUnregisterResponse* response) override;
-  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
-      grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
-      inference::CudaSharedMemoryStatusResponse* response) override;
-  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
-      grpc::CallbackServerContext* context,
-      const inference::CudaSharedMemoryRegisterRequest* request,
-      inference::CudaSharedMemoryRegisterResponse* response) override;
-  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
-      grpc::CallbackServerContext* context,
-      const inference::CudaSharedMemoryUnregisterRequest* request,
-      inference::CudaSharedMemoryUnregisterResponse* response) override;
+  void HandleSystemSharedMemoryStatus(const UnaryCall& call,
+                                      const inference::SystemSharedMemoryStatusRequest* request,
+                                      inference::SystemSharedMemoryStatusResponse* response);
+  void HandleSystemSharedMemoryRegister(const UnaryCall& call,
+                                        const inference::SystemSharedMemoryRegisterRequest* request,
+                                        inference::SystemSharedMemoryRegisterResponse* response);
+  void HandleSystemSharedMemoryUnregister(
+      const UnaryCall& call, const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response);
+  void HandleCudaSharedMemoryStatus(const UnaryCall& call,
+                                    const inference::CudaSharedMemoryStatusRequest* request,
+                                    inference::CudaSharedMemoryStatusResponse* response);
+  void HandleCudaSharedMemoryRegister(const UnaryCall& call,
+                                      const inference::CudaSharedMemoryRegisterRequest* request,
+                                      inference::CudaSharedMemoryRegisterResponse* response);
+  void HandleCudaSharedMemoryUnregister(const UnaryCall& call,
+                                        const inference::CudaSharedMemoryUnregisterRequest* request,
+                                        inference::CudaSharedMemoryUnregisterResponse* response);
 
  private:
   // A repository load (`load`) / unload: the admin token, then ControlRepositoryModel
   // (common/repository_control.h), answered when it calls back.
-  grpc::ServerUnaryReactor* ControlModel(grpc::CallbackServerContext* context, const char* rpc,
-                                         const std::string& model, Status parameters, bool load);
+  void ControlModel(const UnaryCall& call, const char* rpc, const std::string& model,
+                    Status parameters, bool load);
 
   InferenceServer* const core_;
   const OipFrontendOptions options_;
-  std::unique_ptr<CqUnaryMethod> infer_;
+  std::vector<std::unique_ptr<CqUnaryMethod>> unary_;
+  std::unique_ptr<CqStreamMethod> stream_;
 };
 
 // Decodes `request` (borrowing its bytes), checks the requested model version and adds what the

@@ -24,10 +24,10 @@ std::vector<std::string> ParameterNames(const Parameters& parameters) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryIndex(
-    grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
+void GrpcInferenceServiceImpl::HandleRepositoryIndex(
+    const UnaryCall& call, const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
-  return AdminUnary(context, "RepositoryIndex", options_.admin_token, [&] {
+  return AdminUnary(call, "RepositoryIndex", options_.admin_token, [&] {
     auto index = RepositoryIndexRows(options_.controller, *core_->repository(), request->ready());
     for (const IndexEntry& row : index.ok() ? *index : std::vector<IndexEntry>()) {
       FillModelIndex(row, response->add_models());
@@ -36,27 +36,27 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryIndex(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryModelLoad(
-    grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+void GrpcInferenceServiceImpl::HandleRepositoryModelLoad(
+    const UnaryCall& call, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse* response) {
-  return ControlModel(context, "RepositoryModelLoad", request->model_name(),
+  return ControlModel(call, "RepositoryModelLoad", request->model_name(),
                       CheckRepositoryParameters(ParameterNames(request->parameters()), nullptr),
                       /*load=*/true);
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::RepositoryModelUnload(
-    grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+void GrpcInferenceServiceImpl::HandleRepositoryModelUnload(
+    const UnaryCall& call, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse* response) {
   return ControlModel(
-      context, "RepositoryModelUnload", request->model_name(),
+      call, "RepositoryModelUnload", request->model_name(),
       CheckRepositoryParameters(ParameterNames(request->parameters()), "unload_dependents"),
       /*load=*/false);
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::ControlModel(
-    grpc::CallbackServerContext* context, const char* rpc, const std::string& model,
-    Status parameters, bool load) {
-  return AdminUnary(context, rpc, options_.admin_token, [&](const UnaryFinish& finish) {
+void GrpcInferenceServiceImpl::ControlModel(const UnaryCall& call, const char* rpc,
+                                            const std::string& model, Status parameters,
+                                            bool load) {
+  return AdminUnary(call, rpc, options_.admin_token, [&](const UnaryFinish& finish) {
     const std::string detail = "model=" + Abbreviate(model);
     ControlRepositoryModel(options_.controller, rpc, load, parameters, model,
                            [finish, detail](Status done) { finish(done, detail); });

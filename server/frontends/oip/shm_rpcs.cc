@@ -27,10 +27,10 @@ std::string Detail(const std::string& name) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::SystemSharedMemoryStatus(
-    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+void GrpcInferenceServiceImpl::HandleSystemSharedMemoryStatus(
+    const UnaryCall& call, const inference::SystemSharedMemoryStatusRequest* request,
     inference::SystemSharedMemoryStatusResponse* response) {
-  return AdminUnary(context, "SystemSharedMemoryStatus", options_.admin_token, [&] {
+  return AdminUnary(call, "SystemSharedMemoryStatus", options_.admin_token, [&] {
     if (options_.shm == nullptr) return NoRegistry();
     auto regions = options_.shm->Regions(request->name());
     if (!regions.ok()) return regions.status();
@@ -45,11 +45,10 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::SystemSharedMemoryStatus(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::SystemSharedMemoryRegister(
-    grpc::CallbackServerContext* context,
-    const inference::SystemSharedMemoryRegisterRequest* request,
+void GrpcInferenceServiceImpl::HandleSystemSharedMemoryRegister(
+    const UnaryCall& call, const inference::SystemSharedMemoryRegisterRequest* request,
     inference::SystemSharedMemoryRegisterResponse* response) {
-  return AdminUnary(context, "SystemSharedMemoryRegister", options_.admin_token, [&] {
+  return AdminUnary(call, "SystemSharedMemoryRegister", options_.admin_token, [&] {
     if (options_.shm == nullptr) return UnaryAnswer{NoRegistry(), ""};
     const ShmRegionSpec spec{request->name(), request->key(), request->offset(),
                              request->byte_size()};
@@ -57,11 +56,10 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::SystemSharedMemoryRegister(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::SystemSharedMemoryUnregister(
-    grpc::CallbackServerContext* context,
-    const inference::SystemSharedMemoryUnregisterRequest* request,
+void GrpcInferenceServiceImpl::HandleSystemSharedMemoryUnregister(
+    const UnaryCall& call, const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse* response) {
-  return AdminUnary(context, "SystemSharedMemoryUnregister", options_.admin_token,
+  return AdminUnary(call, "SystemSharedMemoryUnregister", options_.admin_token,
                     [&](const UnaryFinish& finish) {
                       if (options_.shm == nullptr) return finish(NoRegistry());
                       const std::string detail = Detail(request->name());
@@ -71,10 +69,10 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::SystemSharedMemoryUnregister
                     });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryStatus(
-    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
+void GrpcInferenceServiceImpl::HandleCudaSharedMemoryStatus(
+    const UnaryCall& call, const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse* response) {
-  return AdminUnary(context, "CudaSharedMemoryStatus", options_.admin_token, [&] {
+  return AdminUnary(call, "CudaSharedMemoryStatus", options_.admin_token, [&] {
     if (options_.shm == nullptr) return NoRegistry();
     auto regions = options_.shm->CudaRegions(request->name());
     if (!regions.ok()) return regions.status();
@@ -88,10 +86,10 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryStatus(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryRegister(
-    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
+void GrpcInferenceServiceImpl::HandleCudaSharedMemoryRegister(
+    const UnaryCall& call, const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse* response) {
-  return AdminUnary(context, "CudaSharedMemoryRegister", options_.admin_token, [&] {
+  return AdminUnary(call, "CudaSharedMemoryRegister", options_.admin_token, [&] {
     if (options_.shm == nullptr) return UnaryAnswer{NoRegistry(), ""};
     const CudaShmRegionSpec spec{request->name(), request->raw_handle(),
                                  static_cast<int64_t>(request->device_id()), request->byte_size()};
@@ -99,11 +97,10 @@ grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryRegister(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcInferenceServiceImpl::CudaSharedMemoryUnregister(
-    grpc::CallbackServerContext* context,
-    const inference::CudaSharedMemoryUnregisterRequest* request,
+void GrpcInferenceServiceImpl::HandleCudaSharedMemoryUnregister(
+    const UnaryCall& call, const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* response) {
-  return AdminUnary(context, "CudaSharedMemoryUnregister", options_.admin_token,
+  return AdminUnary(call, "CudaSharedMemoryUnregister", options_.admin_token,
                     [&](const UnaryFinish& finish) {
                       if (options_.shm == nullptr) return finish(NoRegistry());
                       const std::string detail = Detail(request->name());
