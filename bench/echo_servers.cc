@@ -64,13 +64,21 @@ class WithEchoGetModel : public Base {
   }
 };
 
-// mha-server's stack: Forward raw on the completion-queue API with the same CqUnaryMethod (its
-// threads and queue, server/frontends/common/cq_unary.h), parsed and serialized by the handler;
-// GetModel on the callback API, as in AttentionServiceImpl.
+// mha-server's stack: every method raw on the completion-queue API with the same CqUnaryMethod
+// (its threads and queue, server/frontends/common/cq_unary.h), parsed and serialized by the
+// handler: Forward and GetModel here (mha-server's other methods are requested on the same queue
+// and idle; its health and reflection services too).
 class MhaFloorService final
-    : public WithEchoGetModel<AttentionService::WithCallbackMethod_GetModel<
-          AttentionService::WithRawMethod_Forward<AttentionService::Service>>> {
+    : public AttentionService::WithRawMethod_GetModel<
+          AttentionService::WithRawMethod_Forward<AttentionService::Service>> {
  public:
+  static void HandleGetModel(mha::serve::CqCall* call) {
+    mha::v1::ModelInfo info;
+    FillModel(&info);
+    bool own = false;
+    (void)grpc::SerializationTraits<mha::v1::ModelInfo>::Serialize(info, call->response(), &own);
+    call->Finish(grpc::Status::OK);
+  }
   static void Handle(mha::serve::CqCall* call) {
     mha::v1::ForwardRequest parsed;
     grpc::ByteBuffer copy = call->request();  // shares the slices; Deserialize consumes it
@@ -284,24 +292,30 @@ int ServeCallback(grpc::Service* service, const std::string& address, const std:
   return 0;
 }
 
-// Forward only, raw on the completion-queue API, and no method on any other API (kMhaCqOnly).
-class MhaCqOnlyService final
-    : public AttentionService::WithRawMethod_Forward<AttentionService::AsyncService> {};
+// mha-server's stack before every method moved to the completion-queue API (kMhaBefore): Forward
+// raw on the queue, GetModel on the callback API, gRPC's default health service.
+class MhaBeforeService final
+    : public WithEchoGetModel<AttentionService::WithCallbackMethod_GetModel<
+          AttentionService::WithRawMethod_Forward<AttentionService::Service>>> {};
 
-// As mha-server serves Forward (server/app/server_app.cc): the method on a CqQueue added to the
-// builder, started after it, shut down after the server. `Service` is
-// MhaFloorService (with health and GetModel on the callback API) or MhaCqOnlyService.
+// As mha-server serves (server/app/server_app.cc): the methods on a CqQueue added to the builder,
+// started after it, shut down after the server. `Service` is MhaFloorService or MhaBeforeService.
 template <class Service>
 int ServeMha(const std::string& address, const std::string& port_file, int port_fd,
              const char* name) {
   // As mha-server (server/app/server_main.cc): no deadlock check on gRPC's absl locks.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  constexpr bool kCqOnly = std::is_same_v<Service, MhaCqOnlyService>;
-  grpc::EnableDefaultHealthCheckService(!kCqOnly);
+  constexpr bool kBefore = std::is_same_v<Service, MhaBeforeService>;
+  grpc::EnableDefaultHealthCheckService(kBefore);
   Service service;
   mha::serve::CqQueue queue({std::max(2, static_cast<int>(std::thread::hardware_concurrency()))});
   const std::unique_ptr<mha::serve::CqUnaryMethod> forward = mha::serve::ServeRawUnary(
       &queue, &service, &Service::RequestForward, &MhaFloorService::Handle);
+  std::unique_ptr<mha::serve::CqUnaryMethod> get_model;
+  if constexpr (!kBefore) {
+    get_model = mha::serve::ServeRawUnary(&queue, &service, &Service::RequestGetModel,
+                                          &MhaFloorService::HandleGetModel);
+  }
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   queue.AddTo(&builder);
@@ -343,8 +357,8 @@ const char* EchoServerName(EchoServerKind kind) {
   switch (kind) {
     case EchoServerKind::kMhaFloor:
       return "mha";
-    case EchoServerKind::kMhaCqOnly:
-      return "mha-cq";
+    case EchoServerKind::kMhaBefore:
+      return "mha-before";
     case EchoServerKind::kCallback:
       return "callback";
     case EchoServerKind::kAsync:
@@ -359,7 +373,7 @@ const char* EchoServerName(EchoServerKind kind) {
 
 bool ParseEchoServerKind(const std::string& name, EchoServerKind* kind) {
   for (EchoServerKind k :
-       {EchoServerKind::kMhaFloor, EchoServerKind::kMhaCqOnly, EchoServerKind::kCallback,
+       {EchoServerKind::kMhaFloor, EchoServerKind::kMhaBefore, EchoServerKind::kCallback,
         EchoServerKind::kAsync, EchoServerKind::kAsyncHealth, EchoServerKind::kHandoff}) {
     if (name == EchoServerName(k)) {
       *kind = k;
@@ -376,8 +390,8 @@ int ServeEcho(EchoServerKind kind, const std::string& address, const std::string
   switch (kind) {
     case EchoServerKind::kMhaFloor:
       return ServeMha<MhaFloorService>(address, port_file, port_fd, "mha");
-    case EchoServerKind::kMhaCqOnly:
-      return ServeMha<MhaCqOnlyService>(address, port_file, port_fd, "mha-cq");
+    case EchoServerKind::kMhaBefore:
+      return ServeMha<MhaBeforeService>(address, port_file, port_fd, "mha-before");
     case EchoServerKind::kCallback: {
       BareCallbackService service;
       return ServeCallback(&service, address, port_file, port_fd, "callback");

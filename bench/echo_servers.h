@@ -1,13 +1,12 @@
 // The echo servers of bench/echo_floor.cc (issue 26's echo floor, issue 46's anchors): six gRPC
 // servers that answer every mha.v1 Forward with a ForwardResponse whose output is the query's
 // bytes and compute nothing, with the same message limits (receive 64 MiB, send unlimited):
-//   kMhaFloor  mha-server's stack: Forward raw (ByteBuffer) on the completion-queue API with
+//   kMhaFloor  mha-server's stack: every method raw (ByteBuffer) on the completion-queue API with
 //              mha-server's own CqUnaryMethod (threads = cores, at least 2), parsed by the handler
-//              as ForwardRequest; GetModel on the callback API; the default health service.
-//   kMhaCqOnly kMhaFloor's Forward alone, with no method on the callback API and no synchronous
-//              one (no health service, no GetModel): the floor mha-server's own code reaches once
-//              every method of the server is on the completion-queue API (gRPC then starts no
-//              callback-queue or sync-server polling threads).
+//              (Forward, GetModel): no method on the callback API and no synchronous one, so gRPC
+//              starts no callback-queue or sync-server polling threads.
+//   kMhaBefore mha-server's stack before that (to 2026-11-28): Forward as kMhaFloor's, GetModel on
+//              the callback API, the default health service (a callback-API service).
 //   kCallback  gRPC's own callback-API pattern (examples/cpp/helloworld/
 //              greeter_callback_server.cc): the generated typed CallbackService, gRPC parses and
 //              serializes.
@@ -28,9 +27,9 @@
 
 namespace mha::bench {
 
-enum class EchoServerKind { kMhaFloor, kMhaCqOnly, kCallback, kAsync, kAsyncHealth, kHandoff };
+enum class EchoServerKind { kMhaFloor, kMhaBefore, kCallback, kAsync, kAsyncHealth, kHandoff };
 
-// "mha", "mha-cq", "callback", "async", "async+health", "handoff" (the names --server takes and
+// "mha", "mha-before", "callback", "async", "async+health", "handoff" (the names --server takes and
 // the table prints).
 const char* EchoServerName(EchoServerKind kind);
 bool ParseEchoServerKind(const std::string& name, EchoServerKind* kind);

@@ -1,8 +1,8 @@
 // CqUnaryMethod: one raw (bytes in, bytes out) unary method served on gRPC's completion-queue API,
 // in the pattern of gRPC's greeter_async_server.cc: the method keeps `slots` calls requested on a
 // shared CqQueue (cq_queue.h: one thread at a time leads it), and the thread that takes a call
-// runs its handler. Every other method stays on the callback API (a service mixes them per
-// method).
+// runs its handler. Every method of mha-server is served this way (streams: cq_stream.h), so that
+// gRPC starts no callback-queue or synchronous-server threads of its own.
 //
 // Why (issue 46, docs/host_floor.md): Debian's gRPC 1.51 runs every callback-API handler and
 // reaction on its executor threads, 6–7 thread hand-offs per call at c=1, against one for a

@@ -2,8 +2,8 @@
 // call's metadata (the protocol-neutral parts are request_log.h and admin_auth.h), raw
 // (ByteBuffer) messages parsed and serialized by the handler itself (so that bytes that do not
 // parse get a precise INVALID_ARGUMENT instead of gRPC's empty UNIMPLEMENTED), and the frame of
-// every unary handler (Unary, AdminUnary): start the log, check the admin token, run the body,
-// finish with the converted status and one log line.
+// every unary handler (Unary, AdminUnary, on the typed calls ServeTypedUnary makes): start the log,
+// check the admin token, run the body, finish with the converted status and one log line.
 #pragma once
 
 #include <grpcpp/server_context.h>
@@ -26,8 +26,8 @@
 
 namespace mha::serve {
 
-// The helpers below take either API's context: the callback API's (most methods) or the
-// completion-queue API's (CqUnaryMethod: mha.v1 Forward).
+// The helpers below take any call's context (ServerContextBase); every method of mha-server is on
+// the completion-queue API (cq_unary.h, cq_stream.h).
 
 // Reads or generates the request id and adds it to the call's initial metadata, with the
 // client's traceparent when it is valid (call before the first write or Finish).
@@ -146,12 +146,16 @@ void AdminUnary(const UnaryCall& call, const char* method, const std::string& ad
 // A typed unary method of `service` on `queue`: `request` is its generated
 // `WithRawMethod_<M>::Request<M>`; each call's bytes are parsed (INVALID_ARGUMENT naming the
 // message and its size when they do not, logged under `method`) and `handler(const UnaryCall&,
-// const Request*, Response*)` runs, which answers through Unary or AdminUnary.
+// const Request*, Response*)` runs, which answers through Unary or AdminUnary. These are the
+// rarer calls (metadata, control, health): 8 requested at a time (gRPC holds a burst's others
+// until then).
 template <class Service, class RequestMember, class Request, class Response>
-std::unique_ptr<CqUnaryMethod> ServeTypedUnary(
-    CqQueue* queue, Service* service, RequestMember request, const char* method,
-    void (Service::*handler)(const UnaryCall&, const Request*, Response*)) {
-  return ServeRawUnary(queue, service, request, [service, handler, method](CqCall* call) {
+std::unique_ptr<CqUnaryMethod> ServeTypedUnary(CqQueue* queue, Service* service,
+                                               RequestMember request, const char* method,
+                                               void (Service::*handler)(const UnaryCall&,
+                                                                        const Request*, Response*),
+                                               CqUnaryMethod::Options options = {8}) {
+  auto run = [service, handler, method](CqCall* call) {
     auto messages = std::make_shared<internal::UnaryMessages<Request, Response>>();
     const UnaryCall typed{call, [messages](grpc::ByteBuffer* out) {
                             return SerializeRawMessage(messages->response, out);
@@ -160,7 +164,8 @@ std::unique_ptr<CqUnaryMethod> ServeTypedUnary(
       return UnaryFinish(call, StartRequest(call->context(), method))(parsed);
     }
     (service->*handler)(typed, &messages->request, &messages->response);
-  });
+  };
+  return ServeRawUnary(queue, service, request, std::move(run), options);
 }
 
 }  // namespace mha::serve

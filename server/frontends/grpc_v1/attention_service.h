@@ -1,9 +1,10 @@
 // mha.v1.AttentionService. Handlers only translate: decode the request (forward_request), call the
 // serving core (InferenceServer::Infer), encode the answer and map the status
-// (proto/wire/status_convert). Forward, the hot unary call, is served on the completion-queue API
-// (common/cq_unary.h: its own threads; a small pass may run on the thread that took the call when
-// nothing else waits); every other method on the callback API, where no handler blocks a gRPC
-// thread: passes run on the schedulers' workers, which also finish the calls.
+// (proto/wire/status_convert). Every method is served on the completion-queue API (the app's
+// CqQueue: unary methods through common/cq_unary.h, the streams through common/cq_stream.h). In
+// Forward, the hot unary call, a small pass may run on the thread that took the call when another
+// waits to take the next; other passes run on the schedulers' workers, which also finish the
+// calls.
 #pragma once
 
 #include <cstdint>

@@ -2,10 +2,9 @@
 // registered on the same server and port as mha.v1. Handlers only translate, like
 // AttentionServiceImpl: decode (infer_request), call the serving core (InferenceServer::Infer: the
 // same validation, limits, scheduling and error messages), encode, and map the status
-// (proto/wire/status_convert). ModelInfer, the hot unary call, is served on the completion-queue
-// API as mha.v1 Forward (common/cq_unary.h: its own threads, a small pass may run on the thread
-// that took the call); every other method on the callback API, where no handler blocks a gRPC
-// thread.
+// (proto/wire/status_convert). Every method is served on the completion-queue API, as mha.v1's
+// (the app's CqQueue); ModelInfer as mha.v1 Forward: a small pass may run on the thread that took
+// the call.
 //
 // Served: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer,
 // ModelStreamInfer (infer_stream.h), ModelConfig, ModelStatistics, and the model repository

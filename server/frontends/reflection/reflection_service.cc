@@ -116,7 +116,8 @@ rpb::ServerReflectionResponse ReflectionService::Answer(
         break;
       }
       std::vector<const google::protobuf::FieldDescriptor*> extensions;
-      pool->FindAllExtensions(type, &extensions);
+      // Only a type with extension ranges can have extensions (no proto3 message does).
+      if (type->extension_range_count() > 0) pool->FindAllExtensions(type, &extensions);
       auto* numbers = out.mutable_all_extension_numbers_response();
       numbers->set_base_type_name(type->full_name());
       for (const auto* e : extensions) numbers->add_extension_number(e->number());

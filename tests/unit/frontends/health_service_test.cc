@@ -1,0 +1,112 @@
+// HealthService (server/frontends/health/health_service.h) on a real in-process gRPC server, its
+// only service, on a CqQueue, with grpc.health.v1's generated client: Check for the whole server,
+// a named service and an unknown one; Watch's first answer, an update at every change, and its
+// end at Shutdown (before the server's, so that the server's Shutdown does not wait for it).
+#include "server/frontends/health/health_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "wait.h"
+
+namespace mha::serve {
+namespace {
+
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+class HealthServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    health_.SetServingStatus("mha.v1.AttentionService", false);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&health_);
+    queue_.AddTo(&builder);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    queue_.Start();
+    stub_ = Health::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    health_.Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + testing::kWaitTimeout);
+    queue_.Shutdown();
+  }
+  grpc::Status Check(const std::string& service, HealthCheckResponse* out) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + testing::kWaitTimeout);
+    HealthCheckRequest request;
+    request.set_service(service);
+    return stub_->Check(&context, request, out);
+  }
+
+  CqQueue queue_{CqQueue::Options{}};
+  HealthService health_{&queue_};
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Health::Stub> stub_;
+};
+
+TEST_F(HealthServiceTest, CheckAnswersEachKnownServiceAndNotFoundForOthers) {
+  HealthCheckResponse r;
+  ASSERT_TRUE(Check("", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+  health_.SetServingStatus(true);
+  ASSERT_TRUE(Check("", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  ASSERT_TRUE(Check("mha.v1.AttentionService", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  health_.SetServingStatus("mha.v1.AttentionService", false);
+  ASSERT_TRUE(Check("mha.v1.AttentionService", &r).ok());
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+  const grpc::Status unknown = Check("no.such.Service", &r);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(unknown.error_message().find("no.such.Service"), std::string::npos);
+}
+
+TEST_F(HealthServiceTest, WatchSendsTheStatusThenEveryChangeAndEndsAtShutdown) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + testing::kWaitTimeout);
+  HealthCheckRequest request;
+  request.set_service("mha.v1.AttentionService");
+  auto reader = stub_->Watch(&context, request);
+  HealthCheckResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+  health_.SetServingStatus(true);
+  ASSERT_TRUE(reader->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  health_.Shutdown();  // NOT_SERVING, then the stream ends OK
+  ASSERT_TRUE(reader->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(reader->Read(&r));
+  EXPECT_TRUE(reader->Finish().ok());
+}
+
+TEST_F(HealthServiceTest, WatchOfAnUnknownServiceSaysSoAndStaysOpen) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + testing::kWaitTimeout);
+  HealthCheckRequest request;
+  request.set_service("later.Service");
+  auto reader = stub_->Watch(&context, request);
+  HealthCheckResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVICE_UNKNOWN);
+  health_.SetServingStatus("later.Service", true);  // known from now on
+  ASSERT_TRUE(reader->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  context.TryCancel();  // the client goes: the server lets go of the watch
+  while (reader->Read(&r)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+}  // namespace
+}  // namespace mha::serve
