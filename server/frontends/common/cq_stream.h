@@ -20,7 +20,6 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/proto_buffer_writer.h>
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
