@@ -47,6 +47,19 @@ class CqQueue {
     ~Tag() = default;
   };
 
+  // A tag that hands its event to `owner->OnEvent(event, ok)`: a call object keeps one per kind
+  // of event it waits for (the owner befriends it when OnEvent is private).
+  template <class Owner, class Event>
+  class EventTag final : public Tag {
+   public:
+    EventTag(Owner* owner, Event event) : owner_(owner), event_(event) {}
+    void OnEvent(bool ok) override { owner_->OnEvent(event_, ok); }
+
+   private:
+    Owner* const owner_;
+    const Event event_;
+  };
+
   struct Options {
     int threads = 2;  // threads taking the lead in turn (at least 2: one waits to take it over)
   };

@@ -42,12 +42,8 @@ class CqStreamCall {
   friend class CqStreamMethod;
   friend class CqBidiBase;
   enum class Event { kStart, kRead, kWrite, kFinish, kDone, kAlarm };
-  struct Tag final : CqQueue::Tag {
-    Tag(CqStreamCall* c, Event e) : call(c), event(e) {}
-    void OnEvent(bool ok) override { call->OnEvent(event, ok); }
-    CqStreamCall* const call;
-    const Event event;
-  };
+  using Tag = CqQueue::EventTag<CqStreamCall, Event>;
+  friend Tag;
   explicit CqStreamCall(CqStreamMethod* method);
   void OnEvent(Event event, bool ok);
 

@@ -52,12 +52,8 @@ class CqCall {
  private:
   friend class CqUnaryMethod;
   enum class Event { kMain, kDone };
-  struct Tag final : CqQueue::Tag {
-    Tag(CqCall* c, Event e) : call(c), event(e) {}
-    void OnEvent(bool ok) override { call->OnEvent(event, ok); }
-    CqCall* const call;
-    const Event event;
-  };
+  using Tag = CqQueue::EventTag<CqCall, Event>;
+  friend Tag;
   explicit CqCall(CqUnaryMethod* method);
   ~CqCall();
   void OnEvent(Event event, bool ok);

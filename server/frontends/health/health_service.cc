@@ -35,12 +35,8 @@ class HealthService::Watch {
 
  private:
   enum class Event { kStart, kWrite, kFinish, kDone };
-  struct Tag final : CqQueue::Tag {
-    Tag(Watch* w, Event e) : watch(w), event(e) {}
-    void OnEvent(bool ok) override { watch->OnEvent(event, ok); }
-    Watch* const watch;
-    const Event event;
-  };
+  using Tag = CqQueue::EventTag<Watch, Event>;
+  friend Tag;
 
   void OnEvent(Event event, bool ok) {
     if (event == Event::kStart && !ok) {  // the queue shuts down: no call, no done event

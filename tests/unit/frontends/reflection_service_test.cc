@@ -101,8 +101,8 @@ TEST(ReflectionServiceTest, AStreamAnswersEachRequestInOrder) {
   auto server = builder.BuildAndStart();
   ASSERT_NE(port, 0);
   queue.Start();
-  auto stub = rpb::ServerReflection::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  auto stub = rpb::ServerReflection::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + testing::kWaitTimeout);
   auto stream = stub->ServerReflectionInfo(&context);
