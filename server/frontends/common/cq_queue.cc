@@ -98,6 +98,8 @@ void CqQueue::Shutdown() {
     if (!cq_ || shut_down_) return;
     shut_down_ = true;
     accepting_ = false;
+    open_.store(false);  // then no operation starts that was not already starting
+    while (starting_.load() > 0) std::this_thread::yield();
     cq_->Shutdown();
   }
   if (threads_.empty()) {  // never started: drain here (nothing was requested)

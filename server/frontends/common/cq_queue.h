@@ -14,6 +14,9 @@
 //     only grow in number while a handler runs on the leader (follower_waiting() stays true);
 //   - calls are requested only while the queue accepts (RequestWhileAccepting: from Start() to
 //     Shutdown()), so every requested call's tag comes back, failed at the latest at shutdown;
+//   - an operation on a call (read, write, finish) starts only through StartWhileAccepting: once
+//     Shutdown() began, gRPC would abort on an operation started on the shut-down queue (events
+//     still drained then may react with one: a stream cancelled at shutdown finishing);
 //   - lifecycle: AddTo(builder) before BuildAndStart, Start() after it (it runs what the methods
 //     registered with OnStart: their first requests), Shutdown() after the server's Shutdown and
 //     after everything that may still finish a call is stopped; the queue outlives the server.
@@ -87,6 +90,18 @@ class CqQueue {
     return true;
   }
 
+  // Runs `start` (which starts an operation on a call whose event comes back on this queue)
+  // unless Shutdown() began; false then, and nothing ran: the caller treats the operation as
+  // never started (its event will not come). Lock-free: Shutdown waits for the starts under way.
+  template <class F>
+  bool StartWhileAccepting(F&& start) {
+    starting_.fetch_add(1);
+    const bool open = open_.load();
+    if (open) start();
+    starting_.fetch_sub(1);
+    return open;
+  }
+
   grpc::ServerCompletionQueue* get() { return cq_.get(); }
 
   // What to hand gRPC for `tag` (the Tag's own address, which RunLead casts back). ThreadSanitizer
@@ -113,10 +128,12 @@ class CqQueue {
   const Options options_;
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
   std::vector<std::function<void()>> on_start_;
-  std::mutex mu_;           // orders requests against the queue's shutdown
-  bool accepting_ = false;  // Start() ran and Shutdown() did not
-  bool shut_down_ = false;  // the queue was shut down (it lives on until the destructor)
-  std::mutex lead_mu_;      // the lead: led_, drained_ and the followers' wait
+  std::mutex mu_;                 // orders requests against the queue's shutdown
+  bool accepting_ = false;        // Start() ran and Shutdown() did not
+  std::atomic<bool> open_{true};  // Shutdown() did not begin (StartWhileAccepting)
+  std::atomic<int> starting_{0};  // StartWhileAccepting calls under way
+  bool shut_down_ = false;        // the queue was shut down (it lives on until the destructor)
+  std::mutex lead_mu_;            // the lead: led_, drained_ and the followers' wait
   std::condition_variable lead_cv_;
   bool led_ = false;               // a thread leads (waits in Next or runs what it took)
   bool drained_ = false;           // Next said the queue is shut down and empty

@@ -52,29 +52,37 @@ CqBidiBase::CqBidiBase(std::unique_ptr<CqStreamCall> call) : call_(std::move(cal
 
 CqBidiBase::~CqBidiBase() = default;
 
+// Each operation starts only while the queue accepts (CqQueue::StartWhileAccepting). At shutdown
+// a read or write that did not start leaves the reactor waiting for it: it ends with the process.
 void CqBidiBase::ReadRaw() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    reading_ = true;
-  }
-  call_->stream_.Read(&call_->read_, CqQueue::HandOver(&call_->read_tag_));
+  std::lock_guard<std::mutex> lock(mu_);  // its event is handled under it too: no race on reading_
+  reading_ = Queue()->StartWhileAccepting(
+      [&] { call_->stream_.Read(&call_->read_, CqQueue::HandOver(&call_->read_tag_)); });
 }
 
+CqQueue* CqBidiBase::Queue() const { return call_->method_->queue_; }
+
 void CqBidiBase::WriteRaw(const grpc::Status& serialized) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = true;
-  }
-  if (serialized.ok()) {
-    call_->stream_.Write(call_->write_, CqQueue::HandOver(&call_->write_tag_));
-  } else {  // the write fails, as the callback API's does: through the queue, not inline
-    call_->alarm_.Set(call_->method_->queue_->get(), gpr_now(GPR_CLOCK_MONOTONIC),
-                      CqQueue::HandOver(&call_->alarm_tag_));
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  writing_ = Queue()->StartWhileAccepting([&] {
+    if (serialized.ok()) {
+      call_->stream_.Write(call_->write_, CqQueue::HandOver(&call_->write_tag_));
+    } else {  // the write fails, as the callback API's does: through the queue, not inline
+      call_->alarm_.Set(Queue()->get(), gpr_now(GPR_CLOCK_MONOTONIC),
+                        CqQueue::HandOver(&call_->alarm_tag_));
+    }
+  });
 }
 
 void CqBidiBase::FinishRaw(const grpc::Status& status) {
-  call_->stream_.Finish(status, CqQueue::HandOver(&call_->finish_tag_));
+  const bool started = Queue()->StartWhileAccepting(
+      [&] { call_->stream_.Finish(status, CqQueue::HandOver(&call_->finish_tag_)); });
+  if (started) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finish_back_ = true;  // as if it came back: the queue shuts down
+  }
+  MaybeDone();  // the caller's last statement, as Finish is
 }
 
 void CqBidiBase::MaybeDone() {

@@ -83,6 +83,7 @@ class CqBidiBase {
   friend class CqStreamCall;
   void OnEvent(CqStreamCall::Event event, bool ok);
   void MaybeDone();  // OnDone, once it is due (see the invariants)
+  CqQueue* Queue() const;
 
   const std::unique_ptr<CqStreamCall> call_;
   std::mutex mu_;

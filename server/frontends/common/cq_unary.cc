@@ -15,17 +15,24 @@ CqCall::CqCall(CqUnaryMethod* method)
 
 CqCall::~CqCall() { method_->live_.fetch_sub(1); }
 
-// Not instrumented by ThreadSanitizer, so that ServerAsyncResponseWriter::Finish stays a frame of
-// its own there: its header code fills the call's op set and context, which the queue's thread
-// then reads and frees; libgrpc orders the two (the batch starts before its event can come back)
-// out of TSan's sight, and tests/sanitize/tsan.supp names that gRPC class as it names the others.
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((no_sanitize_thread))
-#endif
 void CqCall::Finish(const grpc::Status& status) {
   // What this thread wrote into response() happens before the thread that takes the finish
   // event reads or frees it (OnEvent's acquire), in C++'s terms and not only through gRPC's queue.
   finishing_.store(true, std::memory_order_release);
+  if (!method_->queue_->StartWhileAccepting([&] { StartFinish(status); })) {
+    Release();  // the queue shuts down: no finish event will come
+  }
+}
+
+// Not instrumented by ThreadSanitizer, and never inlined, so that ServerAsyncResponseWriter::Finish
+// stays a frame of its own there: its header code fills the call's op set and context, which the
+// queue's thread then reads and frees; libgrpc orders the two (the batch starts before its event
+// can come back) out of TSan's sight, and tests/sanitize/tsan.supp names that gRPC class as it
+// names the others.
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((no_sanitize_thread, noinline))
+#endif
+void CqCall::StartFinish(const grpc::Status& status) {
   if (status.ok()) {
     responder_.Finish(response_, status, CqQueue::HandOver(&main_tag_));
   } else {

@@ -57,6 +57,7 @@ class CqCall {
   explicit CqCall(CqUnaryMethod* method);
   ~CqCall();
   void OnEvent(Event event, bool ok);
+  void StartFinish(const grpc::Status& status);  // the responder's Finish (cq_unary.cc)
   void Release();  // one of the two outstanding events is back; the last deletes the call
 
   CqUnaryMethod* const method_;

@@ -93,8 +93,8 @@ class HealthService::Watch {
     out_.Clear();
     bool own_buffer = false;
     (void)grpc::SerializationTraits<HealthCheckResponse>::Serialize(response, &out_, &own_buffer);
-    writing_ = true;
-    writer_.Write(out_, CqQueue::HandOver(&write_));
+    writing_ = service_->queue_->StartWhileAccepting(
+        [&] { writer_.Write(out_, CqQueue::HandOver(&write_)); });
   }
   const std::string& service_name() const { return service_name_; }
   void FinishLocked() {
@@ -104,7 +104,9 @@ class HealthService::Watch {
         bad_request_ ? grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                     "request is not a valid grpc.health.v1.HealthCheckRequest")
                      : grpc::Status::OK;
-    writer_.Finish(status, CqQueue::HandOver(&finish_));
+    // Once the queue shuts down nothing starts: the finish counts as back.
+    finish_back_ = !service_->queue_->StartWhileAccepting(
+        [&] { writer_.Finish(status, CqQueue::HandOver(&finish_)); });
   }
 
  private:

@@ -140,5 +140,22 @@ TEST_F(CqQueueTest, NothingIsRequestedAfterShutdownAndANeverStartedQueueDrains) 
   EXPECT_EQ(queue_.idle_threads(), 0);
 }
 
+// An operation on a call starts only while the queue accepts: one started after its Shutdown()
+// began would abort in gRPC (events drained then may react with one: health's Watch finishing,
+// a stream cancelled at shutdown).
+TEST_F(CqQueueTest, AnOperationStartsOnlyUntilShutdownBegins) {
+  grpc::ServerBuilder builder;  // a server without ports: only to own the queue
+  queue_.AddTo(&builder);
+  server_ = builder.BuildAndStart();
+  ASSERT_TRUE(server_);
+  queue_.Start();
+  int started = 0;
+  EXPECT_TRUE(queue_.StartWhileAccepting([&] { ++started; }));
+  server_->Shutdown();
+  queue_.Shutdown();
+  EXPECT_FALSE(queue_.StartWhileAccepting([&] { ++started; }));
+  EXPECT_EQ(started, 1);
+}
+
 }  // namespace
 }  // namespace mha::serve
