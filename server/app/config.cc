@@ -227,10 +227,10 @@ void AddOperationFlags(CLI::App& app, ServerConfig* c) {
       "more wait for a free thread")
       ->check(CLI::Range(4, 4096));
   Add(app, "--forward-threads", &c->forward_threads,
-      "Threads taking the unary inference calls, mha.v1 Forward and OIP ModelInfer, from their "
-      "one completion queue (gRPC's completion-queue API, one thread at a time waiting for "
-      "calls; a pass may run on the thread that took its call, which hands the queue to another "
-      "first); 0 = the machine's cores, at least 2")
+      "Threads taking every gRPC call (mha.v1, OIP, health, reflection) from the server's one "
+      "completion queue (gRPC's completion-queue API, one thread at a time waiting for calls; a "
+      "pass may run on the thread that took its call, which hands the queue to another first); "
+      "0 = the machine's cores, at least 2")
       ->check(CLI::Range(0, 1024));
   Add(app, "--log-format", &c->log_format, "text or json (one JSON object per line)")
       ->check(CLI::IsMember({"text", "json"}));
