@@ -29,9 +29,6 @@
 namespace mha::serve {
 namespace {
 
-constexpr char kServiceName[] = "mha.v1.AttentionService";
-constexpr char kOipServiceName[] = "inference.GRPCInferenceService";
-
 bool WritePortFile(const std::string& path, int port) {
   const std::string tmp = path + ".tmp";
   {
@@ -167,14 +164,16 @@ Status ServerApp::StartGrpc() {
   service_ = std::make_unique<AttentionServiceImpl>(core_.get(), queue_.get(), v1_options);
   control_ = std::make_unique<ModelControlServiceImpl>(core_.get(), queue_.get(), admin_token_);
   health_ = std::make_unique<HealthService>(queue_.get());
-  health_->SetServingStatus(kServiceName, false);
-  health_->SetServingStatus(kOipServiceName, false);
+  health_->SetServingStatus(v1::AttentionService::service_full_name(), false);
+  health_->SetServingStatus(inference::GRPCInferenceService::service_full_name(), false);
   // gRPC's own health service is on the callback API (threads polling beside the queue's): ours.
   grpc::EnableDefaultHealthCheckService(false);
   if (c_.grpc_reflection) {
     reflection_ = std::make_unique<ReflectionService>(
-        queue_.get(), std::vector<std::string>{kServiceName, "mha.v1.ModelControlService",
-                                               kOipServiceName, "grpc.health.v1.Health"});
+        queue_.get(), std::vector<std::string>{v1::AttentionService::service_full_name(),
+                                               v1::ModelControlService::service_full_name(),
+                                               inference::GRPCInferenceService::service_full_name(),
+                                               grpc::health::v1::Health::service_full_name()});
   }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(c_.grpc_address, credentials_, &port_);

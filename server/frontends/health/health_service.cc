@@ -11,8 +11,8 @@ using grpc::health::v1::HealthCheckResponse;
 
 // One Watch call. Its events (start, write, finish, done) come back on the queue's threads; its
 // state is guarded by the service's mutex. It is deleted once every operation it issued came
-// back: the done event, the write out, and the finish, which it always issues (at the service's
-// Shutdown, or once the call is done).
+// back: the done event, the write out, and the finish, which it issues at the service's Shutdown
+// or once the call is done (and counts as back when the queue no longer starts operations).
 class HealthService::Watch {
  public:
   explicit Watch(HealthService* service)
@@ -31,6 +31,34 @@ class HealthService::Watch {
                              CqQueue::HandOver(&start_));
     });
     if (!requested) delete this;
+  }
+
+  // The service's status changed: sent now, or once the write out comes back.
+  void Send(HealthService::ServingStatus status) {  // under the service's mutex
+    if (finish_issued_) return;
+    if (writing_) {
+      pending_ = status;
+      return;
+    }
+    HealthCheckResponse response;
+    response.set_status(status);
+    out_.Clear();
+    bool own_buffer = false;
+    (void)grpc::SerializationTraits<HealthCheckResponse>::Serialize(response, &out_, &own_buffer);
+    writing_ = service_->queue_->StartWhileAccepting(
+        [&] { writer_.Write(out_, CqQueue::HandOver(&write_)); });
+  }
+  const std::string& service_name() const { return service_name_; }
+  void FinishLocked() {
+    if (finish_issued_) return;
+    finish_issued_ = true;
+    const grpc::Status status =
+        bad_request_ ? grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "request is not a valid grpc.health.v1.HealthCheckRequest")
+                     : grpc::Status::OK;
+    // Once the queue shuts down nothing starts: the finish counts as back.
+    finish_back_ = !service_->queue_->StartWhileAccepting(
+        [&] { writer_.Finish(status, CqQueue::HandOver(&finish_)); });
   }
 
  private:
@@ -78,35 +106,6 @@ class HealthService::Watch {
     service_name_ = request.service();
     service_->watches_.insert(this);
     Send(service_->StatusLocked(service_name_));
-  }
-
- public:
-  // The service's status changed: sent now, or once the write out comes back.
-  void Send(HealthService::ServingStatus status) {  // under the service's mutex
-    if (finish_issued_) return;
-    if (writing_) {
-      pending_ = status;
-      return;
-    }
-    HealthCheckResponse response;
-    response.set_status(status);
-    out_.Clear();
-    bool own_buffer = false;
-    (void)grpc::SerializationTraits<HealthCheckResponse>::Serialize(response, &out_, &own_buffer);
-    writing_ = service_->queue_->StartWhileAccepting(
-        [&] { writer_.Write(out_, CqQueue::HandOver(&write_)); });
-  }
-  const std::string& service_name() const { return service_name_; }
-  void FinishLocked() {
-    if (finish_issued_) return;
-    finish_issued_ = true;
-    const grpc::Status status =
-        bad_request_ ? grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                    "request is not a valid grpc.health.v1.HealthCheckRequest")
-                     : grpc::Status::OK;
-    // Once the queue shuts down nothing starts: the finish counts as back.
-    finish_back_ = !service_->queue_->StartWhileAccepting(
-        [&] { writer_.Finish(status, CqQueue::HandOver(&finish_)); });
   }
 
  private:
