@@ -29,6 +29,10 @@
 namespace mha::serve {
 namespace {
 
+// The services health answers for besides "" (tests/deploy's checks read these names here).
+constexpr char kServiceName[] = "mha.v1.AttentionService";
+constexpr char kOipServiceName[] = "inference.GRPCInferenceService";
+
 bool WritePortFile(const std::string& path, int port) {
   const std::string tmp = path + ".tmp";
   {
@@ -164,8 +168,8 @@ Status ServerApp::StartGrpc() {
   service_ = std::make_unique<AttentionServiceImpl>(core_.get(), queue_.get(), v1_options);
   control_ = std::make_unique<ModelControlServiceImpl>(core_.get(), queue_.get(), admin_token_);
   health_ = std::make_unique<HealthService>(queue_.get());
-  health_->SetServingStatus(v1::AttentionService::service_full_name(), false);
-  health_->SetServingStatus(inference::GRPCInferenceService::service_full_name(), false);
+  health_->SetServingStatus(kServiceName, false);
+  health_->SetServingStatus(kOipServiceName, false);
   // gRPC's own health service is on the callback API (threads polling beside the queue's): ours.
   grpc::EnableDefaultHealthCheckService(false);
   if (c_.grpc_reflection) {

@@ -70,8 +70,8 @@ struct UnaryAnswer {
   std::string detail;
 };
 
-// One call of a typed unary method (TypedUnary), as its handler sees it: copyable; the request and
-// response it was given live until the call is answered.
+// One call of a typed unary method (ServeTypedUnary), as its handler sees it: copyable; the request
+// and response it was given live until the call is answered.
 struct UnaryCall {
   CqCall* call;
   std::function<Status(grpc::ByteBuffer*)> serialize;  // the response, when answered OK
