@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "cq_test_server.h"
 #include "mha/v1/attention.grpc.pb.h"
 #include "server/frontends/common/cq_unary.h"
 #include "server/serving/scheduling/caller_thread.h"
@@ -48,18 +49,13 @@ class CqQueueTest : public ::testing::Test {
           Answer(call, info);
         },
         CqUnaryMethod::Options{4});
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
-    queue_.AddTo(&builder);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(port, 0);
-    queue_.Start();
-    stub_ = v1::AttentionService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                              grpc::InsecureChannelCredentials()));
+    served_ = std::make_unique<testing::CqTestServer>(
+        &queue_, std::initializer_list<grpc::Service*>{&service_});
+    ASSERT_TRUE(served_->listening());
+    stub_ = v1::AttentionService::NewStub(served_->Channel());
   }
   void TearDown() override {
+    if (served_) served_->Stop();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + 5s);
     queue_.Shutdown();
     if (forward_) {
@@ -81,7 +77,8 @@ class CqQueueTest : public ::testing::Test {
   Service service_;
   std::unique_ptr<CqUnaryMethod> forward_, get_model_;
   CqQueue queue_{CqQueue::Options{2}};  // destroyed after the server, before the methods
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<testing::CqTestServer> served_;
+  std::unique_ptr<grpc::Server> server_;  // the tests' own, without ports
   std::unique_ptr<v1::AttentionService::Stub> stub_;
 };
 

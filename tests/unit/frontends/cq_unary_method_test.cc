@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "cq_test_server.h"
 #include "mha/v1/attention.grpc.pb.h"
 #include "server/frontends/common/cq_unary.h"
 #include "server/serving/scheduling/caller_thread.h"
@@ -44,20 +45,10 @@ class CqUnaryMethodTest : public ::testing::Test {
   void Start(CqUnaryMethod::Handler handler) {
     method_ = ServeRawUnary(&queue_, &service_, &Service::RequestForward, std::move(handler),
                             CqUnaryMethod::Options{4});
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
-    queue_.AddTo(&builder);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(port, 0);
-    queue_.Start();
-    stub_ = v1::AttentionService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                              grpc::InsecureChannelCredentials()));
-  }
-  void StopServer(std::chrono::milliseconds grace = 5s) {
-    server_->Shutdown(std::chrono::system_clock::now() + grace);
-    queue_.Shutdown();
+    served_ = std::make_unique<testing::CqTestServer>(
+        &queue_, std::initializer_list<grpc::Service*>{&service_});
+    ASSERT_TRUE(served_->listening());
+    stub_ = v1::AttentionService::NewStub(served_->Channel());
   }
   grpc::Status Call(const std::string& model, v1::ForwardResponse* response,
                     std::chrono::seconds deadline = 60s) {
@@ -68,14 +59,14 @@ class CqUnaryMethodTest : public ::testing::Test {
     return stub_->Forward(&context, request, response);
   }
   void TearDown() override {
-    if (server_) StopServer();
+    if (served_) served_->Stop();
     EXPECT_EQ(method_->live_calls(), 0) << "calls leaked";
   }
 
   Service service_;
   std::unique_ptr<CqUnaryMethod> method_;
   CqQueue queue_{CqQueue::Options{2}};  // destroyed after the server, before the method
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<testing::CqTestServer> served_;
   std::unique_ptr<v1::AttentionService::Stub> stub_;
 };
 
@@ -116,8 +107,7 @@ TEST_F(CqUnaryMethodTest, EveryCallIsAnsweredOnceInlineOrLaterFromAnotherThread)
   }
   for (auto& f : clients) EXPECT_TRUE(testing::GetWithin(f, "a client's 25 calls"));
   EXPECT_EQ(calls.load(), 200);
-  StopServer();  // no handler runs after this body's locals, which it uses, are gone
-  server_.reset();
+  served_.reset();  // stopped: no handler runs after this body's locals, which it uses, are gone
   {
     std::lock_guard<std::mutex> lock(mu);
     done = true;
@@ -135,13 +125,12 @@ TEST_F(CqUnaryMethodTest, ACallOpenAtShutdownIsCancelledAndFreed) {
   });
   auto held = taken.get_future();
   CqCall* call = testing::GetWithin(held, "the call reaching the handler");
-  server_->Shutdown(std::chrono::system_clock::now() + 100ms);  // the grace runs out: cancelled
+  served_->server()->Shutdown(std::chrono::system_clock::now() + 100ms);  // grace out: cancelled
   const grpc::StatusCode code = testing::GetWithin(client, "the client's answer");
   EXPECT_TRUE(code == grpc::StatusCode::CANCELLED || code == grpc::StatusCode::UNAVAILABLE)
       << "code " << code;
   call->Finish(grpc::Status::OK);  // too late: its tag comes back failed, the call is freed
-  queue_.Shutdown();
-  server_.reset();
+  served_.reset();
 }
 
 TEST_F(CqUnaryMethodTest, MayBlockSaysWhetherAnotherThreadWasFreeToTakeCalls) {
@@ -177,8 +166,7 @@ TEST_F(CqUnaryMethodTest, MayBlockSaysWhetherAnotherThreadWasFreeToTakeCalls) {
   EXPECT_TRUE(Call("second", &response).ok());  // the other thread takes it: none is left free
   release.set_value();
   EXPECT_TRUE(testing::GetWithin(first, "the first call's answer"));
-  StopServer();  // no handler runs after this body's locals, which it uses, are gone
-  server_.reset();
+  served_.reset();  // stopped: no handler runs after this body's locals, which it uses, are gone
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(may_block, (std::vector<bool>{true, false}));
 }

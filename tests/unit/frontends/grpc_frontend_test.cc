@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "client/tensor_client.h"
+#include "cq_test_server.h"
 #include "fake_core.h"
 #include "mha/tensor_adapter.h"
 #include "proto/wire/tensor_codec.h"
@@ -28,21 +29,12 @@ class GrpcFrontendTest : public ::testing::Test {
   void SetUp() override {
     service_ =
         std::make_unique<AttentionServiceImpl>(&core_, &queue_, GrpcFrontendOptions{1 << 20, 4});
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    service_->AddTo(&builder);
-    queue_.AddTo(&builder);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(port, 0);
-    queue_.Start();
-    client_ = std::make_unique<client::TensorClient>(
-        client::ClientOptions{"127.0.0.1:" + std::to_string(port), 30s});
+    served_ = std::make_unique<testing::CqTestServer>(
+        &queue_, std::initializer_list<grpc::Service*>{service_.get()});
+    ASSERT_TRUE(served_->listening());
+    client_ = std::make_unique<client::TensorClient>(client::ClientOptions{served_->target(), 30s});
   }
-  void TearDown() override {
-    server_->Shutdown(std::chrono::system_clock::now() + 5s);
-    queue_.Shutdown();
-  }
+  void TearDown() override { served_.reset(); }
 
   static v1::ForwardRequest Marked(float marker) {
     v1::ForwardRequest r;
@@ -53,7 +45,7 @@ class GrpcFrontendTest : public ::testing::Test {
   FakeCore core_;
   std::unique_ptr<AttentionServiceImpl> service_;
   CqQueue queue_{CqQueue::Options{2}};  // destroyed after the server, before the service
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<testing::CqTestServer> served_;
   std::unique_ptr<client::TensorClient> client_;
 };
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "cq_test_server.h"
 #include "wait.h"
 
 namespace mha::serve {
@@ -24,21 +25,12 @@ class HealthServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     health_.SetServingStatus("mha.v1.AttentionService", false);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&health_);
-    queue_.AddTo(&builder);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(port, 0);
-    queue_.Start();
-    stub_ = Health::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                grpc::InsecureChannelCredentials()));
+    ASSERT_TRUE(served_.listening());
+    stub_ = Health::NewStub(served_.Channel());
   }
   void TearDown() override {
-    health_.Shutdown();
-    server_->Shutdown(std::chrono::system_clock::now() + testing::kWaitTimeout);
-    queue_.Shutdown();
+    health_.Shutdown();  // before the server's, as in the app
+    served_.Stop();
   }
   grpc::Status Check(const std::string& service, HealthCheckResponse* out) {
     grpc::ClientContext context;
@@ -50,7 +42,7 @@ class HealthServiceTest : public ::testing::Test {
 
   CqQueue queue_{CqQueue::Options{}};
   HealthService health_{&queue_};
-  std::unique_ptr<grpc::Server> server_;
+  testing::CqTestServer served_{&queue_, {&health_}};
   std::unique_ptr<Health::Stub> stub_;
 };
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "client/tensor_client.h"
+#include "cq_test_server.h"
 #include "fake_core.h"
 #include "server/frontends/oip/inference_service.h"
 #include "wire_tensors.h"
@@ -49,27 +50,18 @@ class OipFrontendTest : public ::testing::Test {
     options.max_message_bytes = 1 << 20;
     options.stream_window = 4;
     service_ = std::make_unique<oip::GrpcInferenceServiceImpl>(&core_, &queue_, options);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    service_->AddTo(&builder);
-    queue_.AddTo(&builder);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(port, 0);
-    queue_.Start();
-    target_ = "127.0.0.1:" + std::to_string(port);
-    stub_ = inference::GRPCInferenceService::NewStub(
-        grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+    served_ = std::make_unique<testing::CqTestServer>(
+        &queue_, std::initializer_list<grpc::Service*>{service_.get()});
+    ASSERT_TRUE(served_->listening());
+    target_ = served_->target();
+    stub_ = inference::GRPCInferenceService::NewStub(served_->Channel());
   }
-  void TearDown() override {
-    server_->Shutdown(std::chrono::system_clock::now() + 5s);
-    queue_.Shutdown();
-  }
+  void TearDown() override { served_.reset(); }
 
   FakeCore core_;
   std::unique_ptr<oip::GrpcInferenceServiceImpl> service_;
   CqQueue queue_{CqQueue::Options{2}};  // destroyed after the server, before the service
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<testing::CqTestServer> served_;
   std::string target_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
 };

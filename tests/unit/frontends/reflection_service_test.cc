@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cq_test_server.h"
 #include "wait.h"
 
 namespace mha::serve {
@@ -93,16 +94,9 @@ TEST(ReflectionServiceTest, AnswersServicesFilesSymbolsAndNotFound) {
 TEST(ReflectionServiceTest, AStreamAnswersEachRequestInOrder) {
   CqQueue queue{CqQueue::Options{}};
   ReflectionService service(&queue, {"mha.v1.AttentionService"});
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  queue.AddTo(&builder);
-  auto server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  queue.Start();
-  auto stub = rpb::ServerReflection::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  testing::CqTestServer served(&queue, {&service});
+  ASSERT_TRUE(served.listening());
+  auto stub = rpb::ServerReflection::NewStub(served.Channel());
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + testing::kWaitTimeout);
   auto stream = stub->ServerReflectionInfo(&context);
@@ -123,8 +117,6 @@ TEST(ReflectionServiceTest, AStreamAnswersEachRequestInOrder) {
   EXPECT_GE(r.file_descriptor_response().file_descriptor_proto_size(), 2);
   EXPECT_FALSE(stream->Read(&r));
   EXPECT_TRUE(stream->Finish().ok());
-  server->Shutdown(std::chrono::system_clock::now() + testing::kWaitTimeout);
-  queue.Shutdown();
 }
 
 }  // namespace
