@@ -1,40 +1,50 @@
 #include "bench/echo_servers.h"
 
-#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <thread>
-#include <type_traits>
-#include <vector>
 
+#include "bench/echo_server_parts.h"
 #include "mha/v1/attention.grpc.pb.h"
-#include "server/frontends/common/cq_unary.h"
 
 namespace mha::bench {
+namespace internal {
 namespace {
 
-using mha::v1::AttentionService;
-
 constexpr int64_t kEmbed = 512, kHeads = 8;
+volatile sig_atomic_t g_stop = 0;
 
-// The answer every server gives: the output a real pass would write (the query's bytes).
+grpc::ServerBuilder& Limits(grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(64 << 20);  // as mha-server: --max-message-bytes + 1 MiB
+  builder.SetMaxSendMessageSize(-1);
+  return builder;
+}
+
+bool Announce(const char* name, int port, const std::string& port_file, int port_fd) {
+  if (!port_file.empty()) std::ofstream(port_file) << port << "\n";
+  if (port_fd >= 0) {
+    const std::string text = std::to_string(port) + "\n";
+    if (write(port_fd, text.data(), text.size()) < 0) return false;
+    close(port_fd);
+  }
+  std::fprintf(stderr, "echo server '%s' on port %d (pid %d)\n", name, port, getpid());
+  return true;
+}
+
+}  // namespace
+
 void FillEcho(const mha::v1::ForwardRequest& request, mha::v1::ForwardResponse* answer) {
   *answer->mutable_output() = request.query();
   answer->set_model("echo");
   answer->set_model_version("1");
 }
 
-// GetModel answers like the built-in default model (E=512, H=8), so mha-client works against it.
 void FillModel(mha::v1::ModelInfo* info) {
   info->set_name("default");
   info->set_version("1");
@@ -50,123 +60,50 @@ void FillModel(mha::v1::ModelInfo* info) {
   info->set_is_default(true);
 }
 
-// GetModel on the callback API (FillModel), for the callback-API servers below.
-template <class Base>
-class WithEchoGetModel : public Base {
- public:
-  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
-                                     const mha::v1::GetModelRequest* /*request*/,
-                                     mha::v1::ModelInfo* info) override {
-    FillModel(info);
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-};
+void OnSignal(int) { g_stop = 1; }
 
-// mha-server's stack: every method raw on the completion-queue API with the same CqUnaryMethod
-// (its threads and queue, server/frontends/common/cq_unary.h), parsed and serialized by the
-// handler: Forward and GetModel here (mha-server's other methods are requested on the same queue
-// and idle; its health and reflection services too).
-class MhaFloorService final
-    : public AttentionService::WithRawMethod_GetModel<
-          AttentionService::WithRawMethod_Forward<AttentionService::Service>> {
- public:
-  static void HandleGetModel(mha::serve::CqCall* call) {
-    mha::v1::ModelInfo info;
-    FillModel(&info);
-    bool own = false;
-    (void)grpc::SerializationTraits<mha::v1::ModelInfo>::Serialize(info, call->response(), &own);
-    call->Finish(grpc::Status::OK);
-  }
-  static void Handle(mha::serve::CqCall* call) {
-    mha::v1::ForwardRequest parsed;
-    grpc::ByteBuffer copy = call->request();  // shares the slices; Deserialize consumes it
-    if (!grpc::SerializationTraits<mha::v1::ForwardRequest>::Deserialize(&copy, &parsed).ok()) {
-      return call->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a ForwardRequest"));
-    }
-    mha::v1::ForwardResponse answer;
-    FillEcho(parsed, &answer);
-    bool own = false;
-    if (!grpc::SerializationTraits<mha::v1::ForwardResponse>::Serialize(answer, call->response(),
-                                                                        &own)
-             .ok()) {
-      return call->Finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot serialize"));
-    }
-    call->Finish(grpc::Status::OK);
-  }
-};
+void WaitForSignal() {
+  while (!g_stop) usleep(100 * 1000);
+}
 
-// mha-server's stack answered the way its scheduler answers: the handler parses the request and
-// queues the call; one worker thread takes everything queued at once (a "pass") and serializes
-// and Finishes each call from there. No compute: what answering off gRPC's threads costs.
-class HandoffService final
-    : public WithEchoGetModel<
-          AttentionService::WithRawCallbackMethod_Forward<AttentionService::CallbackService>> {
- public:
-  HandoffService() : worker_([this] { Work(); }) {}
-  ~HandoffService() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    worker_.join();
-  }
+std::chrono::system_clock::time_point Soon() {
+  return std::chrono::system_clock::now() + std::chrono::seconds(1);
+}
 
-  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
-                                    const grpc::ByteBuffer* request,
-                                    grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    Call call{reactor, response, std::make_unique<mha::v1::ForwardRequest>()};
-    grpc::ByteBuffer copy = *request;  // shares the slices; Deserialize consumes its argument
-    if (!grpc::SerializationTraits<mha::v1::ForwardRequest>::Deserialize(&copy, call.request.get())
-             .ok()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a ForwardRequest"));
-      return reactor;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(call));
-    }
-    cv_.notify_one();
-    return reactor;
-  }
+// Listens on `address`, builds and starts `builder` and announces the port; null when it cannot.
+std::unique_ptr<grpc::Server> Listen(grpc::ServerBuilder& builder, const std::string& address,
+                                     const char* name, const std::string& port_file, int port_fd) {
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
+  if (server && port != 0 && Announce(name, port, port_file, port_fd)) return server;
+  std::fprintf(stderr, "echo server '%s': cannot listen on %s\n", name, address.c_str());
+  return nullptr;
+}
 
- private:
-  struct Call {
-    grpc::ServerUnaryReactor* reactor;
-    grpc::ByteBuffer* response;
-    std::unique_ptr<mha::v1::ForwardRequest> request;
-  };
+int ServeCallback(grpc::Service* service, const std::string& address, const std::string& port_file,
+                  int port_fd, const char* name) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = Listen(builder, address, name, port_file, port_fd);
+  if (!server) return 1;
+  WaitForSignal();
+  server->Shutdown(Soon());
+  return 0;
+}
 
-  void Work() {
-    for (;;) {
-      std::vector<Call> pass;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        pass.swap(queue_);
-      }
-      for (Call& call : pass) {
-        mha::v1::ForwardResponse answer;
-        FillEcho(*call.request, &answer);
-        bool own = false;
-        const grpc::Status s = grpc::SerializationTraits<mha::v1::ForwardResponse>::Serialize(
-            answer, call.response, &own);
-        call.reactor->Finish(s.ok() ? grpc::Status::OK
-                                    : grpc::Status(grpc::StatusCode::INTERNAL, "cannot serialize"));
-      }
-    }
-  }
+}  // namespace internal
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Call> queue_;
-  bool stop_ = false;
-  std::thread worker_;
-};
+namespace {
+
+using internal::FillEcho;
+using internal::FillModel;
+using internal::Listen;
+using internal::Soon;
+using internal::WaitForSignal;
+using internal::WithEchoGetModel;
+using mha::v1::AttentionService;
 
 // gRPC's callback example: the typed service, gRPC parses the request and serializes the answer.
 class BareCallbackService final : public WithEchoGetModel<AttentionService::CallbackService> {
@@ -241,93 +178,6 @@ struct AsyncGetModel {
   static void Answer(const Request_& /*request*/, Response_* answer) { FillModel(answer); }
 };
 
-volatile sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
-
-grpc::ServerBuilder& Limits(grpc::ServerBuilder& builder) {
-  builder.SetMaxReceiveMessageSize(64 << 20);  // as mha-server: --max-message-bytes + 1 MiB
-  builder.SetMaxSendMessageSize(-1);
-  return builder;
-}
-
-bool Announce(const char* name, int port, const std::string& port_file, int port_fd) {
-  if (!port_file.empty()) std::ofstream(port_file) << port << "\n";
-  if (port_fd >= 0) {
-    const std::string text = std::to_string(port) + "\n";
-    if (write(port_fd, text.data(), text.size()) < 0) return false;
-    close(port_fd);
-  }
-  std::fprintf(stderr, "echo server '%s' on port %d (pid %d)\n", name, port, getpid());
-  return true;
-}
-
-void WaitForSignal() {
-  while (!g_stop) usleep(100 * 1000);
-}
-
-std::chrono::system_clock::time_point Soon() {
-  return std::chrono::system_clock::now() + std::chrono::seconds(1);
-}
-
-// Listens on `address`, builds and starts `builder` and announces the port; null when it cannot.
-std::unique_ptr<grpc::Server> Listen(grpc::ServerBuilder& builder, const std::string& address,
-                                     const char* name, const std::string& port_file, int port_fd) {
-  int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-  std::unique_ptr<grpc::Server> server = Limits(builder).BuildAndStart();
-  if (server && port != 0 && Announce(name, port, port_file, port_fd)) return server;
-  std::fprintf(stderr, "echo server '%s': cannot listen on %s\n", name, address.c_str());
-  return nullptr;
-}
-
-int ServeCallback(grpc::Service* service, const std::string& address, const std::string& port_file,
-                  int port_fd, const char* name) {
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = Listen(builder, address, name, port_file, port_fd);
-  if (!server) return 1;
-  WaitForSignal();
-  server->Shutdown(Soon());
-  return 0;
-}
-
-// mha-server's stack before every method moved to the completion-queue API (kMhaBefore): Forward
-// raw on the queue, GetModel on the callback API, gRPC's default health service.
-class MhaBeforeService final
-    : public WithEchoGetModel<AttentionService::WithCallbackMethod_GetModel<
-          AttentionService::WithRawMethod_Forward<AttentionService::Service>>> {};
-
-// As mha-server serves (server/app/server_app.cc): the methods on a CqQueue added to the builder,
-// started after it, shut down after the server. `Service` is MhaFloorService or MhaBeforeService.
-template <class Service>
-int ServeMha(const std::string& address, const std::string& port_file, int port_fd,
-             const char* name) {
-  // As mha-server (server/app/server_main.cc): no deadlock check on gRPC's absl locks.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  constexpr bool kBefore = std::is_same_v<Service, MhaBeforeService>;
-  grpc::EnableDefaultHealthCheckService(kBefore);
-  Service service;
-  mha::serve::CqQueue queue({std::max(2, static_cast<int>(std::thread::hardware_concurrency()))});
-  const std::unique_ptr<mha::serve::CqUnaryMethod> forward = mha::serve::ServeRawUnary(
-      &queue, &service, &Service::RequestForward, &MhaFloorService::Handle);
-  std::unique_ptr<mha::serve::CqUnaryMethod> get_model;
-  if constexpr (!kBefore) {
-    get_model = mha::serve::ServeRawUnary(&queue, &service, &Service::RequestGetModel,
-                                          &MhaFloorService::HandleGetModel);
-  }
-  grpc::ServerBuilder builder;
-  builder.RegisterService(&service);
-  queue.AddTo(&builder);
-  std::unique_ptr<grpc::Server> server = Listen(builder, address, name, port_file, port_fd);
-  if (!server) return 1;
-  queue.Start();
-  WaitForSignal();
-  server->Shutdown(Soon());
-  queue.Shutdown();
-  return 0;
-}
-
 int ServeAsync(const std::string& address, const std::string& port_file, int port_fd, bool health) {
   if (health) grpc::EnableDefaultHealthCheckService(true);
   AttentionService::AsyncService service;
@@ -385,26 +235,23 @@ bool ParseEchoServerKind(const std::string& name, EchoServerKind* kind) {
 
 int ServeEcho(EchoServerKind kind, const std::string& address, const std::string& port_file,
               int port_fd) {
-  signal(SIGTERM, OnSignal);
-  signal(SIGINT, OnSignal);
+  signal(SIGTERM, internal::OnSignal);
+  signal(SIGINT, internal::OnSignal);
   switch (kind) {
     case EchoServerKind::kMhaFloor:
-      return ServeMha<MhaFloorService>(address, port_file, port_fd, "mha");
+      return internal::ServeMhaStack(/*before=*/false, address, port_file, port_fd);
     case EchoServerKind::kMhaBefore:
-      return ServeMha<MhaBeforeService>(address, port_file, port_fd, "mha-before");
+      return internal::ServeMhaStack(/*before=*/true, address, port_file, port_fd);
     case EchoServerKind::kCallback: {
       BareCallbackService service;
-      return ServeCallback(&service, address, port_file, port_fd, "callback");
+      return internal::ServeCallback(&service, address, port_file, port_fd, "callback");
     }
     case EchoServerKind::kAsync:
       return ServeAsync(address, port_file, port_fd, /*health=*/false);
     case EchoServerKind::kAsyncHealth:
       return ServeAsync(address, port_file, port_fd, /*health=*/true);
-    case EchoServerKind::kHandoff: {
-      absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as kMhaFloor
-      HandoffService service;
-      return ServeCallback(&service, address, port_file, port_fd, "handoff");
-    }
+    case EchoServerKind::kHandoff:
+      return internal::ServeHandoff(address, port_file, port_fd);
   }
   return 2;
 }
