@@ -39,6 +39,24 @@ class HealthServiceTest : public ::testing::Test {
     request.set_service(service);
     return stub_->Check(&context, request, out);
   }
+  // A Watch of one service: Next() reads its next answer's status (kEnded once the stream ended).
+  struct Watching {
+    static constexpr int kEnded = -1;
+    int Next() {
+      HealthCheckResponse r;
+      return reader->Read(&r) ? r.status() : kEnded;
+    }
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> reader;
+  };
+  std::unique_ptr<Watching> Watch(const std::string& service) {
+    auto w = std::make_unique<Watching>();
+    w->context.set_deadline(std::chrono::system_clock::now() + testing::kWaitTimeout);
+    HealthCheckRequest request;
+    request.set_service(service);
+    w->reader = stub_->Watch(&w->context, request);
+    return w;
+  }
 
   CqQueue queue_{CqQueue::Options{}};
   HealthService health_{&queue_};
@@ -64,40 +82,25 @@ TEST_F(HealthServiceTest, CheckAnswersEachKnownServiceAndNotFoundForOthers) {
 }
 
 TEST_F(HealthServiceTest, WatchSendsTheStatusThenEveryChangeAndEndsAtShutdown) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + testing::kWaitTimeout);
-  HealthCheckRequest request;
-  request.set_service("mha.v1.AttentionService");
-  auto reader = stub_->Watch(&context, request);
-  HealthCheckResponse r;
-  ASSERT_TRUE(reader->Read(&r));
-  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+  auto w = Watch("mha.v1.AttentionService");
+  ASSERT_EQ(w->Next(), HealthCheckResponse::NOT_SERVING);
   health_.SetServingStatus(true);
-  ASSERT_TRUE(reader->Read(&r));
-  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  ASSERT_EQ(w->Next(), HealthCheckResponse::SERVING);
   health_.Shutdown();  // NOT_SERVING, then the stream ends OK
-  ASSERT_TRUE(reader->Read(&r));
-  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
-  EXPECT_FALSE(reader->Read(&r));
-  EXPECT_TRUE(reader->Finish().ok());
+  ASSERT_EQ(w->Next(), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(w->Next(), Watching::kEnded);
+  EXPECT_TRUE(w->reader->Finish().ok());
 }
 
 TEST_F(HealthServiceTest, WatchOfAnUnknownServiceSaysSoAndStaysOpen) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + testing::kWaitTimeout);
-  HealthCheckRequest request;
-  request.set_service("later.Service");
-  auto reader = stub_->Watch(&context, request);
-  HealthCheckResponse r;
-  ASSERT_TRUE(reader->Read(&r));
-  EXPECT_EQ(r.status(), HealthCheckResponse::SERVICE_UNKNOWN);
+  auto w = Watch("later.Service");
+  ASSERT_EQ(w->Next(), HealthCheckResponse::SERVICE_UNKNOWN);
   health_.SetServingStatus("later.Service", true);  // known from now on
-  ASSERT_TRUE(reader->Read(&r));
-  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
-  context.TryCancel();  // the client goes: the server lets go of the watch
-  while (reader->Read(&r)) {
+  ASSERT_EQ(w->Next(), HealthCheckResponse::SERVING);
+  w->context.TryCancel();  // the client goes: the server lets go of the watch
+  while (w->Next() != Watching::kEnded) {
   }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(w->reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 }  // namespace
