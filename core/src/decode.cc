@@ -10,6 +10,7 @@
 #include "decode_padded.h"
 #include "mha/attention_blocks.h"
 #include "mha/attention_ops.h"
+#include "mha/device_stream.h"
 #include "mha/paged_attention.h"
 #include "mha/shape_string.h"
 #include "mha/tensor_util.h"
@@ -179,7 +180,7 @@ void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
   const bool all_host = std::none_of(items.begin(), items.end(), [](const StepItem& item) {
     return item.inputs->query.is_cuda();
   });
-  if (device.is_cuda() && all_host) out_all = out_all.to(at::kCPU);  // one copy for every item
+  if (device.is_cuda() && all_host) out_all = CopyToHost(out_all);  // one copy for every item
   int64_t offset = 0;
   for (const StepItem& item : items) {
     const at::Tensor& query = item.inputs->query;
@@ -187,8 +188,8 @@ void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
     at::Tensor out = out_all.narrow(0, offset, b * t).view({b, t, e});
     at::Tensor& weights = item.outputs->attn_weights;
     if (device.is_cuda() && !query.is_cuda()) {  // host in, host out
-      out = out.to(at::kCPU);
-      if (weights.defined()) weights = weights.to(at::kCPU);
+      out = CopyToHost(out);
+      weights = CopyToHost(weights);
     }
     item.outputs->output = out;
     offset += b * t;

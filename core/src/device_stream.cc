@@ -3,10 +3,14 @@
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
 
+#include "mha/runtime.h"
+
 #ifdef MHA_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <memory>
 #include <unordered_map>
 #endif
 
@@ -38,7 +42,28 @@ c10::Stream ThreadStream(const c10::Device& device) {
   }
   return it->second;
 }
+
+// Blocks until the work queued so far on `stream` is done, as the process's DeviceWait says:
+// kSpin polls (CUDAStream::synchronize); kBlock records a blocking-sync event (one per thread and
+// device, reused) and sleeps in cudaEventSynchronize until the GPU reaches it.
+void WaitFor(const c10::cuda::CUDAStream& stream) {
+  if (GetDeviceWait() == DeviceWait::kSpin) {
+    stream.synchronize();
+    return;
+  }
+  thread_local std::unordered_map<c10::DeviceIndex, std::unique_ptr<at::cuda::CUDAEvent>> events;
+  auto& event = events[stream.device_index()];
+  if (!event) {
+    event = std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming | cudaEventBlockingSync);
+  }
+  event->record(stream);
+  event->synchronize();
+}
 #endif
+
+// Under DeviceWait::kBlock a copy between the host and a device never waits spinning, whatever
+// its size: it goes through a pinned buffer, non_blocking.
+bool PinAlways() { return GetDeviceWait() == DeviceWait::kBlock; }
 
 }  // namespace
 
@@ -54,7 +79,7 @@ DeviceStreamScope::DeviceStreamScope(const c10::Device& device) {
 
 void DeviceStreamScope::Synchronize() const {
 #ifdef MHA_WITH_CUDA
-  if (stream_) c10::cuda::CUDAStream(*stream_).synchronize();
+  if (stream_) WaitFor(c10::cuda::CUDAStream(*stream_));
 #endif
 }
 
@@ -87,7 +112,7 @@ void DeviceStreamScope::HandToCaller(const at::Tensor& t) const {
 
 at::Tensor StageToDevice(const at::Tensor& t, const c10::Device& device) {
   if (!t.defined() || t.device() == device) return t;
-  if (!device.is_cuda() || !t.is_cpu() || Bytes(t) < kPinnedStagingMinBytes) {
+  if (!device.is_cuda() || !t.is_cpu() || (Bytes(t) < kPinnedStagingMinBytes && !PinAlways())) {
     return t.to(device);  // blocking: the source may be borrowed bytes that go away after return
   }
   if (t.is_pinned()) return t.to(device, t.scalar_type(), /*non_blocking=*/true);
@@ -98,7 +123,9 @@ at::Tensor StageToDevice(const at::Tensor& t, const c10::Device& device) {
 
 at::Tensor StageToHost(const at::Tensor& t) {
   if (!t.defined() || !t.is_cuda()) return t;
-  if (Bytes(t) < kPinnedStagingMinBytes) return t.to(at::kCPU);  // blocking: syncs the stream
+  if (Bytes(t) < kPinnedStagingMinBytes && !PinAlways()) {
+    return t.to(at::kCPU);  // blocking: syncs the stream
+  }
   at::Tensor pinned = PinnedLike(t);
   pinned.copy_(t, /*non_blocking=*/true);
   return pinned;
@@ -107,8 +134,16 @@ at::Tensor StageToHost(const at::Tensor& t) {
 void SynchronizeCurrentStream(const c10::Device& device) {
   if (!device.is_cuda()) return;
 #ifdef MHA_WITH_CUDA
-  c10::cuda::getCurrentCUDAStream(device.has_index() ? device.index() : -1).synchronize();
+  WaitFor(c10::cuda::getCurrentCUDAStream(device.has_index() ? device.index() : -1));
 #endif
+}
+
+at::Tensor CopyToHost(const at::Tensor& t) {
+  if (!t.defined() || !t.is_cuda()) return t;
+  if (!PinAlways()) return t.to(at::kCPU);  // blocking: syncs the stream (spinning)
+  at::Tensor pinned = StageToHost(t);
+  SynchronizeCurrentStream(t.device());
+  return pinned;
 }
 
 }  // namespace mha

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "llama_ops.h"
+#include "mha/device_stream.h"
 #include "mha/kv_batch.h"
 #include "mha/paged_attention.h"
 #include "mha/shape_string.h"
@@ -166,7 +167,7 @@ void RunStep(const LlamaAttentionStack& stack, int64_t layer,
       internal::LinearT(attended, w.o_weight_t, w.o_bias).to(ToScalarType(stack.dtype()));
   if (std::all_of(items.begin(), items.end(),
                   [](const LlamaStepItem& i) { return i.hidden.is_cpu(); })) {
-    out = out.cpu();  // one copy back for every item
+    out = CopyToHost(out);  // one copy back for every item
   }
   int64_t offset = 0;
   for (const LlamaStepItem& item : items) {

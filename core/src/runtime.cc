@@ -6,6 +6,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include <atomic>
+
 #ifdef MHA_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -22,6 +24,8 @@ SetThreadsFn BlasSetter() {
       reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
   return fn;
 }
+
+std::atomic<DeviceWait> g_device_wait{DeviceWait::kSpin};
 
 GetThreadsFn BlasGetter() {
   static const auto fn =
@@ -43,7 +47,21 @@ int BlasThreads() {
   return get != nullptr ? get() : -1;
 }
 
+StatusOr<DeviceWait> ParseDeviceWait(const std::string& name) {
+  if (name == "spin") return DeviceWait::kSpin;
+  if (name == "block") return DeviceWait::kBlock;
+  return InvalidArgument("device wait '" + name + "': spin or block");
+}
+
+const char* DeviceWaitName(DeviceWait wait) {
+  return wait == DeviceWait::kBlock ? "block" : "spin";
+}
+
+void SetDeviceWait(DeviceWait wait) { g_device_wait.store(wait, std::memory_order_relaxed); }
+DeviceWait GetDeviceWait() { return g_device_wait.load(std::memory_order_relaxed); }
+
 Status ConfigureThreads(const ThreadingOptions& options) {
+  SetDeviceWait(options.device_wait);
   if (options.intra_op_threads > 0) {
     try {
       at::set_num_threads(options.intra_op_threads);

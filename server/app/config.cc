@@ -137,6 +137,11 @@ void AddServingFlags(CLI::App& app, ServerConfig* c) {
       "spin and take cores from the rest); N = every pass N; -1 = leave OpenBLAS's setting "
       "(OPENBLAS_NUM_THREADS) alone")
       ->check(CLI::Range(-1, 256));
+  Add(app, "--device-wait", &c->device_wait,
+      "On a GPU, how a worker waits for its pass: spin (CUDA's default: the least latency, a core "
+      "busy for the whole wait) or block (it sleeps until the GPU is done, and small copies go "
+      "through pinned buffers: the core free for other requests, a wake-up per wait)")
+      ->check(CLI::IsMember({"spin", "block"}));
   Add(app, "--inter-op-threads", &c->inter_op_threads, "ATen inter-op threads")
       ->check(CLI::Range(1, 256));
   // -1 (not given) is only the default: a given value is checked as main's --workers was.

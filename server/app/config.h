@@ -26,6 +26,7 @@ struct ServerConfig {
   std::string dtype;   // "" = each model's config.json (else float32)
   int intra_op_threads = 1;
   int inter_op_threads = 1;
+  std::string device_wait = "spin";  // mha/runtime.h DeviceWait: spin or block
   int64_t max_message_bytes = serve::kDefaultMaxMessageBytes;
   int stream_window = 4;
   // Triton's shared-memory extension (server/frontends/common/shared_memory_registry.h).

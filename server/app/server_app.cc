@@ -198,11 +198,11 @@ Status ServerApp::StartGrpc() {
   SetServing(false);
   spdlog::info(
       "mha-server listening on {} (port {}, {}): NOT_SERVING until models are loaded; "
-      "instances={} intra_op_threads={} inter_op_threads={} max_queue_size={} "
+      "instances={} intra_op_threads={} inter_op_threads={} device_wait={} max_queue_size={} "
       "max_batch_size={} max_sequence_length={} max_message_bytes={}",
       c_.grpc_address, port_, TransportSecurityName(c_), c_.ResolvedInstances(), IntraOpThreads(),
-      InterOpThreads(), c_.core.batcher.max_queue_size, c_.core.limits.max_batch_size,
-      c_.core.limits.max_sequence_length, c_.max_message_bytes);
+      InterOpThreads(), DeviceWaitName(GetDeviceWait()), c_.core.batcher.max_queue_size,
+      c_.core.limits.max_batch_size, c_.core.limits.max_sequence_length, c_.max_message_bytes);
   spdlog::info("runtime: {}", RuntimeSummary());
   return Status::Ok();
 }
@@ -315,7 +315,13 @@ int RunServer(const ServerConfig& c) {
     }
     admin_token = *token;
   }
-  if (const Status threads = ConfigureThreads({c.intra_op_threads, c.inter_op_threads});
+  const StatusOr<DeviceWait> wait = ParseDeviceWait(c.device_wait);
+  if (!wait.ok()) {
+    spdlog::error("--device-wait: {}", wait.status().message());
+    return 2;
+  }
+  if (const Status threads =
+          ConfigureThreads({c.intra_op_threads, c.inter_op_threads, wait.value()});
       !threads.ok()) {
     spdlog::error("{}", threads.message());
     return 1;

@@ -28,11 +28,11 @@ int RunCommand(const std::string& command, std::string* output) {
 TEST(ServerConfig, HelpDocumentsEveryFlagAndItsEnvironmentVariable) {
   std::string out;
   ASSERT_EQ(RunCommand(ServerProcess::BinaryPath() + " --help", &out), 0) << out;
-  for (const char* flag :
-       {"--grpc-address", "--model-repository", "--default-model", "--device", "--dtype",
-        "--intra-op-threads", "--inter-op-threads", "--workers", "--max-queue-size",
-        "--max-batch-size", "--max-sequence-length", "--max-message-bytes", "--stream-window",
-        "--log-format", "--log-level", "--grace-period-s", "--port-file", "--config"}) {
+  for (const char* flag : {"--grpc-address", "--model-repository", "--default-model", "--device",
+                           "--dtype", "--intra-op-threads", "--inter-op-threads", "--workers",
+                           "--max-queue-size", "--max-batch-size", "--max-sequence-length",
+                           "--max-message-bytes", "--stream-window", "--log-format", "--log-level",
+                           "--grace-period-s", "--port-file", "--config", "--device-wait"}) {
     EXPECT_NE(out.find(flag), std::string::npos) << flag << " missing from --help";
   }
   EXPECT_NE(out.find("MHA_MAX_QUEUE_SIZE"), std::string::npos) << out;
@@ -46,6 +46,9 @@ TEST(ServerConfig, BadFlagValuesAreRejected) {
   out.clear();
   EXPECT_NE(RunCommand(ServerProcess::BinaryPath() + " --workers -1", &out), 0);
   EXPECT_NE(out.find("workers"), std::string::npos) << out;
+  out.clear();
+  EXPECT_NE(RunCommand(ServerProcess::BinaryPath() + " --device-wait yield", &out), 0);
+  EXPECT_NE(out.find("device-wait"), std::string::npos) << out;
   out.clear();
   // Tests hold passes with mha-test-server's gate (hold_gate.h); the binary has no such flag.
   EXPECT_NE(RunCommand(ServerProcess::BinaryPath() + " --debug-forward-delay-ms 1", &out), 0);
@@ -72,9 +75,10 @@ TEST(ServerConfig, FlagsFromEnvironmentAndConfigFileWithJsonLogs) {
   const std::string config = dir.path() + "/server.toml";
   std::ofstream(config) << "max-sequence-length = 8\n";
   ServerProcess server;
-  ASSERT_TRUE(server.Start({"--model-repository", repository.path(), "--config", config},
-                           /*wait_until_serving=*/true,
-                           {{"MHA_MAX_BATCH_SIZE", "2"}, {"MHA_LOG_FORMAT", "json"}}));
+  ASSERT_TRUE(server.Start(
+      {"--model-repository", repository.path(), "--config", config},
+      /*wait_until_serving=*/true,
+      {{"MHA_MAX_BATCH_SIZE", "2"}, {"MHA_LOG_FORMAT", "json"}, {"MHA_DEVICE_WAIT", "block"}}));
   client::TensorClient client({server.target(), std::chrono::seconds(60)});
   auto big_batch = client.ForwardRaw(SelfAttentionRequest("", 3, 2, 16));
   ASSERT_FALSE(big_batch.ok());
@@ -105,6 +109,7 @@ TEST(ServerConfig, FlagsFromEnvironmentAndConfigFileWithJsonLogs) {
     }
   }
   EXPECT_GE(lines, 4);
+  EXPECT_NE(server.log().find("device_wait=block"), std::string::npos) << server.log();
   EXPECT_TRUE(saw_failure_line) << "no log line for the failed request:\n" << server.log();
 }
 

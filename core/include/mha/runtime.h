@@ -11,10 +11,27 @@
 
 namespace mha {
 
+// How a thread waits for its work on a GPU (a pass's copies back to the host, a stream's
+// synchronization; mha/device_stream.h). kSpin: CUDA's default, the thread polls: the lowest
+// wake-up latency, and a core busy for the whole wait (it counts as the server's CPU). kBlock: the
+// thread sleeps on a blocking-sync event until the GPU is done, and small copies to and from the
+// host go through pinned buffers so that no copy waits spinning either: the core is free for other
+// requests, each wait pays a wake-up. No effect without a GPU.
+enum class DeviceWait { kSpin, kBlock };
+
+// "spin" or "block"; INVALID_ARGUMENT naming both otherwise.
+StatusOr<DeviceWait> ParseDeviceWait(const std::string& name);
+const char* DeviceWaitName(DeviceWait wait);
+
 struct ThreadingOptions {
   int intra_op_threads = 1;  // at::set_num_threads
   int inter_op_threads = 1;  // at::set_num_interop_threads (only before any inter-op work)
+  DeviceWait device_wait = DeviceWait::kSpin;  // SetDeviceWait
 };
+
+// The process's DeviceWait (ConfigureThreads sets it; kSpin until then).
+void SetDeviceWait(DeviceWait wait);
+DeviceWait GetDeviceWait();
 
 // FAILED_PRECONDITION when LibTorch cannot size its pools (its cpuinfo needs /proc/cpuinfo; a
 // sandbox without /proc makes at::set_num_threads throw), with LibTorch's reason.

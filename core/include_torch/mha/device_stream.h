@@ -9,6 +9,9 @@
 // for a query already on the device (a library caller) it returns with the pass queued and the
 // caller's stream made to wait for it through an event, as an ATen op on that stream would.
 //
+// Waiting: every wait here (Synchronize, SynchronizeCurrentStream, CopyToHost) spins or sleeps as
+// the process's DeviceWait says (mha/runtime.h); under kBlock every host copy is staged.
+//
 // Staging: host inputs of kPinnedStagingMinBytes or more are copied into a pinned buffer and sent
 // with non_blocking=true (an asynchronous DMA on the pass's stream); smaller ones are copied
 // directly. Outputs of a pass whose query came from the host go back the same way (pinned buffer,
@@ -88,5 +91,9 @@ at::Tensor StageToHost(const at::Tensor& t);
 // Waits for the work queued so far on `device`'s current stream (e.g. the default stream that
 // MhaModel::Create placed the weights on, which pool streams do not wait for). No-op on the CPU.
 void SynchronizeCurrentStream(const c10::Device& device);
+
+// `t` on the host, complete on return (the current stream waited for, as DeviceWait says); `t`
+// itself unless it is a CUDA tensor. What a pass's own `.to(at::kCPU)` would be, without the spin.
+at::Tensor CopyToHost(const at::Tensor& t);
 
 }  // namespace mha

@@ -1,6 +1,6 @@
 // mha/device_stream.h: a no-op on the CPU (the same tensors back, the same results); on CUDA (when
-// at::hasCUDA(), else skipped) each thread's own pool stream, pinned staging both ways, and
-// forward passes from several threads equal to the CPU's.
+// at::hasCUDA(), else skipped) each thread's own pool stream, pinned staging both ways, forward
+// passes from several threads equal to the CPU's, and the blocking DeviceWait (mha/runtime.h).
 #include "mha/device_stream.h"
 
 #include <ATen/ATen.h>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mha/model.h"
+#include "mha/runtime.h"
 #include "test_util.h"
 
 #ifdef MHA_WITH_CUDA
@@ -69,6 +70,33 @@ ForwardInputs MakeInputs(at::Tensor query) {
   return in;
 }
 
+// The process's DeviceWait for one test, the previous one restored after.
+class DeviceWaitScope {
+ public:
+  explicit DeviceWaitScope(DeviceWait wait) : before_(GetDeviceWait()) { SetDeviceWait(wait); }
+  ~DeviceWaitScope() { SetDeviceWait(before_); }
+  DeviceWaitScope(const DeviceWaitScope&) = delete;
+  DeviceWaitScope& operator=(const DeviceWaitScope&) = delete;
+
+ private:
+  DeviceWait before_;
+};
+
+TEST(DeviceWaitTest, ParsesSpinAndBlockAndNamesBothOtherwise) {
+  EXPECT_EQ(ParseDeviceWait("spin").value(), DeviceWait::kSpin);
+  EXPECT_EQ(ParseDeviceWait("block").value(), DeviceWait::kBlock);
+  const auto bad = ParseDeviceWait("yield");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "device wait 'yield': spin or block");
+  EXPECT_STREQ(DeviceWaitName(DeviceWait::kBlock), "block");
+  EXPECT_STREQ(DeviceWaitName(DeviceWait::kSpin), "spin");
+  const DeviceWait before = GetDeviceWait();
+  ASSERT_TRUE(ConfigureThreads({1, 1, DeviceWait::kBlock}).ok());
+  EXPECT_EQ(GetDeviceWait(), DeviceWait::kBlock);
+  SetDeviceWait(before);
+}
+
 TEST(DeviceStreamCpuTest, ScopeAndStagingAreNoOps) {
   const c10::Device cpu(c10::kCPU);
   DeviceStreamScope scope(cpu);
@@ -80,6 +108,15 @@ TEST(DeviceStreamCpuTest, ScopeAndStagingAreNoOps) {
   EXPECT_FALSE(StageToDevice(at::Tensor(), cpu).defined());
   EXPECT_FALSE(StageToHost(at::Tensor()).defined());
   SynchronizeCurrentStream(cpu);
+  for (DeviceWait wait : {DeviceWait::kSpin, DeviceWait::kBlock}) {  // CPU tensors stay as they are
+    DeviceWaitScope waiting(wait);
+    const at::Tensor small = SmallQuery();
+    EXPECT_TRUE(StageToDevice(small, cpu).is_same(small));
+    EXPECT_TRUE(StageToHost(small).is_same(small));
+    EXPECT_TRUE(CopyToHost(small).is_same(small));
+    EXPECT_FALSE(CopyToHost(at::Tensor()).defined());
+    scope.Synchronize();
+  }
 }
 
 TEST(DeviceStreamCpuTest, CpuForwardIdenticalInsideAScope) {
@@ -143,6 +180,37 @@ TEST(DeviceStreamCudaTest, StagingRoundTripThroughPinnedMemory) {
   EXPECT_FALSE(small_back.is_pinned());
   EXPECT_TRUE(at::equal(big_back, big * 2));
   EXPECT_TRUE(at::equal(small_back, small * 2));
+}
+
+// --device-wait block: small copies go through pinned buffers too, every wait sleeps on an event,
+// and the numbers are the same as the CPU's.
+TEST(DeviceStreamCudaTest, BlockingWaitStagesEveryCopyAndMatches) {
+  MHA_SKIP_WITHOUT_CUDA();
+  DeviceWaitScope waiting(DeviceWait::kBlock);
+  const c10::Device gpu(c10::kCUDA, 0);
+  const at::Tensor small = SmallQuery();
+  {
+    DeviceStreamScope scope(gpu);
+    const at::Tensor on_gpu = StageToDevice(small, gpu);
+    const at::Tensor back = StageToHost(on_gpu * 2);
+    scope.Synchronize();
+    EXPECT_TRUE(back.is_pinned());
+    EXPECT_TRUE(at::equal(back, small * 2));
+    const at::Tensor copied = CopyToHost(on_gpu * 3);  // complete on return
+    EXPECT_TRUE(copied.is_cpu());
+    EXPECT_TRUE(at::equal(copied, small * 3));
+  }
+  const MhaWeights weights = RandomWeights();
+  auto cpu = MakeModel("cpu", weights), gpu_model = MakeModel("cuda:0", weights);
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(gpu_model, nullptr);
+  const ForwardInputs in = MakeInputs(SmallQuery());
+  ForwardOutputs expected, actual;
+  ASSERT_TRUE(cpu->Forward(in, &expected).ok());
+  ASSERT_TRUE(gpu_model->Forward(in, &actual).ok());
+  EXPECT_TRUE(actual.output.is_pinned());
+  EXPECT_TRUE(TensorsNear(actual.output, expected.output, kFp32Tolerance));
+  EXPECT_TRUE(TensorsNear(actual.attn_weights, expected.attn_weights, kFp32Tolerance));
 }
 
 TEST(DeviceStreamCudaTest, ForwardFromHostMatchesCpuAndReturnsHostTensors) {
