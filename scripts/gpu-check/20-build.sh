@@ -17,9 +17,9 @@ step configure 120 "$blog" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Re
 if grep -q 'CUDA support: ON' "$blog"; then cuda_on=true; else cuda_on=false; fi
 echo "gpu-check: CUDA support: $cuda_on"
 # -k 0: one call shows every compile error, not only the first. Step build makes the serving
-# binaries the rows need (25-rows.sh runs them next); step buildrest (30-tests.sh) every other
+# binaries the rows and llamaprofile need (25-rows.sh runs them next); step buildrest (30-tests.sh) every other
 # target, after the rows.
-serve_targets=(server/mha-server client/mha-client bench/mha_echo_floor)
+serve_targets=(server/mha-server client/mha-client bench/mha_echo_floor bench/mha_llama_trace)
 step build 340 "$blog" nice ninja -C "$build" -j"$jobs" -k 0 "${serve_targets[@]}"
 python3 scripts/build_errors.py "$blog" > "$OUT/errors.txt" 2>&1
 # CUDA graphs (LibTorch's CUDA API) and CUDA shared memory (cudart's IPC calls, core/src/

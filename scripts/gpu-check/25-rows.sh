@@ -15,6 +15,10 @@
 #   goals      issue 26's table (bench/run_all.sh --quick, rows GOALS_ROWS); issue 46 reads two of
 #              them: 64 clients of B=1,T=16 warm req/s (batching on) and decode 64 sessions'
 #              server CPU per step                                                  ~45 s, cap 150
+#   goalsblock issue 46: goals' rows decode64 and batching again with mha-server --device-wait
+#              block (GOALS_BLOCK_ROWS), into goals_block.json                      ~35 s, cap 100
+#   llamaprofile issue 46: the Llama step's Kineto timeline in process (bench/llama_trace.cc,
+#              LLAMA_SHAPE), summarized by bench/trace_passes.py                    ~40 s, cap 90
 # A dry run on a CPU box with tiny shapes (each step's whole path, in seconds):
 #   GPU_CHECK_STEPS="coldstart longseq llamastep goals" GPU_ROWS_TINY=1 SERVE_DEVICE=cpu \
 #     SERVE_DTYPE=float32 BUILD=build scripts/gpu-check.sh
@@ -54,9 +58,29 @@ goals() {
   bench/run_all.sh --build "$build" --quick --device "${SERVE_DEVICE:-cuda}" \
     --dtype "${SERVE_DTYPE:-float16}" --rows "$r" --json "$bdir/goals.json"
 }
-export -f rows coldstart longseq llamastep goals
+# The same rows with every wait on the GPU sleeping instead of spinning (mha-server --device-wait
+# block, mha/runtime.h): server CPU per request and per decode step beside goals' spin, req/s.
+goalsblock() {
+  bench/run_all.sh --build "$build" --quick --device "${SERVE_DEVICE:-cuda}" \
+    --dtype "${SERVE_DTYPE:-float16}" --rows "${GOALS_BLOCK_ROWS:-decode64,batching}" \
+    --json "$bdir/goals_block.json" -- --device-wait block
+}
+# Where the Llama step's time goes on the device (issue 46): mha_llama_trace's Kineto timeline of
+# the row's step (LLAMA_SHAPE's first five), then bench/trace_passes.py: the runtime calls, CPU
+# ops and kernels of one step by time.
+llamaprofile() {
+  local shape=${LLAMA_SHAPE:-128,4096,4096,32,8,64} dt=float16
+  [ "${SERVE_DEVICE:-cuda}" = cpu ] && dt=${SERVE_DTYPE:-float32}
+  LLAMA_SHAPE=$(cut -d, -f1-5 <<< "$shape") MHA_BENCH_DEVICE=${SERVE_DEVICE:-cuda} \
+    MHA_BENCH_DTYPE=$dt "$build/bench/mha_llama_trace" "$bdir/llama_trace.json" 10 0 &&
+    python3 bench/trace_passes.py "$bdir/llama_trace.json" --label "mha_core Llama step $shape $dt"
+}
+export -f rows coldstart longseq llamastep goals goalsblock llamaprofile
 built coldstart server/mha-server client/mha-client && step coldstart 60 "$OUT/bench.log" coldstart
 built longseq server/mha-server client/mha-client && step longseq 120 "$OUT/bench.log" longseq
 built llamastep server/mha-server client/mha-client && step llamastep 180 "$OUT/bench.log" llamastep
 built goals server/mha-server client/mha-client bench/mha_echo_floor &&
   step goals 150 "$OUT/bench.log" goals
+built goalsblock server/mha-server client/mha-client &&
+  step goalsblock 100 "$OUT/bench.log" goalsblock
+built llamaprofile bench/mha_llama_trace && step llamaprofile 90 "$OUT/bench.log" llamaprofile
