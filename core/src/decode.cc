@@ -12,8 +12,10 @@
 #include "mha/attention_ops.h"
 #include "mha/device_stream.h"
 #include "mha/paged_attention.h"
+#include "mha/runtime.h"
 #include "mha/shape_string.h"
 #include "mha/tensor_util.h"
+#include "panel_gemm.h"
 
 namespace mha {
 namespace {
@@ -162,11 +164,6 @@ std::vector<at::Tensor> AttendEach(const MhaModel& model, const std::vector<Step
 }
 
 // One output projection over every item's rows, split back into the items' outputs.
-// x [N, in] times a transposed weight [in, out] (+ bias): at::linear of the weight.
-at::Tensor LinearT(const at::Tensor& x, const at::Tensor& weight_t, const at::Tensor& bias) {
-  return bias.defined() ? at::addmm(bias, x, weight_t) : at::mm(x, weight_t);
-}
-
 void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
                     const std::vector<at::Tensor>& combined) {
   const MhaWeights& w = model.weights();
@@ -174,8 +171,9 @@ void ProjectOutputs(const MhaModel& model, const std::vector<StepItem>& items,
   const int64_t e = model.options().embed_dim;
   const at::Tensor joined = combined.size() == 1 ? combined[0] : at::cat(combined, 0);
   at::Tensor out_all =
-      (model.out_weight_t().defined() ? LinearT(joined, model.out_weight_t(), w.out_bias)
-                                      : at::linear(joined, w.out_weight, w.out_bias))
+      (model.out_weight_t().defined()
+           ? internal::LinearT(joined, model.out_weight_t(), w.out_bias, model.out_panels())
+           : at::linear(joined, w.out_weight, w.out_bias))
           .to(ToScalarType(model.options().dtype));
   const bool all_host = std::none_of(items.begin(), items.end(), [](const StepItem& item) {
     return item.inputs->query.is_cuda();
@@ -211,7 +209,8 @@ void Project(const MhaModel& model, const at::Tensor& all, bool any_self, at::Te
   if (any_self && model.in_proj_weight().defined() &&
       (model.in_proj_weight_t().defined() || all.size(0) >= kFusedRows)) {
     const at::Tensor qkv = model.in_proj_weight_t().defined()
-                               ? LinearT(all, model.in_proj_weight_t(), model.in_proj_bias())
+                               ? internal::LinearT(all, model.in_proj_weight_t(),
+                                                   model.in_proj_bias(), model.in_proj_panels())
                                : at::linear(all, model.in_proj_weight(), model.in_proj_bias());
     *q = qkv.narrow(1, 0, e);
     *k = qkv.narrow(1, e, e);

@@ -7,6 +7,7 @@
 #include "mha/attention_blocks.h"
 #include "mha/attention_ops.h"
 #include "mha/options.h"
+#include "panel_gemm.h"
 
 namespace mha::internal {
 namespace {
@@ -17,10 +18,6 @@ at::Tensor RotateHalf(const at::Tensor& x) {
 }
 
 }  // namespace
-
-at::Tensor LinearT(const at::Tensor& x, const at::Tensor& weight_t, const at::Tensor& bias) {
-  return bias.defined() ? at::addmm(bias, x, weight_t) : at::mm(x, weight_t);
-}
 
 void ProjectQkv(const LlamaLayer& layer, const LlamaConfig& config, const at::Tensor& x,
                 at::Tensor* q, at::Tensor* k, at::Tensor* v) {

@@ -27,9 +27,6 @@ struct LlamaLayer {
   at::Tensor o_weight_t, o_bias;
 };
 
-// x [N, in] times a transposed weight [in, out] (+ bias [out]): at::linear of the weight.
-at::Tensor LinearT(const at::Tensor& x, const at::Tensor& weight_t, const at::Tensor& bias);
-
 // Projects rows x [N, E] into q [N, H * D], k and v [N, KV * D] (column views of one GEMM's
 // output).
 void ProjectQkv(const LlamaLayer& layer, const LlamaConfig& config, const at::Tensor& x,

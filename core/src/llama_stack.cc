@@ -8,6 +8,7 @@
 #include "mha/device_stream.h"
 #include "mha/shape_string.h"
 #include "mha/tensor_util.h"
+#include "panel_gemm.h"
 
 namespace mha {
 namespace {

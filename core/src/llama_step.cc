@@ -14,6 +14,7 @@
 #include "mha/paged_attention.h"
 #include "mha/shape_string.h"
 #include "mha/tensor_util.h"
+#include "panel_gemm.h"
 
 namespace mha {
 namespace {

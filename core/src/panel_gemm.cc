@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "mha/runtime.h"
 #include "simd.h"
 
 // The AVX-512 form (WideGemm) where GCC can build it for x86-64 (simd.h).
@@ -178,6 +179,20 @@ void PanelGemm(const float* x, int64_t ldx, int64_t n, int64_t k, const float* p
   }
 #endif
   NarrowGemm(x, ldx, n, k, panels, m, bias, c);
+}
+
+at::Tensor LinearT(const at::Tensor& x, const at::Tensor& w_t, const at::Tensor& bias,
+                   const at::Tensor& panels) {
+  if (panels.defined() && x.is_cpu() && x.scalar_type() == at::kFloat &&
+      (BlasThreads() == 1 || x.size(0) <= kPanelRowsAnyThreads)) {
+    const at::Tensor xc = x.contiguous();
+    const int64_t n = xc.size(0), k = xc.size(1), m = w_t.size(1);
+    at::Tensor out = at::empty({n, m}, xc.options());
+    PanelGemm(xc.data_ptr<float>(), k, n, k, panels.data_ptr<float>(), m,
+              bias.defined() ? bias.data_ptr<float>() : nullptr, out.data_ptr<float>());
+    return out;
+  }
+  return bias.defined() ? at::addmm(bias, x, w_t) : at::mm(x, w_t);
 }
 
 }  // namespace mha::internal

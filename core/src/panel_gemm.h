@@ -28,6 +28,13 @@ at::Tensor PackPanels(const at::Tensor& w_t);
 void PanelGemm(const float* x, int64_t ldx, int64_t n, int64_t k, const float* panels, int64_t m,
                const float* bias, float* c);
 
+// x [N, in] times a transposed weight w_t [in, out] (+ bias [out]): at::linear of the weight.
+// Over `panels` (PackPanels(w_t)) when given and the pass takes them, as the packed pass does: a
+// float32 x on the CPU and one BLAS thread, or at most kPanelRowsAnyThreads rows; then nothing is
+// packed per call. Else addmm / mm over w_t (OpenBLAS packs it per call).
+at::Tensor LinearT(const at::Tensor& x, const at::Tensor& w_t, const at::Tensor& bias,
+                   const at::Tensor& panels = at::Tensor());
+
 // Tests only: false makes PanelGemm run its 8-float form (x86-64-v3 / baseline) even where the
 // CPU has AVX-512 (there it runs 8 x 32 tiles of 16-float vectors); true restores the default.
 void AllowWidePanelGemm(bool allow);

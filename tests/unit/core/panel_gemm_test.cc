@@ -9,6 +9,7 @@
 
 #include <tuple>
 
+#include "mha/runtime.h"
 #include "test_util.h"
 
 namespace mha {
@@ -51,6 +52,33 @@ INSTANTIATE_TEST_SUITE_P(Sizes, PanelGemmTest,
                                            std::make_tuple(17, 512, 48),
                                            std::make_tuple(8, 1100, 32),
                                            std::make_tuple(300, 1100, 48)));
+
+// LinearT: x times w_t (+ bias) equal to addmm / mm whether it reads the panels or not (up to
+// kPanelRowsAnyThreads rows at any BLAS thread count, past it at one thread), x strided or not.
+TEST(LinearTTest, MatchesAddmmWithAndWithoutPanels) {
+  at::manual_seed(5);
+  const int64_t k = 96, m = 48;
+  const at::Tensor w_t = at::randn({k, m}), bias = at::randn({m});
+  const at::Tensor panels = internal::PackPanels(w_t);
+  const int before = BlasThreads();
+  for (int threads : {1, 2}) {
+    SetBlasThreads(threads);
+    for (int64_t n : {int64_t{1}, internal::kPanelRowsAnyThreads, int64_t{130}}) {
+      const at::Tensor x = at::randn({n, k + 5}).narrow(1, 2, k);  // rows k + 5 floats apart
+      for (bool with_bias : {false, true}) {
+        const at::Tensor b = with_bias ? bias : at::Tensor();
+        const at::Tensor expected = with_bias ? at::addmm(bias, x, w_t) : at::mm(x, w_t);
+        for (bool with_panels : {false, true}) {
+          const at::Tensor got = internal::LinearT(x, w_t, b, with_panels ? panels : at::Tensor());
+          EXPECT_TRUE(testing::TensorsNear(got, expected, 1e-5 * k))
+              << "threads " << threads << " rows " << n << " bias " << with_bias << " panels "
+              << with_panels;
+        }
+      }
+    }
+  }
+  if (before > 0) SetBlasThreads(before);
+}
 
 }  // namespace
 }  // namespace mha
