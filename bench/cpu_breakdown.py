@@ -26,8 +26,8 @@ printed in µs per request.
 import argparse, collections, json, re, sys
 
 STAGES = [  # (stage, regex on the frame's symbol), checked in this order for each frame
-    ("merge", r"MergeInputs"),
-    ("split", r"SplitOutputs|ToHostOutputs"),
+    ("merge", r"MergeInputs|MergeHostQueries"),
+    ("split", r"SplitOutputs|SplitHostOutputs|ToHostOutputs"),
     ("pass", r"ForwardValidated|MhaModel::RunForward"),
     ("encode", r"WriteForwardResponse|EncodeForwardResponse|SerializeWithBorrowedBytes"),
     ("decode", r"ParseRawRequest|DecodeCall|DecodeForwardRequest|DecodeTensor"),

@@ -12,6 +12,7 @@
 #include "mha/model.h"
 #include "mha/tensor_adapter.h"
 #include "server/serving/scheduling/merge/batch_merge.h"
+#include "server/serving/scheduling/merge/host_merge.h"
 
 namespace mha::serve {
 namespace {
@@ -71,23 +72,35 @@ class ForwardPassRunner : public PassRunner {
                    const ClockSource& clock, PassTimes* times) const override {
     return Guarded("merging the batch", [&] {
       const Clock::time_point start = clock.Now();
-      std::vector<ForwardInputs> inputs;
-      inputs.reserve(tasks.size());
-      std::vector<const ForwardInputs*> pointers;
+      std::vector<const HostInputs*> host;
+      std::vector<const OutputTypes*> types;
       for (const InferenceTask* t : tasks) {
-        inputs.push_back(ToForwardInputs(t->inputs));
-        pointers.push_back(&inputs.back());
+        host.push_back(&t->inputs);
+        types.push_back(&t->output_types);
       }
-      MergedBatch merged = MergeInputs(pointers, info_);
+      // The general path's inputs wrap the tasks' bytes: kept until the pass is done.
+      std::vector<ForwardInputs> inputs;
+      MergedBatch merged;
+      if (!MergeHostQueries(host, &merged)) {  // host_merge.h: one memcpy a request
+        inputs.reserve(tasks.size());
+        std::vector<const ForwardInputs*> pointers;
+        for (const InferenceTask* t : tasks) {
+          inputs.push_back(ToForwardInputs(t->inputs));
+          pointers.push_back(&inputs.back());
+        }
+        merged = MergeInputs(pointers, info_);
+      }
       times->merge_us = MicrosBetween(start, clock.Now());
       ForwardOutputs out;
       MHA_RETURN_IF_ERROR(forward_(merged.inputs, &out));
       const Clock::time_point forwarded = clock.Now();
-      std::vector<ForwardOutputs> split = SplitOutputs(merged, out, info_);
-      if (split.size() != tasks.size()) return Internal("the merged pass lost requests");
-      outs->clear();
-      for (size_t i = 0; i < split.size(); ++i) {
-        outs->push_back(ToHostOutputs(split[i], tasks[i]->output_types));
+      if (!SplitHostOutputs(merged, out, types, outs)) {
+        std::vector<ForwardOutputs> split = SplitOutputs(merged, out, info_);
+        if (split.size() != tasks.size()) return Internal("the merged pass lost requests");
+        outs->clear();
+        for (size_t i = 0; i < split.size(); ++i) {
+          outs->push_back(ToHostOutputs(split[i], tasks[i]->output_types));
+        }
       }
       times->split_us = MicrosBetween(forwarded, clock.Now());
       return Status::Ok();
