@@ -25,8 +25,6 @@ SetThreadsFn BlasSetter() {
   return fn;
 }
 
-std::atomic<DeviceWait> g_device_wait{DeviceWait::kSpin};
-
 GetThreadsFn BlasGetter() {
   static const auto fn =
       reinterpret_cast<GetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
@@ -46,6 +44,10 @@ int BlasThreads() {
   const GetThreadsFn get = BlasGetter();
   return get != nullptr ? get() : -1;
 }
+
+namespace {
+std::atomic<DeviceWait> g_device_wait{DeviceWait::kSpin};  // SetDeviceWait
+}  // namespace
 
 StatusOr<DeviceWait> ParseDeviceWait(const std::string& name) {
   if (name == "spin") return DeviceWait::kSpin;

@@ -151,6 +151,14 @@ TEST(HostMerge, EveryOtherOutputIsLeftToSplitOutputs) {
   }
   std::vector<HostOutputs> outs;
   EXPECT_FALSE(SplitHostOutputs(batch, plain, {&float32}, &outs)) << "one type per request";
+  const std::vector<const OutputTypes*> types(3, &float32);
+  ForwardOutputs short_rows;  // a pass that lost a row: its split must not read past it
+  short_rows.output = at::randn({3, 6, kEmbed});
+  EXPECT_FALSE(SplitHostOutputs(batch, short_rows, types, &outs));
+  ForwardOutputs short_t;
+  short_t.output = at::randn({4, 5, kEmbed});
+  EXPECT_FALSE(SplitHostOutputs(batch, short_t, types, &outs));
+  EXPECT_TRUE(outs.empty());
 }
 
 }  // namespace

@@ -71,6 +71,13 @@ bool SplitHostOutputs(const MergedBatch& batch, const ForwardOutputs& merged,
     if (t->output != *type || t->output_place.defined()) return false;
   }
   const int64_t t_max = out.size(1), e = out.size(2);
+  for (size_t i = 0; i < batch.parts.size(); ++i) {  // every request's rows inside the output
+    const RequestShape& s = batch.parts[i];
+    if (batch.row_offsets.size() != batch.parts.size() || s.t > t_max || batch.row_offsets[i] < 0 ||
+        batch.row_offsets[i] + s.rows > out.size(0)) {
+      return false;
+    }
+  }
   const size_t row_bytes = static_cast<size_t>(e) * out.element_size();
   const char* base = static_cast<const char*>(out.data_ptr());
   std::vector<HostOutputs> split(batch.parts.size());
