@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "llama_bench_util.h"
 #include "mha/llama_step.h"
 #include "mha/paged_attention.h"
 
@@ -41,15 +42,7 @@ mha::StatusOr<std::shared_ptr<mha::LlamaAttentionStack>> MakeStack() {
   c.hidden_size = 1024, c.num_attention_heads = 16;
   c.num_key_value_heads = kv_heads != nullptr ? std::atoi(kv_heads) : 4;
   c.head_dim = 64, c.num_hidden_layers = 1, c.max_position_embeddings = 4096;
-  at::manual_seed(0);
-  mha::TensorMap tensors;
-  for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-    const bool kv = proj[0] == 'k' || proj[0] == 'v';
-    const int64_t rows = proj[0] == 'o' ? c.hidden_size : kv ? c.kv_dim() : c.q_dim();
-    const int64_t cols = proj[0] == 'o' ? c.q_dim() : c.hidden_size;
-    tensors[mha::LlamaTensorName(0, proj, "weight")] = at::randn({rows, cols}) * 0.03;
-  }
-  return mha::LlamaAttentionStack::Create(options, c, tensors);
+  return mha::LlamaAttentionStack::Create(options, c, mha_bench::RandomLlamaLayer(c, 0.03));
 }
 
 const mha::LlamaAttentionStack& Stack() {

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "llama_bench_util.h"
 #include "mha/llama_step.h"
 
 namespace {
@@ -60,15 +61,7 @@ mha::StatusOr<std::shared_ptr<mha::LlamaAttentionStack>> MakeStack(const Shape& 
   c.hidden_size = s.embed, c.num_attention_heads = s.heads, c.num_key_value_heads = s.kv_heads;
   c.head_dim = s.embed / s.heads, c.num_hidden_layers = 1;
   c.max_position_embeddings = s.cache + 64;
-  at::manual_seed(0);
-  mha::TensorMap tensors;
-  for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-    const bool kv = proj[0] == 'k' || proj[0] == 'v';
-    const int64_t rows = proj[0] == 'o' ? c.hidden_size : kv ? c.kv_dim() : c.q_dim();
-    const int64_t cols = proj[0] == 'o' ? c.q_dim() : c.hidden_size;
-    tensors[mha::LlamaTensorName(0, proj, "weight")] = at::randn({rows, cols}) * 0.02;
-  }
-  return mha::LlamaAttentionStack::Create(options, c, tensors);
+  return mha::LlamaAttentionStack::Create(options, c, mha_bench::RandomLlamaLayer(c, 0.02));
 }
 
 int Run(const std::string& path, int passes, mha::StepAttention attention) {
