@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "mha/attention_ops.h"
+#include "mha/device_stream.h"
 #include "mha/kv_batch.h"
 
 namespace mha {
@@ -55,7 +56,7 @@ at::Tensor AttendPadded(const MhaModel& model, const std::vector<StepItem>& item
   if (!appending.empty()) {
     auto rows_of = [&](const at::Tensor& x) {
       if (static_cast<int64_t>(self_rows.size()) == n) return x;
-      return x.index_select(0, at::tensor(self_rows, at::kLong).to(x.device()));
+      return x.index_select(0, IdsToDevice(self_rows, x.device()));
     };
     const auto count = static_cast<int64_t>(self_rows.size());
     KvBatch::Append(appending, rows_of(k_all).view({count, 1, e}),

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "mha/device_stream.h"
+
 namespace mha {
 namespace {
 
@@ -36,7 +38,7 @@ void KvBatch::Append(const std::vector<KvCache*>& caches, const at::Tensor& k,
   std::vector<int64_t> slots;
   slots.reserve(static_cast<size_t>(rows * t));
   for (const KvCache* c : caches) c->SlotIds(c->length_, t, &slots);
-  const at::Tensor ids = at::tensor(slots, at::kLong).to(keys.device());
+  const at::Tensor ids = IdsToDevice(slots, keys.device());
   const int64_t h = keys.size(1), d = keys.size(2);
   keys.index_copy_(0, ids, k.reshape({rows * t, h, d}).to(keys.scalar_type()));
   pool.values().index_copy_(0, ids, v.reshape({rows * t, h, d}).to(keys.scalar_type()));
@@ -68,7 +70,7 @@ KvBatch::Padded KvBatch::Gather(const std::vector<const KvCache*>& caches) {
     }
   }
   for (const KvCache* c : caches) ids.insert(ids.end(), static_cast<size_t>(c->rows()), c->length_);
-  const at::Tensor all = at::tensor(ids, at::kLong).to(pool.keys().device());
+  const at::Tensor all = IdsToDevice(ids, pool.keys().device());
   const at::Tensor index = all.narrow(0, 0, rows * blocks);
   out.lengths = all.narrow(0, rows * blocks, rows);
   const at::Tensor pos = at::arange(out.longest, out.lengths.options());

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "mha/device_stream.h"
 #include "mha/kv_layout.h"
 #include "mha/kv_spill.h"
 #include "mha/model.h"
@@ -223,8 +224,7 @@ at::Tensor KvCache::Slots(int64_t begin, int64_t count) const {
   std::vector<int64_t> slots;
   slots.reserve(static_cast<size_t>(rows_ * count));
   SlotIds(begin, count, &slots);
-  at::Tensor ids = at::tensor(slots, at::kLong);
-  return ids.to(pool_->keys().device());
+  return IdsToDevice(slots, pool_->keys().device());
 }
 
 void KvCache::Append(const at::Tensor& k, const at::Tensor& v) {
@@ -275,7 +275,7 @@ at::Tensor KvCache::Gather(const at::Tensor& store) const {
   for (const auto& table : tables_) {
     for (int64_t j = 0; j < blocks; ++j) ids.push_back(table.at(static_cast<size_t>(j)));
   }
-  const at::Tensor index = at::tensor(ids, at::kLong).to(store.device());
+  const at::Tensor index = IdsToDevice(ids, store.device());
   const at::Tensor pages = store.view({-1, bt, h, d}).index_select(0, index);  // [rows*n, bt, H, D]
   return pages.view({rows_, blocks * bt, h, d}).narrow(1, 0, length_).transpose(1, 2);
 }

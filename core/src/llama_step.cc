@@ -147,8 +147,7 @@ void RunStep(const LlamaAttentionStack& stack, int64_t layer,
   const int64_t n = x.size(0);
   at::Tensor q, k, v, cos, sin;
   internal::ProjectQkv(w, c, x, &q, &k, &v);
-  internal::RopeTables(at::tensor(positions, at::kLong).to(layout.device), c, layout.dtype, &cos,
-                       &sin);
+  internal::RopeTables(IdsToDevice(positions, layout.device), c, layout.dtype, &cos, &sin);
   q = internal::ApplyRope(q.reshape({n, c.num_attention_heads, c.head_dim}), cos, sin)
           .reshape({n, c.q_dim()});
   k = internal::ApplyRope(k.reshape({n, c.num_key_value_heads, c.head_dim}), cos, sin)

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace mha {
 
@@ -91,6 +92,12 @@ at::Tensor StageToHost(const at::Tensor& t);
 // Waits for the work queued so far on `device`'s current stream (e.g. the default stream that
 // MhaModel::Create placed the weights on, which pool streams do not wait for). No-op on the CPU.
 void SynchronizeCurrentStream(const c10::Device& device);
+
+// int64 `ids` (block ids, slots, positions) as a tensor on `device`, queued on the current stream
+// without waiting for it: on a CUDA device through a pinned buffer, non_blocking (a blocking copy
+// from pageable memory synchronizes the stream, so a step's id copy mid-pass would wait for every
+// kernel queued before it). On the CPU: at::tensor(ids).
+at::Tensor IdsToDevice(const std::vector<int64_t>& ids, const c10::Device& device);
 
 // `t` on the host, complete on return (the current stream waited for, as DeviceWait says); `t`
 // itself unless it is a CUDA tensor. What a pass's own `.to(at::kCPU)` would be, without the spin.

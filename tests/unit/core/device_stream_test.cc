@@ -119,6 +119,13 @@ TEST(DeviceStreamCpuTest, ScopeAndStagingAreNoOps) {
   }
 }
 
+TEST(DeviceStreamCpuTest, IdsOnTheCpuAreAPlainTensor) {
+  const at::Tensor ids = IdsToDevice({3, 1, 2}, c10::Device(c10::kCPU));
+  EXPECT_EQ(ids.scalar_type(), at::kLong);
+  EXPECT_TRUE(at::equal(ids, at::tensor(std::vector<int64_t>{3, 1, 2}, at::kLong)));
+  EXPECT_EQ(IdsToDevice({}, c10::Device(c10::kCPU)).numel(), 0);
+}
+
 TEST(DeviceStreamCpuTest, CpuForwardIdenticalInsideAScope) {
   auto model = MakeModel("cpu", RandomWeights());
   ASSERT_NE(model, nullptr);
@@ -211,6 +218,23 @@ TEST(DeviceStreamCudaTest, BlockingWaitStagesEveryCopyAndMatches) {
   EXPECT_TRUE(actual.output.is_pinned());
   EXPECT_TRUE(TensorsNear(actual.output, expected.output, kFp32Tolerance));
   EXPECT_TRUE(TensorsNear(actual.attn_weights, expected.attn_weights, kFp32Tolerance));
+}
+
+// Ids copied without a wait: queued behind work already on the stream, and right when read there.
+TEST(DeviceStreamCudaTest, IdsReachTheDeviceInStreamOrder) {
+  MHA_SKIP_WITHOUT_CUDA();
+  const c10::Device gpu(c10::kCUDA, 0);
+  DeviceStreamScope scope(gpu);
+  const at::Tensor busy = at::randn({2048, 2048}, at::TensorOptions().device(gpu));
+  const at::Tensor product = at::mm(busy, busy);  // queued work before the copy
+  std::vector<int64_t> values(1000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>(i * 7 % 1000);
+  const at::Tensor ids = IdsToDevice(values, gpu);
+  EXPECT_EQ(ids.device(), gpu);
+  const at::Tensor picked = product.select(1, 0).index_select(0, ids).cpu();
+  EXPECT_TRUE(
+      at::equal(picked, product.select(1, 0).cpu().index_select(0, at::tensor(values, at::kLong))));
+  EXPECT_EQ(IdsToDevice({}, gpu).numel(), 0);
 }
 
 TEST(DeviceStreamCudaTest, ForwardFromHostMatchesCpuAndReturnsHostTensors) {
