@@ -117,6 +117,12 @@ at::Tensor StageToDevice(const at::Tensor& t, const c10::Device& device) {
   if (!device.is_cuda() || !t.is_cpu() || (Bytes(t) < kPinnedStagingMinBytes && !PinAlways())) {
     return t.to(device);  // blocking: the source may be borrowed bytes that go away after return
   }
+  return CopyToDeviceQueued(t, device);
+}
+
+at::Tensor CopyToDeviceQueued(const at::Tensor& t, const c10::Device& device) {
+  if (!t.defined() || t.device() == device) return t;
+  if (!device.is_cuda() || !t.is_cpu()) return t.to(device);
   if (t.is_pinned()) return t.to(device, t.scalar_type(), /*non_blocking=*/true);
   at::Tensor pinned = PinnedLike(t);
   pinned.copy_(t);

@@ -4,6 +4,8 @@
 
 #include <limits>
 
+#include "mha/device_stream.h"
+
 namespace mha {
 
 at::ScalarType ToScalarType(DType dtype) {
@@ -26,7 +28,9 @@ at::Tensor JoinRows(std::vector<at::Tensor> rows, c10::Device device, at::Scalar
       break;
     }
   }
-  return (rows.size() == 1 ? rows.front() : at::cat(rows, 0)).to(device, dtype);
+  // Host rows reach a device without a wait (the step's stream may hold other work), then are
+  // cast there.
+  return CopyToDeviceQueued(rows.size() == 1 ? rows.front() : at::cat(rows, 0), device).to(dtype);
 }
 
 at::Tensor ToAdditiveMask(const at::Tensor& mask, at::ScalarType dtype, c10::Device device) {

@@ -93,6 +93,12 @@ at::Tensor StageToHost(const at::Tensor& t);
 // MhaModel::Create placed the weights on, which pool streams do not wait for). No-op on the CPU.
 void SynchronizeCurrentStream(const c10::Device& device);
 
+// `t` on `device`, queued on the current stream without waiting for it: a host tensor going to a
+// CUDA device through a pinned buffer, non_blocking, whatever its size (the source may be freed
+// on return). Else what t.to(device) gives. For the copies in the middle of a pass or at its start
+// on a stream other threads share.
+at::Tensor CopyToDeviceQueued(const at::Tensor& t, const c10::Device& device);
+
 // int64 `ids` (block ids, slots, positions) as a tensor on `device`, queued on the current stream
 // without waiting for it: on a CUDA device through a pinned buffer, non_blocking (a blocking copy
 // from pageable memory synchronizes the stream, so a step's id copy mid-pass would wait for every

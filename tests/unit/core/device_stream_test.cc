@@ -119,11 +119,13 @@ TEST(DeviceStreamCpuTest, ScopeAndStagingAreNoOps) {
   }
 }
 
-TEST(DeviceStreamCpuTest, IdsOnTheCpuAreAPlainTensor) {
+TEST(DeviceStreamCpuTest, IdsAndQueuedCopiesOnTheCpu) {
   const at::Tensor ids = IdsToDevice({3, 1, 2}, c10::Device(c10::kCPU));
   EXPECT_EQ(ids.scalar_type(), at::kLong);
   EXPECT_TRUE(at::equal(ids, at::tensor(std::vector<int64_t>{3, 1, 2}, at::kLong)));
   EXPECT_EQ(IdsToDevice({}, c10::Device(c10::kCPU)).numel(), 0);
+  const at::Tensor rows = SmallQuery();
+  EXPECT_TRUE(CopyToDeviceQueued(rows, c10::Device(c10::kCPU)).is_same(rows));
 }
 
 TEST(DeviceStreamCpuTest, CpuForwardIdenticalInsideAScope) {
@@ -220,8 +222,8 @@ TEST(DeviceStreamCudaTest, BlockingWaitStagesEveryCopyAndMatches) {
   EXPECT_TRUE(TensorsNear(actual.attn_weights, expected.attn_weights, kFp32Tolerance));
 }
 
-// Ids copied without a wait: queued behind work already on the stream, and right when read there.
-TEST(DeviceStreamCudaTest, IdsReachTheDeviceInStreamOrder) {
+// Ids and rows copied without a wait: queued behind work already on the stream, right when read.
+TEST(DeviceStreamCudaTest, QueuedCopiesReachTheDeviceInStreamOrder) {
   MHA_SKIP_WITHOUT_CUDA();
   const c10::Device gpu(c10::kCUDA, 0);
   DeviceStreamScope scope(gpu);
@@ -235,6 +237,12 @@ TEST(DeviceStreamCudaTest, IdsReachTheDeviceInStreamOrder) {
   EXPECT_TRUE(
       at::equal(picked, product.select(1, 0).cpu().index_select(0, at::tensor(values, at::kLong))));
   EXPECT_EQ(IdsToDevice({}, gpu).numel(), 0);
+  at::Tensor rows = at::randn({3, kEmbed});  // small: queued through pinned memory all the same
+  const at::Tensor expected = rows.clone();
+  const at::Tensor on_gpu = CopyToDeviceQueued(rows, gpu);
+  rows.zero_();  // the source may change or go once the call returns
+  EXPECT_EQ(on_gpu.device(), gpu);
+  EXPECT_TRUE(at::equal(on_gpu.cpu(), expected));
 }
 
 TEST(DeviceStreamCudaTest, ForwardFromHostMatchesCpuAndReturnsHostTensors) {
