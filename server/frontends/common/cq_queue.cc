@@ -30,6 +30,12 @@ void CqQueue::OnStart(std::function<void()> first_requests) {
   on_start_.push_back(std::move(first_requests));
 }
 
+void CqQueue::OnStartRequest(int slots, std::function<void()> request_one) {
+  OnStart([slots, request_one = std::move(request_one)] {
+    for (int i = 0; i < std::max(1, slots); ++i) request_one();
+  });
+}
+
 void CqQueue::Start() {
   {
     std::lock_guard<std::mutex> lock(mu_);

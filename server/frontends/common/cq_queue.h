@@ -90,6 +90,21 @@ class CqQueue {
     return true;
   }
 
+  // Requests a method's next call: its context asks to be told when the call is done (`done`)
+  // and `request` hands the call to gRPC, while the queue accepts. False after Shutdown began
+  // (nothing ran): the caller drops the call, for which nothing will come. The one way every
+  // method here requests its calls.
+  template <class F>
+  bool RequestCall(grpc::ServerContext* context, Tag* done, F&& request) {
+    return RequestWhileAccepting([&] {
+      context->AsyncNotifyWhenDone(HandOver(done));
+      request();
+    });
+  }
+
+  // A method's first `slots` (at least one) calls, requested by `request_one` in Start().
+  void OnStartRequest(int slots, std::function<void()> request_one);
+
   // Runs `start` (which starts an operation on a call whose event comes back on this queue)
   // unless Shutdown() began; false then, and nothing ran: the caller treats the operation as
   // never started (its event will not come). Lock-free: Shutdown waits for the starts under way.

@@ -2,7 +2,6 @@
 
 #include <grpc/support/time.h>
 
-#include <algorithm>
 #include <utility>
 
 namespace mha::serve {
@@ -152,15 +151,12 @@ void CqBidiBase::OnEvent(CqStreamCall::Event event, bool ok) {
 
 CqStreamMethod::CqStreamMethod(CqQueue* queue, RequestFn request, Factory factory, Options options)
     : queue_(queue), request_(std::move(request)), factory_(std::move(factory)), options_(options) {
-  queue_->OnStart([this] {
-    for (int i = 0; i < std::max(1, options_.slots); ++i) RequestOne();
-  });
+  queue_->OnStartRequest(options_.slots, [this] { RequestOne(); });
 }
 
 void CqStreamMethod::RequestOne() {
   auto* call = new CqStreamCall(this);
-  const bool requested = queue_->RequestWhileAccepting([&] {
-    call->context_.AsyncNotifyWhenDone(CqQueue::HandOver(&call->done_tag_));
+  const bool requested = queue_->RequestCall(&call->context_, &call->done_tag_, [&] {
     request_(&call->context_, &call->stream_, queue_->get(), CqQueue::HandOver(&call->start_));
   });
   if (!requested) delete call;  // the queue shuts down: no call will come

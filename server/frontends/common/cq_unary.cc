@@ -1,6 +1,5 @@
 #include "server/frontends/common/cq_unary.h"
 
-#include <algorithm>
 #include <utility>
 
 namespace mha::serve {
@@ -65,15 +64,12 @@ void CqCall::Release() {
 
 CqUnaryMethod::CqUnaryMethod(CqQueue* queue, RequestFn request, Handler handler, Options options)
     : queue_(queue), request_(std::move(request)), handler_(std::move(handler)), options_(options) {
-  queue_->OnStart([this] {
-    for (int i = 0; i < std::max(1, options_.slots); ++i) RequestOne();
-  });
+  queue_->OnStartRequest(options_.slots, [this] { RequestOne(); });
 }
 
 void CqUnaryMethod::RequestOne() {
   auto* call = new CqCall(this);
-  const bool requested = queue_->RequestWhileAccepting([&] {
-    call->context_.AsyncNotifyWhenDone(CqQueue::HandOver(&call->done_tag_));
+  const bool requested = queue_->RequestCall(&call->context_, &call->done_tag_, [&] {
     request_(&call->context_, &call->request_, &call->responder_, queue_->get(),
              CqQueue::HandOver(&call->main_tag_));
   });

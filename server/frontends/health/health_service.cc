@@ -23,10 +23,9 @@ class HealthService::Watch {
         finish_(this, Event::kFinish),
         done_(this, Event::kDone) {}
 
-  void Request() {  // under no lock: RequestWhileAccepting takes the queue's
+  void Request() {  // under no lock: RequestCall takes the queue's
     CqQueue* queue = service_->queue_;
-    const bool requested = queue->RequestWhileAccepting([&] {
-      context_.AsyncNotifyWhenDone(CqQueue::HandOver(&done_));
+    const bool requested = queue->RequestCall(&context_, &done_, [&] {
       service_->RequestWatch(&context_, &request_, &writer_, queue->get(), queue->get(),
                              CqQueue::HandOver(&start_));
     });
