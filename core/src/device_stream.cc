@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
 
-#include <cstring>
-
 #include "mha/runtime.h"
 
 #ifdef MHA_WITH_CUDA
@@ -147,13 +145,7 @@ void SynchronizeCurrentStream(const c10::Device& device) {
 }
 
 at::Tensor IdsToDevice(const std::vector<int64_t>& ids, const c10::Device& device) {
-  if (!device.is_cuda()) return at::tensor(ids, at::kLong).to(device);
-  at::Tensor pinned = at::empty({static_cast<int64_t>(ids.size())},
-                                at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  if (!ids.empty()) {
-    std::memcpy(pinned.data_ptr<int64_t>(), ids.data(), ids.size() * sizeof(int64_t));
-  }
-  return pinned.to(device, at::kLong, /*non_blocking=*/true);
+  return CopyToDeviceQueued(at::tensor(ids, at::kLong), device);
 }
 
 at::Tensor CopyToHost(const at::Tensor& t) {
