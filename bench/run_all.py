@@ -174,7 +174,7 @@ if "long" in rows:
 if "batching" in rows:
     # Each server first serves the same load once, untimed: a new merged batch size costs a GPU
     # its first pass's kernel setup (cuDNN's plan per shape, a CUDA graph's capture), seconds in
-    # all on an H100, which a short timed run would otherwise count (docs/gpu.md).
+    # all on an H100, which a short timed run would otherwise count (docs/gpu_leases.md).
     on.bench(*small, "-c", "64", "-d", "1")
     r = on.bench(*small, "-c", "64", "-d", dur)
     on.stop()
