@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 46 item 2's figure (docs/performance.md "The Llama layer step against its roofline"), one
+# Issue 46 item 2's figure (docs/llama_roofline.md, the layer step against its roofline), one
 # run: the Llama layer step served, 128 sessions x 1 token at cache 512, E=1024, H=16, KV=4 (a
 # random float32 checkpoint from gen_fixtures.py), `mha-client afd` against `mha-server
 # --blas-threads 1`; server CPU per layer message against its roofline, both rates measured in the
