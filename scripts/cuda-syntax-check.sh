@@ -25,7 +25,7 @@ echo "cuda-syntax-check: $inc (CUDART_VERSION ${version:-?}), ${CXX:-g++}"
 flags=(-std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -Werror
        -DMHA_WITH_CUDA=1 -DMHA_CUDA_SHM=1 -Icore/include -isystem "$inc")
 # The cudart-calling units (torch-free).
-units=(core/src/device_memory.cc)
+units=(core/src/device/device_memory.cc)
 for u in "${units[@]}"; do
   "${CXX:-g++}" "${flags[@]}" "$u"
   echo "  ok $u"
@@ -42,8 +42,8 @@ if [ -f "$torch_inc/ATen/cuda/CUDAEvent.h" ]; then
   textra=(); [ "$torch_inc" = /usr/include ] || textra=(-isystem "$torch_inc")
   tflags=("${flags[@]}" -DMHA_CUDA_GRAPHS=1 -Icore/include_torch -Icore/src -Itests/common
           -isystem "$stub" "${textra[@]}" -isystem "$torch_inc/torch/csrc/api/include")
-  for u in core/src/device_stream.cc core/src/runtime.cc core/src/cuda_graphs.cc \
-           core/src/model.cc core/src/decode.cc core/src/llama_step.cc \
+  for u in core/src/device/device_stream.cc core/src/device/runtime.cc core/src/device/cuda_graphs.cc \
+           core/src/multihead/model.cc core/src/multihead/decode.cc core/src/llama/llama_step.cc \
            tests/unit/core/device_stream_test.cc; do
     "${CXX:-g++}" "${tflags[@]}" "$u"
     echo "  ok $u"

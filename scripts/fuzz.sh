@@ -19,7 +19,7 @@ CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelW
 cmake --build "$build_dir" -j"${MHA_FUZZ_BUILD_JOBS:-2}" $(for t in $targets; do echo --target "fuzz_$t"; done)
 
 # JSON targets get a dictionary whose tokens reach deep nesting within max_len (the parsers refuse
-# more than 64 levels before building a tree: core/src/json_text.h).
+# more than 64 levels before building a tree: core/src/load/json_text.h).
 dict_for() {
   case $1 in
     config_json | safetensors) echo "-dict=tests/fuzz/dicts/json.dict" ;;

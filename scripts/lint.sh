@@ -24,7 +24,8 @@ case "$mode" in
     elif [[ $# -gt 0 ]]; then
       files=("$@")
     else
-      files=(core/src/status.cc core/src/options.cc core/src/shape_string.cc core/src/text.cc
+      files=(core/src/base/status.cc core/src/base/options.cc core/src/base/shape_string.cc
+        core/src/base/text.cc
         proto/wire/dtype_table.cc proto/wire/tensor_header.cc proto/wire/status_convert.cc
         client/channel.cc client/credentials.cc client/mha_client.cc client/oip_translate.cc
         client/bench/bench_runner.cc client/bench/bench_tally.cc client/bench/decode_bench.cc

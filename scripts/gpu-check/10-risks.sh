@@ -10,7 +10,7 @@ risks_step() {
   echo "$libstdcxx"; strings "$libstdcxx" 2>/dev/null | grep -E '^GLIBCXX_[0-9.]+$' | sort -V | tail -1
   echo "## GPU"; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1 | head -3
   echo "## nvcc"; command -v nvcc || ls -d /usr/local/cuda*/bin/nvcc 2>/dev/null; nvcc --version 2>&1 | tail -2
-  echo "## cudart headers (CUDA shared memory, core/src/device_memory.cc; scripts/cuda-syntax-check.sh)"
+  echo "## cudart headers (CUDA shared memory, core/src/device/device_memory.cc; scripts/cuda-syntax-check.sh)"
   ls /usr/local/cuda*/include/cuda_runtime_api.h /usr/include/cuda_runtime_api.h 2>/dev/null | head -3
   scripts/cuda-syntax-check.sh 2>&1 | tail -2
   echo "## cmake / ninja / python"; cmake --version | head -1; ninja --version; python3 --version

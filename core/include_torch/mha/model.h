@@ -64,7 +64,7 @@ class MhaModel {
   // row (docs/llama_roofline.md). Undefined on a GPU.
   const at::Tensor& in_proj_weight_t() const { return in_proj_weight_t_; }
   const at::Tensor& out_weight_t() const { return out_weight_t_; }
-  // The same two as panels (core/src/panel_gemm.h), which a GEMM reads in place with nothing
+  // The same two as panels (core/src/attention/panel_gemm.h), which a GEMM reads in place with nothing
   // packed per call: CPU, float32 and E a multiple of 16 only, else undefined.
   const at::Tensor& in_proj_panels() const { return in_proj_panels_; }
   const at::Tensor& out_panels() const { return out_panels_; }
@@ -75,7 +75,7 @@ class MhaModel {
   Status ProbeKernels() const;  // one tiny forward per path in the compute dtype
   void RunForward(const ForwardInputs& inputs, ForwardOutputs* outputs) const;  // may throw
   // The CPU pass of plain short self-attention over the transposed weights
-  // (core/src/packed_attention.h); false, having done nothing, when the pass is not one.
+  // (core/src/attention/packed_attention.h); false, having done nothing, when the pass is not one.
   bool RunPacked(const ForwardInputs& inputs, ForwardOutputs* outputs) const;  // may throw
   // Probabilities, head statistics, head_mask, the per-head output [B, H, T, D] and the selected
   // weights (mha/head_selection.h) into `outputs`; may throw.
@@ -100,7 +100,7 @@ class MhaModel {
   at::Tensor in_proj_weight_;  // [3E, E] fused q/k/v for self-attention (same_embed_dim only)
   at::Tensor in_proj_bias_;    // [3E] or undefined
   at::Tensor in_proj_weight_t_, out_weight_t_;  // CPU only: [E, 3E], [E, E]
-  // CPU, float32, E a multiple of 16 only: the same as panels (core/src/panel_gemm.h).
+  // CPU, float32, E a multiple of 16 only: the same as panels (core/src/attention/panel_gemm.h).
   at::Tensor in_proj_panels_, out_panels_;
   std::string device_name_;
   c10::Device device_{c10::kCPU};

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "core/src/json_text.h"
+#include "core/src/load/json_text.h"
 #include "server/frontends/rest/json_nonfinite.h"
 
 namespace mha::serve::rest {

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "json_text.h"
+#include "load/json_text.h"
 #include "mha/llama_engine.h"
 #include "mha/llama_weights.h"
 #include "mha/loader.h"

@@ -1,11 +1,11 @@
-#include "packed_attention.h"
+#include "attention/packed_attention.h"
 
 #include <ATen/ATen.h>
 
 #include <vector>
 
-#include "paged_kernel.h"
-#include "panel_gemm.h"
+#include "attention/paged_kernel.h"
+#include "attention/panel_gemm.h"
 
 namespace mha::internal {
 namespace {

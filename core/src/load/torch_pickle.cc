@@ -1,6 +1,6 @@
 // The pickle interpreter behind ReadTorchSave; see torch_pickle.h. Opcode names and semantics
 // follow Python's pickletools. Every read is bounds-checked against the pickle's size.
-#include "torch_pickle.h"
+#include "load/torch_pickle.h"
 
 #include <cstdint>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "shape_checks.h"
+#include "multihead/shape_checks.h"
 
 #include <sstream>
 #include <vector>

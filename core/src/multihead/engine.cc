@@ -8,7 +8,7 @@
 #include <exception>
 #include <utility>
 
-#include "guarded.h"
+#include "device/guarded.h"
 #include "mha/decode.h"
 #include "mha/kv_cache.h"
 #include "mha/loader.h"

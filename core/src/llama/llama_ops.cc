@@ -1,4 +1,4 @@
-#include "llama_ops.h"
+#include "llama/llama_ops.h"
 
 #include <ATen/ATen.h>
 
@@ -7,7 +7,7 @@
 #include "mha/attention_blocks.h"
 #include "mha/attention_ops.h"
 #include "mha/options.h"
-#include "panel_gemm.h"
+#include "attention/panel_gemm.h"
 
 namespace mha::internal {
 namespace {

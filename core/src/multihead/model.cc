@@ -13,9 +13,9 @@
 #include "mha/head_selection.h"
 #include "mha/runtime.h"
 #include "mha/tensor_util.h"
-#include "packed_attention.h"
-#include "panel_gemm.h"
-#include "shape_checks.h"
+#include "attention/packed_attention.h"
+#include "attention/panel_gemm.h"
+#include "multihead/shape_checks.h"
 
 namespace mha {
 namespace {
@@ -106,7 +106,7 @@ void MhaModel::PlaceWeights(const MhaWeights& source, const c10::Device& device,
   if (device.is_cpu()) {
     if (in_proj_weight_.defined()) in_proj_weight_t_ = in_proj_weight_.t().contiguous();
     out_weight_t_ = weights_.out_weight.t().contiguous();
-    // The packed pass's GEMMs read these in place (core/src/panel_gemm.h): +4E^2 floats.
+    // The packed pass's GEMMs read these in place (core/src/attention/panel_gemm.h): +4E^2 floats.
     if (in_proj_weight_t_.defined() && dtype == at::kFloat &&
         options_.embed_dim % internal::kPanelWidth == 0) {
       in_proj_panels_ = internal::PackPanels(in_proj_weight_t_);

@@ -1,4 +1,4 @@
-#include "decode_padded.h"
+#include "multihead/decode_padded.h"
 
 #include <ATen/ATen.h>
 

@@ -8,7 +8,7 @@
 #include <exception>
 #include <utility>
 
-#include "guarded.h"
+#include "device/guarded.h"
 #include "mha/llama_session.h"
 #include "mha/llama_stack.h"
 #include "mha/shape_string.h"

@@ -4,7 +4,7 @@
 // Linear separately (seed 002's fused qkv Linear has qkv_bias=False while its proj Linear keeps its
 // bias; Whisper's k_proj has none). A layer is therefore bias=true when any projection has a
 // bias, and the missing ones are represented as zeros -- the same function, and a single flag.
-#include "layouts.h"
+#include "load/layouts.h"
 
 #include <ATen/ATen.h>
 

@@ -10,9 +10,9 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "memory_adapter.h"
+#include "load/memory_adapter.h"
 #include "mha/loader.h"
-#include "torch_pickle.h"
+#include "load/torch_pickle.h"
 
 namespace mha {
 namespace {

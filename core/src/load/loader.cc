@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "layouts.h"
+#include "load/layouts.h"
 #include "mha/model_config.h"
 
 namespace mha {

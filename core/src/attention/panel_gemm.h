@@ -1,5 +1,5 @@
 // Private to mha_core: a float32 GEMM over weights laid out once at load, for the packed pass
-// (core/src/packed_attention.h). OpenBLAS packs both operands on every call (it has no pre-packed
+// (core/src/attention/packed_attention.h). OpenBLAS packs both operands on every call (it has no pre-packed
 // GEMM): at c=32 that is ~4 MiB of weights copied per pass. Here the weights are stored as the
 // kernel reads them, panels of 16 output columns [K, 16] one after the other, and x is read where
 // it lies: nothing is copied. Where the CPU has AVX-512, 8 x 32 tiles (two panels, 16 accumulators

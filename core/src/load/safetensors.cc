@@ -10,7 +10,7 @@
 #include <sstream>
 #include <vector>
 
-#include "json_text.h"
+#include "load/json_text.h"
 #include "mha/config_reader.h"
 #include "mha/loader.h"
 

@@ -1,11 +1,11 @@
-#include "paged_kernel.h"
+#include "attention/paged_kernel.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
-#include "simd.h"
+#include "attention/simd.h"
 
 // AttendUnit twice (MHA_CPU_CLONES, simd.h): for x86-64-v3 and the baseline; the helpers below
 // are inlined into each copy, so their 8-float vectors become one AVX register or two SSE ones.

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "paged_kernel.h"
+#include "attention/paged_kernel.h"
 
 namespace mha {
 namespace {

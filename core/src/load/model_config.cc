@@ -5,7 +5,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "json_text.h"
+#include "load/json_text.h"
 #include "mha/config_reader.h"
 
 namespace mha {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <memory>
 
-#include "memory_adapter.h"
+#include "load/memory_adapter.h"
 #include "mha/loader.h"
 
 namespace mha {

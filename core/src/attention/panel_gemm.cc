@@ -1,4 +1,4 @@
-#include "panel_gemm.h"
+#include "attention/panel_gemm.h"
 
 #include <ATen/ATen.h>
 
@@ -6,7 +6,7 @@
 #include <atomic>
 
 #include "mha/runtime.h"
-#include "simd.h"
+#include "attention/simd.h"
 
 // The AVX-512 form (WideGemm) where GCC can build it for x86-64 (simd.h).
 #define MHA_GEMM_WIDE MHA_SIMD_X86_GCC
