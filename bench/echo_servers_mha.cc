@@ -14,7 +14,7 @@
 
 #include "bench/echo_server_parts.h"
 #include "mha/v1/attention.grpc.pb.h"
-#include "server/frontends/common/cq_unary.h"
+#include "server/frontends/cq/cq_unary.h"
 
 namespace mha::bench::internal {
 namespace {
@@ -22,7 +22,7 @@ namespace {
 using mha::v1::AttentionService;
 
 // mha-server's stack: every method raw on the completion-queue API with the same CqUnaryMethod
-// (its threads and queue, server/frontends/common/cq_unary.h), parsed and serialized by the
+// (its threads and queue, server/frontends/cq/cq_unary.h), parsed and serialized by the
 // handler: Forward and GetModel here (mha-server's other methods are requested on the same queue
 // and idle; its health and reflection services too).
 class MhaFloorService final

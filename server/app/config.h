@@ -29,7 +29,7 @@ struct ServerConfig {
   std::string device_wait = "spin";  // mha/runtime.h DeviceWait: spin or block
   int64_t max_message_bytes = serve::kDefaultMaxMessageBytes;
   int stream_window = 4;
-  // Triton's shared-memory extension (server/frontends/common/shared_memory_registry.h).
+  // Triton's shared-memory extension (server/frontends/shm/shared_memory_registry.h).
   bool allow_client_shm = false;
   int64_t max_shm_bytes = int64_t{1} << 30;
   // gRPC server reflection (grpcurl without .proto files), server/frontends/reflection.

@@ -11,9 +11,9 @@
 #include "mha/host_io.h"
 #include "mha/options.h"
 #include "mha/status.h"
+#include "server/serving/caller_thread.h"
 #include "server/serving/clock.h"
 #include "server/serving/protocol.h"
-#include "server/serving/serving_defaults.h"
 
 namespace mha::serve {
 
@@ -38,11 +38,10 @@ struct InferenceRequest {
   std::string session_id;
   // A multi-layer model's layer (ForwardRequest.layer, docs/afd.md); other models only have 0.
   int64_t layer = 0;
-  // The calling thread may run the pass itself when nothing waits for the model and one of its
-  // instances is idle (WorkQueue's inline pass: no hand-off to a worker and back). Only a front
-  // end whose thread may block for a pass sets it (mha.v1 Forward's queue threads, while another
-  // one is free to take calls).
-  bool caller_may_run = false;
+  // The front end's thread (caller_thread.h): whether it may run the pass itself when nothing
+  // waits for the model and one of its instances is idle (WorkQueue's inline pass: no hand-off to
+  // a worker and back), and what it does before it blocks.
+  CallerThread caller;
 };
 
 // OpenSession: a decoding session on one model version (docs/sessions.md).
@@ -53,6 +52,7 @@ struct OpenSessionRequest {
   int64_t max_tokens = 0;     // tokens per row; 0 = --max-sequence-length
   HostTensor key, value;      // both: cross-attention over these [B, S, kdim] / [B, S, vdim]
   std::string session_id;     // client-chosen (CheckSessionId); "" = the server makes one
+  CallerThread caller;        // a projection or a spill blocks it (caller_thread.h)
 };
 
 struct OpenSessionResponse {
@@ -74,6 +74,7 @@ struct ForkSessionRequest {
   std::string session_id;      // the source
   int64_t tokens = 0;          // tokens per row kept; 0 = all
   std::string new_session_id;  // client-chosen (CheckSessionId); "" = the server makes one
+  CallerThread caller;         // a restore or a spill blocks it (caller_thread.h)
 };
 
 // The fork: OpenSession's answer plus what it holds.
@@ -106,15 +107,5 @@ struct InferenceResponse {
 // Called exactly once per Infer, on some thread (inline when refused at once). Must not block for
 // long and must not throw.
 using InferDone = std::function<void(InferenceResponse)>;
-
-// What a server accepts per request, whatever the protocol.
-struct RequestLimits {
-  int64_t max_batch_size = 64;         // B of one request
-  int64_t max_sequence_length = 4096;  // T and S
-  // The encoded response (output + weights): well under protobuf's 2 GiB message limit.
-  int64_t max_response_bytes = kDefaultMaxResponseBytes;
-  // The estimated working memory of one pass (server/serving/budget.h); a merged pass obeys it too.
-  int64_t max_work_bytes = kDefaultMaxWorkBytes;
-};
 
 }  // namespace mha::serve

@@ -83,8 +83,10 @@ class InferenceServer {
   virtual StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest& request) {
     return Unimplemented("this server has no decoding sessions");
   }
+  // A restore or a spill blocks `caller` (caller_thread.h).
   virtual StatusOr<TruncateSessionResponse> TruncateSession(const std::string& session_id,
-                                                            int64_t tokens) {
+                                                            int64_t tokens,
+                                                            CallerThread caller = CallerThread()) {
     return Unimplemented("this server has no decoding sessions");
   }
   // One message of the per-layer step exchange (mha.v1 LayerSteps, docs/afd_stream.md): validated

@@ -28,9 +28,7 @@
 #include "server/serving/model_handle.h"
 #include "server/serving/observability/metrics.h"
 #include "server/serving/repository/model_repository.h"
-#include "server/serving/scheduling/dynamic_batcher.h"
 #include "server/serving/server_core_options.h"
-#include "server/serving/sessions/session_store.h"
 
 namespace mha::serve {
 
@@ -62,7 +60,8 @@ class ServerCore final : public InferenceServer, public ModelController {
   StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) override;
   StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest& request) override;
   StatusOr<TruncateSessionResponse> TruncateSession(const std::string& session_id,
-                                                    int64_t tokens) override;
+                                                    int64_t tokens,
+                                                    CallerThread caller = CallerThread()) override;
   // A layer step message (server_core_layers.cc): the version is its sessions'; its kind runs it.
   void StepLayer(LayerStepRequest request, LayerStepDone done) override;
 
@@ -104,8 +103,10 @@ class ServerCore final : public InferenceServer, public ModelController {
   std::shared_ptr<const ServingState> Current() const { return lifecycle_->Current(); }
   // The handle of a version the lifecycle loaded: its aggregator and its kind's serving side.
   std::shared_ptr<ModelHandle> MakeHandle(ModelEntry entry);
-  // Infer for a request with a session_id: to the session's version and its SessionStore.
+  // Infer for a request with a session_id: to the session's version and its session steps.
   void InferStep(InferenceRequest request, InferDone done);
+  // The sessions of `handle`'s version, or its refusal (`field` prefixes it: NotOffered).
+  static StatusOr<Sessions*> SessionsOf(const ModelHandle& handle, const std::string& field);
   // The handle a session lives on, or NOT_FOUND naming why it is gone.
   StatusOr<std::shared_ptr<ModelHandle>> SessionHandle(const std::string& session_id);
   // The handle of a step message's sessions (every entry's on one version), or why not.

@@ -1,10 +1,11 @@
-// ServerCore::Analyze: seed 001's head analysis of a served version, computed once per loaded
+// ServerCore::Analyze: the head analysis of a served version (docs/heads.md), computed once per loaded
 // version on the first AnalyzeModel call and kept with the version's handle (dropped with it).
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 
 #include "server/serving/server_core.h"
+#include "server/serving/server_core_internal.h"
 
 namespace mha::serve {
 
@@ -23,7 +24,14 @@ StatusOr<ModelAnalysisResult> ServerCore::Analyze(const std::string& name,
   std::call_once(handle.analysis_once, [this, &handle] {
     ++analyses_computed_;
     const auto start = std::chrono::steady_clock::now();
-    auto analysis = handle.served->AnalyzeHeads();
+    const HeadAnalyzer* analyzer = handle.served->head_analysis();
+    if (analyzer == nullptr) {
+      handle.analysis_status = internal::NotOffered(StatusCode::kFailedPrecondition, "", handle,
+                                                    "head analysis (AnalyzeModel analyses one "
+                                                    "attention layer's heads)");
+      return;
+    }
+    auto analysis = analyzer->AnalyzeHeads();
     if (!analysis.ok()) {
       handle.analysis_status = analysis.status();
       return;

@@ -88,7 +88,7 @@ Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* req
   d.task.is_cancelled = std::move(request->is_cancelled);
   d.task.request_id = request->request_id;
   d.task.layer = request->layer;
-  d.task.caller_may_run = request->caller_may_run;
+  d.task.caller = request->caller;
   const ResponseDTypes dtypes{request->output_dtype.value_or(handle->entry->info.options.dtype),
                               d.task.inputs.weights_dtype};
   d.task.output_types = OutputTypes{ToElementType(dtypes.output), dtypes.weights};
@@ -104,6 +104,20 @@ Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* req
     Complete(*handle, dtypes, start, submitted, count_as, rows, std::move(result), done);
   };
   return d;
+}
+
+Status NotOffered(StatusCode code, const std::string& prefix, const ModelHandle& handle,
+                  const std::string& what) {
+  ServedModel& served = *handle.served;
+  std::string offers = "stateless forwards";
+  if (served.sessions() != nullptr) offers += ", decoding sessions";
+  if (served.session_steps() != nullptr) offers += ", session steps in Forward calls";
+  if (served.layer_steps() != nullptr) offers += ", layer steps (LayerSteps)";
+  if (served.head_analysis() != nullptr) offers += ", head analysis (AnalyzeModel)";
+  const ModelEntry& e = *handle.entry;
+  return Status(code, prefix + "model '" + e.name + "' version " + e.version + " (" +
+                          ArchitectureOf(e) + ") does not offer " + what + "; it offers " +
+                          offers);
 }
 
 }  // namespace mha::serve::internal

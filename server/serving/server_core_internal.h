@@ -1,5 +1,8 @@
-// ServerCore's pieces shared by its source files (server_core.cc, server_core_sessions.cc).
+// ServerCore's pieces shared by its source files (server_core.cc, server_core_sessions.cc,
+// server_core_layers.cc, server_core_analysis.cc).
 #pragma once
+
+#include <string>
 
 #include "server/serving/server_core.h"
 
@@ -35,5 +38,11 @@ struct Dispatch {
 };
 Dispatch MakeDispatch(std::shared_ptr<ModelHandle> handle, InferenceRequest* request,
                       InferDone done);
+
+// The one refusal of a call that `handle`'s kind does not offer (a capability its ServedModel
+// returns null for): `code` with "<prefix>model 'm' version v (<architecture>) does not offer
+// <what>; it offers <the capabilities it has>".
+Status NotOffered(StatusCode code, const std::string& prefix, const ModelHandle& handle,
+                  const std::string& what);
 
 }  // namespace mha::serve::internal

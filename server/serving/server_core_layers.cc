@@ -1,7 +1,7 @@
 // ServerCore::StepLayer: one message of the per-layer step exchange (docs/afd.md) routed to the
-// version its sessions live on and handed to its kind (ServedModel::StepLayer: validated once, its
-// sessions held, queued on the version's layer-step scheduler). Every message's outcome is
-// counted here.
+// version its sessions live on and handed to its kind's layer steps (LayerStepper::StepLayer:
+// validated once, its sessions held, queued on the version's layer-step scheduler), or refused when
+// the kind has none. Every message's outcome is counted here.
 #include <utility>
 
 #include "mha/text.h"
@@ -92,7 +92,14 @@ void ServerCore::StepLayer(LayerStepRequest request, LayerStepDone done) {
     r.model_version = handle->entry->version;
     Answer(handle->metrics, true, start, protocol, entries, std::move(r), *answers);
   };
-  const Status queued = handle->served->StepLayer(request, std::move(answer));
+  LayerStepper* stepper = handle->served->layer_steps();
+  const Status queued =
+      stepper != nullptr
+          ? stepper->StepLayer(request, std::move(answer))
+          : internal::NotOffered(StatusCode::kInvalidArgument,
+                                 "entries[0].session_id: session '" +
+                                     Abbreviate(request.entries[0].session_id) + "': ",
+                                 *handle, "layer steps (LayerSteps)");
   if (!queued.ok()) {
     metrics->AddInflight(-1);
     metrics->RecordInference(false, 0, 0, 0);

@@ -9,8 +9,9 @@
 #include "server/serving/inference.h"
 #include "server/serving/model_controller.h"
 #include "server/serving/repository/model_repository.h"
-#include "server/serving/scheduling/dynamic_batcher.h"
-#include "server/serving/sessions/session_store.h"
+#include "server/serving/limits.h"
+#include "server/serving/scheduling/batcher_options.h"
+#include "server/serving/sessions/session_options.h"
 
 namespace mha::serve {
 

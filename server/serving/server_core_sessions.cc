@@ -1,7 +1,7 @@
 // ServerCore's decoding sessions (docs/sessions.md): OpenSession / CloseSession / ForkSession /
-// TruncateSession and the routing
-// of a step (a request with a session_id) to the session's model version, whose kind checks and
-// queues it.
+// TruncateSession on the session's version's Sessions, and the routing of a step (a request with a
+// session_id) to the version's session steps, which check and queue it. A version whose kind lacks
+// either is refused here (NotOffered).
 #include <utility>
 
 #include "mha/text.h"
@@ -24,6 +24,31 @@ StatusOr<std::shared_ptr<ModelHandle>> ServerCore::SessionHandle(const std::stri
   return it->second;
 }
 
+namespace {
+
+OpenSessionResponse Opened(const SessionInfo& info, const ModelEntry& e) {
+  OpenSessionResponse out;
+  out.session_id = info.id;
+  out.model = e.name;
+  out.model_version = e.version;
+  out.batch_size = info.batch_size;
+  out.max_tokens = info.max_tokens;
+  out.cross_attention = info.cross;
+  out.kv_block_tokens = info.block_tokens;
+  out.kv_blocks = info.blocks;
+  return out;
+}
+
+}  // namespace
+
+StatusOr<Sessions*> ServerCore::SessionsOf(const ModelHandle& handle, const std::string& field) {
+  Sessions* sessions = handle.served->sessions();
+  if (sessions == nullptr) {
+    return internal::NotOffered(StatusCode::kInvalidArgument, field, handle, "decoding sessions");
+  }
+  return sessions;
+}
+
 StatusOr<OpenSessionResponse> ServerCore::OpenSession(const OpenSessionRequest& r) {
   if (!r.session_id.empty()) {
     MHA_RETURN_IF_ERROR(CheckSessionId(r.session_id));
@@ -41,13 +66,22 @@ StatusOr<OpenSessionResponse> ServerCore::OpenSession(const OpenSessionRequest& 
     return Unavailable("model '" + (*entry)->name + "' version " + (*entry)->version +
                        " is not being served");
   }
-  return it->second->served->OpenSession(r);
+  auto sessions = SessionsOf(*it->second, "model: ");
+  if (!sessions.ok()) return sessions.status();
+  CallerThread caller = r.caller;
+  auto info = (*sessions)->Open(r, caller);
+  if (!info.ok()) return info.status();
+  return Opened(*info, *it->second->entry);
 }
 
 StatusOr<CloseSessionResponse> ServerCore::CloseSession(const std::string& session_id) {
   auto handle = SessionHandle(session_id);
   if (!handle.ok()) return handle.status();
-  return (*handle)->served->CloseSession(session_id);
+  auto sessions = SessionsOf(**handle, "session_id: ");
+  if (!sessions.ok()) return sessions.status();
+  auto info = (*sessions)->Close(session_id);
+  if (!info.ok()) return info.status();
+  return CloseSessionResponse{info->tokens, info->blocks};
 }
 
 StatusOr<ForkSessionResponse> ServerCore::ForkSession(const ForkSessionRequest& r) {
@@ -61,14 +95,24 @@ StatusOr<ForkSessionResponse> ServerCore::ForkSession(const ForkSessionRequest& 
   if (stopping_) return Unavailable("server is shutting down");
   auto handle = SessionHandle(r.session_id);
   if (!handle.ok()) return handle.status();
-  return (*handle)->served->ForkSession(r);
+  auto sessions = SessionsOf(**handle, "session_id: ");
+  if (!sessions.ok()) return sessions.status();
+  CallerThread caller = r.caller;
+  auto info = (*sessions)->Fork(r.session_id, r.tokens, r.new_session_id, caller);
+  if (!info.ok()) return info.status();
+  return ForkSessionResponse{Opened(*info, *(*handle)->entry), info->tokens, info->shared_blocks};
 }
 
 StatusOr<TruncateSessionResponse> ServerCore::TruncateSession(const std::string& session_id,
-                                                              int64_t tokens) {
+                                                              int64_t tokens,
+                                                              CallerThread caller) {
   auto handle = SessionHandle(session_id);
   if (!handle.ok()) return handle.status();
-  return (*handle)->served->TruncateSession(session_id, tokens);
+  auto sessions = SessionsOf(**handle, "session_id: ");
+  if (!sessions.ok()) return sessions.status();
+  auto info = (*sessions)->Truncate(session_id, tokens, caller);
+  if (!info.ok()) return info.status();
+  return TruncateSessionResponse{info->tokens, info->blocks, info->shared_blocks};
 }
 
 void ServerCore::InferStep(InferenceRequest request, InferDone done) {
@@ -80,14 +124,20 @@ void ServerCore::InferStep(InferenceRequest request, InferDone done) {
   auto found = SessionHandle(request.session_id);
   if (!found.ok()) return refuse(MetricsFor(Current().get(), request.model), found.status(), "");
   std::shared_ptr<ModelHandle> handle = std::move(found.value());
-  if (Status valid = handle->served->CheckStep(request); !valid.ok()) {
+  SessionSteps* steps = handle->served->session_steps();
+  Status valid = steps != nullptr
+                     ? steps->CheckStep(request)
+                     : internal::NotOffered(StatusCode::kInvalidArgument,
+                                            "session_id: session '" +
+                                                Abbreviate(request.session_id) + "': ",
+                                            *handle, "session steps in Forward calls");
+  if (!valid.ok()) {
     handle->metrics->RecordInference(false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);
   }
-  ServedModel* served = handle->served.get();
   const std::string id = request.session_id;
   internal::Dispatch d = internal::MakeDispatch(std::move(handle), &request, std::move(done));
-  served->Step(id, std::move(d.task), std::move(d.finish));
+  steps->Step(id, std::move(d.task), std::move(d.finish));
 }
 
 }  // namespace mha::serve

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "server/frontends/common/shared_memory_registry.h"
+#include "server/frontends/shm/shared_memory_registry.h"
 
 inline const mha::serve::SharedMemoryRegistry* FuzzShmRegistry() {
   static const mha::serve::SharedMemoryRegistry* registry = [] {

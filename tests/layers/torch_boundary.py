@@ -32,7 +32,7 @@ import sys
 import tempfile
 
 TORCH_HEADER = re.compile(r"(^|/)(ATen|c10|caffe2)/|(^|/)include/torch/|/torch/csrc/")
-ALLOWED_DIRS = ("server/serving/scheduling/merge/",)
+ALLOWED_DIRS = ("server/serving/kinds/multihead/merge/",)
 CHECKED_DIRS = ("server/", "proto/")
 CHECKED_TARGETS = ("mha_client", "mha_client_bench", "mha_echo_floor")  # torch-free client side
 TORCH_TARGETS = ("mha_merge",)  # the server's one target that links mha::core_torch

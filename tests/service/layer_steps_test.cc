@@ -168,7 +168,7 @@ TEST_F(LayerStepsTest, RefusalsAreAnsweredInPlaceAndTheStreamGoesOn) {
       {StepMessage("unknown", 0, {a, "nope"}, {one, one}), StatusCode::kNotFound,
        "entries[1].session_id: session 'nope' is unknown"},
       {StepMessage("one-layer", 0, {m->session_id()}, {one}), StatusCode::kInvalidArgument,
-       "is on model 'mha', one attention layer"},
+       "does not offer layer steps (LayerSteps)"},
       {StepMessage("two-models", 0, {a, g}, {one, at::randn({1, 64})}),
        StatusCode::kInvalidArgument, "is on model 'gqa' version 1, entries[0]'s on model 'llama'"},
       {StepMessage("shape", 0, {a}, {at::randn({2, 31})}), StatusCode::kInvalidArgument,

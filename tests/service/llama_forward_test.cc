@@ -142,7 +142,7 @@ TEST_F(LlamaServer, SessionsAreStacksOfOneSequence) {
   v1::ForwardRequest step = Request("", at::randn({1, 1, 32}), 0);
   step.set_session_id("ffn-7:a.b");
   EXPECT_TRUE(
-      Contains(client_->ForwardRaw(step).status().message(), "its steps are LayerSteps messages"));
+      Contains(client_->ForwardRaw(step).status().message(), "does not offer session steps in Forward calls"));
   v1::OpenSessionRequest few;
   few.set_model("llama");
   few.set_max_tokens(9);

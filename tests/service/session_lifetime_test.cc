@@ -75,8 +75,8 @@ TEST(SessionBudget, EvictLruPolicyEvictsTheLeastRecentlyUsedIdleSession) {
   EXPECT_EQ(s.server.Stop(), 0);
 }
 
-// Idle expiry is tested on a fake clock, in-process: SessionStore.IdleSessionsExpireWhenTheClock...
-// (tests/unit/serving/session_store_test.cc), without the 1.5 s sleep it took here.
+// Idle expiry is tested on a fake clock, in-process: MultiheadSessions.IdleSessionsExpireWhenThe...
+// (tests/unit/serving/multihead_sessions_test.cc), without the 1.5 s sleep it took here.
 
 TEST(SessionLifetime, ARestartLosesSessionsCleanly) {
   const FixtureCase c = Case("decode_causal");

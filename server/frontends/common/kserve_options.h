@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "server/frontends/common/shared_memory_registry.h"
+#include "server/frontends/shm/shared_memory_registry.h"
 #include "server/serving/model_controller.h"
 #include "server/serving/serving_defaults.h"
 

@@ -9,7 +9,7 @@
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/forward_stream.h"
 #include "server/frontends/grpc_v1/head_options.h"
-#include "server/serving/scheduling/caller_thread.h"
+#include "server/frontends/cq/cq_queue.h"
 
 namespace mha::serve {
 namespace {
@@ -84,7 +84,7 @@ void AttentionServiceImpl::HandleForward(CqCall* cq_call) {
   }
   const bool need_weights = decoded->inputs.need_weights;
   // This thread may compute the pass itself when another one is free to take the next call.
-  decoded->caller_may_run = cq_call->may_block();
+  decoded->caller = CqQueue::Caller();
   grpc::ByteBuffer* response_bytes = cq_call->response();
   // `done` runs inline (refused, or a pass this thread ran) or on a scheduler worker; the call
   // stays open until then.
@@ -156,7 +156,7 @@ void AttentionServiceImpl::HandleAnalyzeModel(const UnaryCall& call,
                                               const v1::AnalyzeModelRequest* request,
                                               v1::ModelAnalysis* response) {
   return Unary(call, "AnalyzeModel", [&] {
-    CallerThread::BeforeBlocking();  // the version's first call computes four SVDs here
+    CqQueue::Caller().BeforeBlocking();  // the version's first call computes four SVDs here
     auto result = core_->Analyze(request->model(), request->version());
     if (result.ok()) FillModelAnalysis(*result, response);
     return result.status();

@@ -1,7 +1,7 @@
 // mha.v1.AttentionService. Handlers only translate: decode the request (forward_request), call the
 // serving core (InferenceServer::Infer), encode the answer and map the status
 // (proto/wire/status_convert). Every method is served on the completion-queue API (the app's
-// CqQueue: unary methods through common/cq_unary.h, the streams through common/cq_stream.h). In
+// CqQueue: unary methods through cq/cq_unary.h, the streams through cq/cq_stream.h). In
 // Forward, the hot unary call, a small pass may run on the thread that took the call when another
 // waits to take the next; other passes run on the schedulers' workers, which also finish the
 // calls.
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "mha/v1/attention.grpc.pb.h"
-#include "server/frontends/common/cq_stream.h"
+#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/forward_request.h"
 #include "server/serving/inference_server.h"
@@ -49,7 +49,7 @@ using AttentionServiceBase = gen::WithRawMethod_ForwardStream<
 // after BuildAndStart and shuts it down after the server's Shutdown and the core's Stop); the
 // service outlives the server and the queue's Shutdown. Handlers run on the queue's threads; one
 // that blocks (AnalyzeModel's first SVDs, OpenSession's pass) first hands the queue on
-// (CallerThread::BeforeBlocking).
+// (CqQueue::Caller().BeforeBlocking()).
 class AttentionServiceImpl final : public internal::AttentionServiceBase {
  public:
   // `core` is not owned and must outlive the service.

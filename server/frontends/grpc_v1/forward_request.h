@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "mha/v1/attention.pb.h"
-#include "server/frontends/common/shm_tensor.h"
+#include "server/frontends/shm/shm_tensor.h"
 #include "server/serving/inference.h"
 #include "server/serving/repository/model_repository.h"
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "mha/v1/attention.pb.h"
-#include "server/frontends/common/shm_tensor.h"
+#include "server/frontends/shm/shm_tensor.h"
 #include "server/serving/layer_step.h"
 #include "server/serving/repository/model_repository.h"
 

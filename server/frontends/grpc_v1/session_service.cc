@@ -4,7 +4,7 @@
 #include "mha/text.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/grpc_v1/attention_service.h"
-#include "server/serving/scheduling/caller_thread.h"
+#include "server/frontends/cq/cq_queue.h"
 
 namespace mha::serve {
 
@@ -12,12 +12,12 @@ void AttentionServiceImpl::HandleOpenSession(const UnaryCall& call,
                                              const v1::OpenSessionRequest* request,
                                              v1::OpenSessionResponse* response) {
   return Unary(call, "OpenSession", [&]() -> UnaryAnswer {
-    CallerThread::BeforeBlocking();  // a cross-attention session's projection is a pass, here
     if (Status header = CheckSessionHeader(call.context(), request->session_id()); !header.ok()) {
       return {header, ""};
     }
     auto decoded = DecodeOpenSessionRequest(*request, options_.max_message_bytes);
     if (!decoded.ok()) return {decoded.status(), ""};
+    decoded->caller = CqQueue::Caller();  // a projection or a spill blocks this thread
     auto opened = core_->OpenSession(*decoded);
     if (!opened.ok()) return {opened.status(), ""};
     response->set_session_id(opened->session_id);
@@ -56,7 +56,8 @@ void AttentionServiceImpl::HandleForkSession(const UnaryCall& call,
       return {header, ""};
     }
     auto forked =
-        core_->ForkSession({request->session_id(), request->tokens(), request->new_session_id()});
+        core_->ForkSession({request->session_id(), request->tokens(), request->new_session_id(),
+                            CqQueue::Caller()});
     const std::string log = "session=" + Abbreviate(request->session_id());
     if (!forked.ok()) return {forked.status(), log};
     const OpenSessionResponse& s = forked->session;
@@ -81,7 +82,8 @@ void AttentionServiceImpl::HandleTruncateSession(const UnaryCall& call,
     if (Status header = CheckSessionHeader(call.context(), request->session_id()); !header.ok()) {
       return {header, ""};
     }
-    auto truncated = core_->TruncateSession(request->session_id(), request->tokens());
+    auto truncated =
+        core_->TruncateSession(request->session_id(), request->tokens(), CqQueue::Caller());
     if (truncated.ok()) {
       response->set_tokens(truncated->tokens);
       response->set_kv_blocks(truncated->kv_blocks);

@@ -2,7 +2,7 @@
 // attn_weights_shared_memory, LayerStepEntry.output_shared_memory; docs/shared-memory.md): a
 // tensor names a place in a region registered through the Open Inference Protocol's
 // SystemSharedMemoryRegister (gRPC or REST: the server has one registry) instead of carrying
-// bytes. The rules, codes and messages are common/shm_tensor.h's, which the Open Inference
+// bytes. The rules, codes and messages are shm/shm_tensor.h's, which the Open Inference
 // Protocol's tensor parameters use too; only the wire's field names differ
 // ("shared_memory.shared_memory_byte_size" here, "parameters.shared_memory_byte_size" there).
 #pragma once
@@ -13,8 +13,8 @@
 #include "mha/host_tensor.h"
 #include "mha/status.h"
 #include "mha/v1/attention.pb.h"
-#include "server/frontends/common/shared_memory_registry.h"
-#include "server/frontends/common/shm_tensor.h"
+#include "server/frontends/shm/shared_memory_registry.h"
+#include "server/frontends/shm/shm_tensor.h"
 
 namespace mha::serve {
 

@@ -30,7 +30,7 @@ bool IsShmParameter(const std::string& name) {
   return name == kShmRegion || name == kShmByteSize || name == kShmOffset;
 }
 
-// The parameters' kinds are checked here; the rules are common/shm_tensor.h's.
+// The parameters' kinds are checked here; the rules are shm/shm_tensor.h's.
 StatusOr<std::optional<ShmRef>> ShmParameters(const TensorParameters& parameters,
                                               const std::string& field) {
   const Parameter* region = Find(parameters, kShmRegion);

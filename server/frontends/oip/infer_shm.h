@@ -1,5 +1,5 @@
 // Triton's shared-memory tensor parameters on ModelInfer (the system shared-memory extension;
-// regions are registered in common/shared_memory_registry.h): an input or a requested output
+// regions are registered in shm/shared_memory_registry.h): an input or a requested output
 // names a region instead of carrying bytes.
 //
 //   shared_memory_region     string_param: a registered region
@@ -21,8 +21,8 @@
 #include "inference/grpc_service.pb.h"
 #include "mha/host_tensor.h"
 #include "mha/status.h"
-#include "server/frontends/common/shared_memory_registry.h"
-#include "server/frontends/common/shm_tensor.h"
+#include "server/frontends/shm/shared_memory_registry.h"
+#include "server/frontends/shm/shm_tensor.h"
 
 namespace mha::serve::oip {
 

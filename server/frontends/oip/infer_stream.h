@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/frontends/common/cq_stream.h"
+#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/common/ordered_stream.h"
 #include "server/frontends/oip/inference_service.h"
 

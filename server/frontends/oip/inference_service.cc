@@ -171,7 +171,7 @@ void GrpcInferenceServiceImpl::HandleModelInfer(CqCall* cq_call) {
   }
   InferCall& infer = decoded.value();
   std::string session = infer.request.session_id;
-  infer.request.caller_may_run = cq_call->may_block();  // a pass on this thread (work_queue.h)
+  infer.request.caller = CqQueue::Caller();  // a pass on this thread (work_queue.h)
   grpc::ByteBuffer* response_bytes = cq_call->response();
   // `done` runs inline (refused, or a pass this thread ran) or on a scheduler worker; the call
   // stays open until then.

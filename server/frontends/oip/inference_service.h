@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/frontends/common/cq_stream.h"
+#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/common/kserve_options.h"
 #include "server/frontends/oip/infer_request.h"
@@ -97,7 +97,7 @@ class GrpcInferenceServiceImpl final : public internal::InferenceServiceBase {
   void HandleRepositoryModelUnload(const UnaryCall& call,
                                    const inference::RepositoryModelUnloadRequest* request,
                                    inference::RepositoryModelUnloadResponse* response);
-  // shm_rpcs.cc: Triton's shared-memory extension (common/shared_memory_registry.h).
+  // shm_rpcs.cc: Triton's shared-memory extension (shm/shared_memory_registry.h).
   void HandleSystemSharedMemoryStatus(const UnaryCall& call,
                                       const inference::SystemSharedMemoryStatusRequest* request,
                                       inference::SystemSharedMemoryStatusResponse* response);

@@ -1,6 +1,6 @@
 // Triton's shared-memory extensions on gRPC: SystemSharedMemoryStatus / Register / Unregister and
 // CudaSharedMemoryStatus / Register / Unregister on the shared registry
-// (common/shared_memory_registry.h; CUDA regions open a cudaIpcMemHandle_t, mha/device_memory.h,
+// (shm/shared_memory_registry.h; CUDA regions open a cudaIpcMemHandle_t, mha/device_memory.h,
 // and a build without CUDA shared memory refuses them: cuda_shared_memory is then not in
 // ServerMetadata). All six need the admin token when one is set, as the repository calls;
 // registration also needs --allow-client-shm=true.

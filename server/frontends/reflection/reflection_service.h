@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
-#include "server/frontends/common/cq_stream.h"
+#include "server/frontends/cq/cq_stream.h"
 
 namespace mha::serve {
 

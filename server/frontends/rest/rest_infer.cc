@@ -53,9 +53,9 @@ StatusOr<std::unique_ptr<PreparedCall>> Prepare(const RestContext& c, const http
 
 // Runs the request on the core and waits for its answer (this connection's thread blocks; the
 // core's threads do not). As it blocks anyway, it may run the pass itself when the model is idle
-// (InferenceRequest::caller_may_run).
+// (InferenceRequest::caller).
 InferenceResponse RunOnCore(InferenceServer* core, InferenceRequest request) {
-  request.caller_may_run = true;
+  request.caller = CallerThread(/*may_run_pass=*/true, nullptr, nullptr);
   auto answer = std::make_shared<std::promise<InferenceResponse>>();
   std::future<InferenceResponse> result = answer->get_future();
   core->Infer(std::move(request),

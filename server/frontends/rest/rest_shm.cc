@@ -1,5 +1,5 @@
 // Triton's shared-memory extension over REST, on the registry the gRPC front end shares
-// (common/shared_memory_registry.h), with the same admin token and messages:
+// (shm/shared_memory_registry.h), with the same admin token and messages:
 //   GET  /v2/systemsharedmemory[/region/{r}]/status   -> [{"name","key","offset","byte_size"}]
 //   POST /v2/systemsharedmemory/region/{r}/register   {"key","offset","byte_size"} -> {}
 //   POST /v2/systemsharedmemory[/region/{r}]/unregister  -> {} once the region is unmapped

@@ -5,8 +5,9 @@
 //
 //   ModelKind      how a version folder is recognised, located and loaded (one object per kind)
 //   Servable       one loaded version, immutable: warmup, its log line, Serve (kept in ModelEntry)
-//   ServedModel    the serving side of one READY version: scheduler, sessions, steps, analysis
-//                  (made by Serve for each ModelHandle, destroyed with it)
+//   ServedModel    the serving side of one READY version: its scheduler, and the capabilities
+//                  its kind offers (sessions, session steps, layer steps, head analysis); made by
+//                  Serve for each ModelHandle, destroyed with it
 #pragma once
 
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "server/serving/repository/serving_config.h"
 #include "server/serving/scheduling/batcher_options.h"
 #include "server/serving/scheduling/runner.h"
+#include "server/serving/sessions/sessions.h"
 
 namespace mha::serve {
 
@@ -38,9 +40,39 @@ struct ServeContext {
   std::shared_ptr<SessionDirectory> directory;  // session ids, server-wide
 };
 
-// The serving side of one READY version (Triton's Model): its scheduler, its decoding sessions
-// and what else its kind runs. Destroyed with the version's handle: its sessions end, then its
-// scheduler answers every task it accepted.
+// Optional capabilities of a served version (Triton's backend API: only execution is required,
+// the other entry points may be absent). A kind that lacks one returns null from ServedModel's
+// getter; ServerCore refuses the call once, in one wording (server_core_internal.h NotOffered).
+
+// Session steps as Forward calls with a session_id (the one-layer kind's).
+class SessionSteps {
+ public:
+  virtual ~SessionSteps() = default;
+  // The step's own checks (the session's model, fields a step may not carry, the limits).
+  virtual Status CheckStep(const InferenceRequest& request) const = 0;
+  // Queued behind the session's earlier steps; `done` answers it exactly once.
+  virtual void Step(const std::string& session_id, InferenceTask task, DoneCallback done) = 0;
+};
+
+// Per-layer steps of multi-layer stacks (LayerSteps messages, docs/afd.md).
+class LayerStepper {
+ public:
+  virtual ~LayerStepper() = default;
+  // The message's checks and the hold on its sessions, then queued. OK: `done` will answer it;
+  // else the refusal (`done` is not called).
+  virtual Status StepLayer(LayerStepRequest& request, LayerStepDone done) = 0;
+};
+
+// The head analysis of one attention layer (AnalyzeModel; computed once per handle by the core).
+class HeadAnalyzer {
+ public:
+  virtual ~HeadAnalyzer() = default;
+  virtual StatusOr<HeadAnalysis> AnalyzeHeads() const = 0;
+};
+
+// The serving side of one READY version (Triton's Model): its scheduler, and what else its kind
+// offers (the capabilities above, and decoding sessions: sessions/sessions.h). Destroyed with
+// the version's handle: its sessions end, then its scheduler answers every task it accepted.
 class ServedModel {
  public:
   virtual ~ServedModel() = default;
@@ -51,29 +83,15 @@ class ServedModel {
   // working memory and response), then queued; `done` answers it exactly once.
   virtual Status ValidateForward(const InferenceRequest& request) const = 0;
   virtual void Submit(InferenceTask task, DoneCallback done) = 0;
-
-  // Decoding sessions (docs/sessions.md). Ids are checked and unique server-wide by the caller.
-  virtual StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request) = 0;
-  virtual StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) = 0;
-  // A fork of one of this version's sessions (its id checked and free server-wide by the caller)
-  // and a session's rewind (docs/sessions.md, "Fork, truncate and spill").
-  virtual StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest& request) = 0;
-  virtual StatusOr<TruncateSessionResponse> TruncateSession(const std::string& session_id,
-                                                            int64_t tokens) = 0;
-  // A Forward call with a session_id on one of this version's sessions: the step's own checks,
-  // then queued behind the session's earlier steps.
-  virtual Status CheckStep(const InferenceRequest& request) const = 0;
-  virtual void Step(const std::string& session_id, InferenceTask task, DoneCallback done) = 0;
-  // A LayerSteps message whose sessions are this version's: its checks and the hold on its
-  // sessions, then queued. OK: `done` will answer it; else the refusal (`done` is not called).
-  virtual Status StepLayer(LayerStepRequest& request, LayerStepDone done) = 0;
-
-  // Seed 001's head analysis (AnalyzeModel; the core computes it once per handle).
-  virtual StatusOr<HeadAnalysis> AnalyzeHeads() const = 0;
-
   // Stops accepting; every task already accepted is answered (the schedulers drain). Idempotent;
   // the destructor does it first.
   virtual void Shutdown() = 0;
+
+  // The capabilities it offers (null: none).
+  virtual Sessions* sessions() { return nullptr; }
+  virtual SessionSteps* session_steps() { return nullptr; }
+  virtual LayerStepper* layer_steps() { return nullptr; }
+  virtual const HeadAnalyzer* head_analysis() const { return nullptr; }
 };
 
 // A version's default warmup: its passes and what the log line says of them ("" = nothing).
@@ -87,7 +105,7 @@ class Servable {
  public:
   virtual ~Servable() = default;
   // The warmup passes when config.json has no "warmup" key, for the scheduler the version will
-  // run with (on a device, the merge's shapes: kinds/warmup_plan.h).
+  // run with (on a device, the merge's shapes: kinds/multihead/warmup_plan.h).
   virtual DefaultWarmupPasses DefaultWarmup(const BatcherOptions& scheduler) const = 0;
   // One warmup pass before the version is READY; `given`: one of config.json's.
   virtual Status WarmupPass(const WarmupShape& shape, bool given) const = 0;

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "server/serving/kinds/llama/llama_kind.h"
-#include "server/serving/kinds/mha/mha_kind.h"
+#include "server/serving/kinds/multihead/multihead_kind.h"
 #include "server/serving/kinds/model_kind.h"
 
 namespace mha::serve {
@@ -12,7 +12,7 @@ namespace mha::serve {
 namespace {
 
 const std::vector<const ModelKind*>& Kinds() {
-  static const std::vector<const ModelKind*> kinds = {&LlamaKind(), &MhaKind()};
+  static const std::vector<const ModelKind*> kinds = {&LlamaKind(), &MultiheadKind()};
   return kinds;
 }
 

@@ -31,10 +31,6 @@ struct BatcherOptions {
   // req/s) but cut B=8,T=128 served throughput to 0.64x in-process (0.89x with 1). Raise it per
   // model (config.json "instances") where passes are small.
   int instances = 1;
-  // Estimated working memory of one merged pass (server/serving/budget.h); one task alone may
-  // exceed it only if it was admitted on its own (ServerCore checks each request against the same
-  // limit).
-  int64_t max_batch_work_bytes = kDefaultMaxWorkBytes;
   // Answers whose output is bigger are delivered on a completion thread (encoding and gRPC's
   // Finish copy it), so that the worker goes straight on to the next pass; smaller ones inline.
   int completion_threads = 1;

@@ -1,6 +1,7 @@
-// The scheduler interface: one ModelRunner per model handle (server/serving/server_core.h).
-// ServerCore builds an InferenceTask from a validated request and calls Submit; it never knows what
-// is behind it (DynamicBatcher: merged passes, or one request per pass with batching off).
+// What a scheduler takes and gives back: a validated request as an InferenceTask, answered once
+// with an InferenceResult; and the ModelRunner interface of a scheduler that runs tasks (a kind's:
+// the one-layer kind's DynamicBatcher). ServerCore builds the task from a validated request and
+// hands it to the version's ServedModel; it never knows what is behind it.
 #pragma once
 
 #include <cstdint>
@@ -8,26 +9,18 @@
 #include <memory>
 #include <string>
 
-#include "mha/engine.h"
 #include "mha/host_io.h"
 #include "mha/status.h"
+#include "server/serving/caller_thread.h"
 #include "server/serving/clock.h"
 
 namespace mha::serve {
 
-// One decoding-session step (server/serving/sessions): the session's cache, which the step extends
-// (the step's inputs are the task's: the new tokens' query, masks, weights flags). `owner` keeps
-// the cache alive until the step is answered, also when the session is closed or evicted
-// meanwhile. The session layer admits one step per session at a time, so no two tasks in flight
-// share a cache.
-struct SessionStep {
-  std::shared_ptr<void> owner;
-  KvCache* cache = nullptr;
-  bool cross = false;
-};
+// A decoding session's step, opaque here: the kind whose scheduler runs it defines it (the
+// one-layer kind: kinds/multihead/session_step.h).
+struct SessionStep;
 
 struct InferenceTask {
-  std::shared_ptr<const MhaModel> model;
   std::string model_name;  // for logs
   // Validated once, by ServerCore::Infer; runners and the model trust them. The tensors may borrow
   // the request's bytes: a runner drops the task before it calls `done` (after which the call,
@@ -40,9 +33,9 @@ struct InferenceTask {
   // time the queue on their own clock, from Submit.
   Clock::time_point submitted = Clock::now();
   std::string request_id;
-  std::shared_ptr<SessionStep> step;  // set for a session's step: DecodeSteps, not Forward
+  std::shared_ptr<const SessionStep> step;  // set for a session's step: not a stateless pass
   int64_t layer = 0;                  // a multi-layer model's layer (InferenceRequest::layer)
-  bool caller_may_run = false;        // InferenceRequest::caller_may_run (stateless forwards)
+  CallerThread caller;  // InferenceRequest::caller (stateless forwards; WorkQueue takes it out)
 };
 
 struct InferenceResult {

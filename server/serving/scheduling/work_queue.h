@@ -13,11 +13,12 @@
 //   - the queue-depth gauge, the BLAS threads of a pass (blas_policy.h), the pass hook (the test
 //     seam that holds passes at a gate), and off-worker completion of big answers
 //     (CompletionExecutor);
-//   - the inline pass: an item its planner lets the submitting thread run (MayRunInline: a front
-//     end thread that may block) runs on that thread, inside Submit, when the queue was empty,
+//   - the inline pass: an item whose submitting thread may run a pass (TakeCaller: the item's
+//     CallerThread, caller_thread.h) runs on that thread, inside Submit, when the queue was empty,
 //     an instance is idle and its plan would dispatch at once — exactly the pass a worker would
-//     run next, without the hand-off to the worker and back (issue 46's c=1 floor); the thread
-//     calls CallerThread::BeforeBlocking() first (a completion queue's leader hands its queue on).
+//     run next, without the hand-off to the worker and back (a lone call's floor); the thread
+//     calls its CallerThread's BeforeBlocking() first (a completion queue's leader hands its
+//     queue on).
 //     At most `instances` passes run at once, inline or not.
 // What differs between schedulers is their Planner (a policy, as OrderedStreamReactor's):
 //
@@ -27,7 +28,7 @@
 //     static constexpr const char* kPass = "forward pass";      // in the drop messages
 //     static constexpr const char* kItems = "requests";         // in the queue-full message
 //     Clock::time_point Deadline(const Item&) const;
-//     bool MayRunInline(const Item&) const;  // the submitting thread may run its pass
+//     static CallerThread TakeCaller(Item&);  // the submitting thread, moved out of the item
 //     bool Cancelled(const Item&) const;
 //     PassSize Alone(const Item&) const;  // the item's pass alone, for the estimate
 //     // With the queue's lock held: the next pass (oldest first), empty when nothing may run
@@ -58,7 +59,7 @@
 #include "server/serving/clock.h"
 #include "server/serving/scheduling/batcher_options.h"
 #include "server/serving/scheduling/blas_policy.h"
-#include "server/serving/scheduling/caller_thread.h"
+#include "server/serving/caller_thread.h"
 #include "server/serving/scheduling/completion_executor.h"
 #include "server/serving/scheduling/pass_time_estimator.h"
 #include "server/serving/scheduling/runner.h"
@@ -162,7 +163,8 @@ class WorkQueue {
   // pass, above) when the planner allows it and a worker would start it at once.
   void Submit(Item item) {
     Entry entry{std::move(item), context_.Now()};
-    const bool may_run_here = planner_.MayRunInline(entry.item);
+    CallerThread caller = Planner::TakeCaller(entry.item);
+    const bool may_run_here = caller.may_run_pass();
     Status refused;
     Taken here;
     {
@@ -184,7 +186,7 @@ class WorkQueue {
       cv_.notify_all();  // a worker waiting for company re-plans; an idle one wakes up
       return;
     }
-    CallerThread::BeforeBlocking();  // a queue's leader hands its queue on first (cq_unary.h)
+    caller.BeforeBlocking();  // a queue's leader hands its queue on first (cq_unary.h)
     RunTaken(here);
   }
 

@@ -1,5 +1,6 @@
 // The options of a model version's decoding sessions (both kinds' stores and their SessionTable):
-// the KV pool, idle expiry, the full-pool policy, pending steps and the step budgets.
+// the KV pool, idle expiry, the full-pool policy and the steps waiting for a session. A step's
+// limits are the server's RequestLimits (limits.h).
 #pragma once
 
 #include <cstddef>
@@ -9,7 +10,6 @@
 #include "mha/kv_cache.h"
 #include "mha/status.h"
 #include "server/serving/clock.h"
-#include "server/serving/serving_defaults.h"
 
 namespace mha::serve {
 
@@ -35,10 +35,6 @@ struct SessionOptions {
   std::string spill_dir = "/tmp/mha-kv-spill";  // --kv-spill-dir
   int64_t spill_bytes = int64_t{1} << 30;       // --kv-spill-bytes
   size_t max_pending_steps = 16;  // steps of one session waiting behind the one in flight
-  // A step's estimated working memory and response (server/serving/budget.h), as for any request:
-  // --max-work-bytes and --max-response-bytes (ServerCore fills them from its limits).
-  int64_t max_work_bytes = kDefaultMaxWorkBytes;
-  int64_t max_response_bytes = kDefaultMaxResponseBytes;
 };
 
 }  // namespace mha::serve

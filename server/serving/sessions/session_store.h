@@ -1,129 +1,276 @@
-// The decoding sessions of one model version (docs/sessions.md): their KV caches in one paged
-// block pool (mha/kv_cache.h), their lifetimes (open, close, idle expiry, LRU eviction) and the
-// order of their steps. Owned by the version's ModelHandle: when the version is unloaded or
-// replaced, its sessions end with it and their memory goes back.
+// SessionStore<Cache>: the decoding sessions of one model version, whatever its kind: the lock,
+// the SessionTable (sessions, pool, expiry, eviction, spill), the session calls every kind answers
+// the same way (Close, Fork, Truncate, usage) and the one step protocol both kinds' caches plug
+// into. A kind derives its store from it (kinds/multihead/multihead_sessions.h,
+// kinds/llama/llama_sessions.h), adds Open and its steps, and tells the fork and truncate rules of
+// its cache (ForkTokens, CheckTruncate).
 //
-// Steps of one session run one at a time, in arrival order (the session table's StepGate): a step
-// that arrives while another of the same session is in flight waits behind it (up to
-// max_pending_steps, then RESOURCE_EXHAUSTED). When its turn comes a step is checked against the
-// cache (mask shapes cover the cache after it), against max_tokens (OUT_OF_RANGE) and given the
-// blocks it needs (RESOURCE_EXHAUSTED when the pool is short, or idle sessions evicted least
-// recently used first under the evict-lru policy), then handed to the model's scheduler, which
-// merges steps of many sessions into one pass.
+// The step protocol, the same for a one-layer step and a Llama layer-step message:
+//   Acquire  the step enters the gate of every session it names, all or none (NOT_FOUND for one
+//            that is not open here, RESOURCE_EXHAUSTED when one has --max-pending-steps waiting);
+//            `start` runs when it is first in each line (at once, on the caller's thread, when
+//            nothing waits before it), `refuse` instead when a session it waits for ends first;
+//   Prepare  before the step's pass, under the lock: the session still open, the kind's checks,
+//            a spilled session restored, room made for the blocks it takes (evicting or spilling
+//            idle sessions), the blocks taken;
+//   Finish   after the pass (answered or refused): the kind updates what the session holds, the
+//            sessions are used now, the step leaves the gate (an ended session's blocks go back
+//            once nothing holds it), the answer goes out, the steps waiting behind it start.
 #pragma once
 
-#include <cstdint>
-#include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "mha/engine.h"
-#include "mha/host_tensor.h"
-#include "mha/kv_cache.h"
-#include "server/serving/inference.h"
-#include "server/serving/scheduling/runner.h"
-#include "server/serving/serving_defaults.h"
-#include "server/serving/sessions/session_directory.h"
-#include "server/serving/sessions/session_options.h"
+#include "mha/text.h"
 #include "server/serving/sessions/session_table.h"
+#include "server/serving/sessions/sessions.h"
+#include "server/serving/sessions/step_gate.h"
 
 namespace mha::serve {
 
-class StatsAggregator;
-
-struct OpenSessionParams {
-  int64_t batch_size = 1;  // rows decoded together
-  int64_t max_tokens = 0;  // tokens per row the session may decode (validated by the caller)
-  HostTensor key, value;   // both: a cross-attention session over these encoder states
-  std::string id{};        // checked by the caller; "" = NewSessionId()
+// How a kind's store makes and describes its version's pool.
+struct SessionPool {
+  std::function<StatusOr<std::shared_ptr<KvBlockPool>>()> make;
+  std::function<void(const KvBlockPool&)> describe;   // logs it, once
+  std::function<std::string(const KvBlockPool&)> per_block;  // what a block holds, for refusals
+  std::string device;                                 // "cpu" spills into files
 };
 
-// OpenSession's answer for `info`, a session opened on model `model` version `version` (every
-// kind's store answers in SessionInfo).
-OpenSessionResponse OpenedSession(const SessionInfo& info, const std::string& model,
-                                  const std::string& version);
-// CloseSession's answer: the closed session's tokens and blocks, or why it could not be closed.
-StatusOr<CloseSessionResponse> ClosedSession(const StatusOr<SessionInfo>& info);
-// ForkSession's answer for the fork `info` on `model` version `version`, or why it failed.
-StatusOr<ForkSessionResponse> ForkedSession(const StatusOr<SessionInfo>& info,
-                                            const std::string& model, const std::string& version);
-// TruncateSession's answer: what the session holds now, or why it could not be truncated.
-StatusOr<TruncateSessionResponse> TruncatedSession(const StatusOr<SessionInfo>& info);
-
-class SessionStore {
+template <typename Cache>
+class SessionStore : public Sessions {
  public:
-  // `runner` (the version's scheduler) and `metrics` (may be null) outlive the store.
-  SessionStore(SessionOptions options, std::shared_ptr<const MhaModel> model,
-               SessionLocation location, std::shared_ptr<SessionDirectory> directory,
-               ModelRunner* runner, StatsAggregator* metrics);
-  ~SessionStore();  // ends every session: "its model version was unloaded"
+  using Session = SessionState<Cache>;
+  using Ptr = std::shared_ptr<Session>;
+  // A step's hold on its sessions (one per entry, in entry order), from its turn to Finish.
+  struct Hold {
+    std::vector<Ptr> sessions;
+    StepTurnPtr turn;
+  };
+  // What one session's step takes, checked and reserved by Prepare.
+  struct StepPlan {
+    std::function<Status(const Session&)> check;    // the kind's checks (before a restore)
+    std::function<int64_t(const Session&)> blocks;  // the blocks it takes (after the restore)
+    std::string what;                               // names it in a pool-full refusal
+    std::function<Status(Session&)> reserve;        // takes them
+  };
+
+  ~SessionStore() override { EndAll(); }
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
 
-  // Opens a session; a cross-attention one projects its key/value now (on the calling thread).
-  StatusOr<SessionInfo> Open(const OpenSessionParams& params);
-  // Ends the session; its blocks go back now (after its step in flight, if one is). Steps
-  // waiting behind get NOT_FOUND.
-  StatusOr<SessionInfo> Close(const std::string& id);
-  // Runs `task` (a request's new tokens and masks, validated by ServerCore against nothing but
-  // its limits) as the session's next step; `done` as ModelRunner::Submit's, with
-  // session_tokens set.
-  void Step(const std::string& id, InferenceTask task, DoneCallback done);
-  // A new session (id `new_id`, checked by the caller; "" = NewSessionId()) holding the first
-  // `tokens` tokens of session `id` (0 = all), sharing its blocks (session_store_branch.cc).
-  // NOT_FOUND, FAILED_PRECONDITION while a step holds it, INVALID_ARGUMENT / OUT_OF_RANGE for
-  // tokens (SessionTable, CheckBranchTokens); a cross-attention session forks whole only.
-  StatusOr<SessionInfo> Fork(const std::string& id, int64_t tokens, const std::string& new_id);
-  // Keeps the first `tokens` tokens of session `id`, giving whole blocks back. Refusals as Fork's;
-  // a cross-attention session: FAILED_PRECONDITION (its cache holds the encoder's keys).
-  StatusOr<SessionInfo> Truncate(const std::string& id, int64_t tokens);
-  // Ends the sessions idle longer than the timeout (also done by every call above).
-  void SweepExpired();
+  StatusOr<SessionInfo> Close(const std::string& id) override {
+    std::vector<StepGate::Dropped> dropped;
+    std::vector<StepTurnPtr> ready;
+    Status why;
+    StatusOr<SessionInfo> info = NotFound("");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      table_.SweepLocked(options_.clock->Now());
+      auto it = table_.sessions().find(id);
+      if (it == table_.sessions().end()) return table_.directory().NotFoundFor(id);
+      const Ptr session = it->second;
+      SessionInfo closed = session->info;
+      closed.blocks = session->cache->blocks_held();
+      table_.CloseLocked(session, "was closed (CloseSession)", &dropped, &ready);
+      why = table_.EndedWhileWaitingLocked(id);
+      info = closed;
+    }
+    StepGate::Refuse(dropped, why);
+    StepGate::Start(ready);
+    return info;
+  }
 
-  using Usage = SessionUsage;
-  Usage usage() const;
+  StatusOr<SessionInfo> Fork(const std::string& id, int64_t tokens, const std::string& new_id,
+                             CallerThread& caller) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Clock::time_point now = options_.clock->Now();
+    table_.SweepLocked(now);
+    auto source = table_.IdleSessionLocked(id, "fork");
+    if (!source.ok()) return source.status();
+    const Ptr& s = *source;
+    MHA_RETURN_IF_ERROR(CheckBranchTokens(id, tokens, s->info.tokens));
+    const int64_t keep = tokens == 0 ? s->info.tokens : tokens;
+    auto cache_tokens = ForkTokens(*s, keep);
+    if (!cache_tokens.ok()) return cache_tokens.status();
+    MHA_RETURN_IF_ERROR(table_.RestoreLocked(s, PerBlockLocked(), caller));
+    auto cache = s->cache->Fork(*cache_tokens);
+    if (!cache.ok()) return cache.status();
+    auto fork = std::make_shared<Session>();
+    fork->info = s->info;
+    fork->info.id = new_id.empty() ? NewSessionId() : new_id;
+    fork->info.tokens = keep;
+    fork->cache = std::move(cache.value());
+    fork->info.blocks = fork->cache->blocks_held();
+    fork->info.shared_blocks = fork->cache->shared_blocks_held();
+    fork->last_used = s->last_used = now;
+    MHA_RETURN_IF_ERROR(table_.AddLocked(fork));
+    return fork->info;
+  }
 
- private:
-  struct Session {
-    SessionInfo info;
-    std::unique_ptr<KvCache> cache;
-    Clock::time_point last_used;
-    bool ended = false;
-    StepLine steps;  // the steps holding it (SessionTable's gate)
-  };
-  using SessionPtr = std::shared_ptr<Session>;
-  // A step from arrival to answer: its turn at the gate starts it (Begin).
-  struct PendingStep {
-    InferenceTask task;
-    DoneCallback done;
-    SessionPtr session;
-  };
-  using StepPtr = std::shared_ptr<PendingStep>;
+  StatusOr<SessionInfo> Truncate(const std::string& id, int64_t tokens,
+                                 CallerThread& caller) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Clock::time_point now = options_.clock->Now();
+    table_.SweepLocked(now);
+    auto found = table_.IdleSessionLocked(id, "truncate");
+    if (!found.ok()) return found.status();
+    const Ptr& s = *found;
+    MHA_RETURN_IF_ERROR(CheckTruncate(*s));
+    MHA_RETURN_IF_ERROR(CheckBranchTokens(id, tokens, s->info.tokens));
+    MHA_RETURN_IF_ERROR(table_.RestoreLocked(s, PerBlockLocked(), caller));
+    MHA_RETURN_IF_ERROR(s->cache->TruncateTo(tokens));
+    s->info.tokens = tokens;
+    s->info.blocks = s->cache->blocks_held();
+    s->info.shared_blocks = s->cache->shared_blocks_held();
+    s->last_used = now;
+    table_.PublishLocked();
+    return s->info;
+  }
 
-  Status EnsurePoolLocked();
-  std::string PerBlockLocked() const;  // what a block holds, for the pool-full refusals
-  Status MakeRoomLocked(int64_t blocks, const Session* keep, const std::string& what);
-  Status AdmitLocked(const SessionPtr& session, InferenceTask* task);
-  // Its turn came: admits the step and hands it to the scheduler, or answers its refusal.
-  void Begin(const StepPtr& step, const StepTurnPtr& turn);
-  void OnStepDone(const StepPtr& step, const StepTurnPtr& turn, int64_t tokens,
-                  InferenceResult result);
-  // The step leaves the gate; the next turns start.
-  void Leave(const StepPtr& step, const StepTurnPtr& turn);
-  static void Answer(const StepPtr& step, Status status);
+  SessionUsage usage() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return table_.UsageLocked();
+  }
+
+  void SweepExpired() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    table_.SweepLocked(options_.clock->Now());
+  }
+
+  // The step protocol (above). `field(i)` prefixes what is said of entry i ("" for a one-session
+  // step, "entries[i].session_id: " for a message). On OK, exactly one of `start` and `refuse`
+  // will run; otherwise neither.
+  Status Acquire(const std::vector<std::string>& ids,
+                 const std::function<std::string(size_t)>& field,
+                 std::function<void(Hold, CallerThread&)> start,
+                 std::function<void(Status)> refuse, CallerThread& caller) {
+    auto turn = std::make_shared<StepTurn>();
+    std::vector<std::weak_ptr<Session>> sessions;
+    bool now = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      table_.SweepLocked(options_.clock->Now());
+      std::vector<std::string> labels;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        auto it = table_.sessions().find(ids[i]);
+        if (it == table_.sessions().end()) {
+          const Status gone = table_.directory().NotFoundFor(ids[i]);
+          return Status(gone.code(), field(i) + gone.message());
+        }
+        sessions.push_back(it->second);
+        turn->lines.push_back(&it->second->steps);
+        labels.push_back(field(i) + "session '" + Abbreviate(ids[i]) + "'");
+      }
+      // The turn keeps its sessions weakly: a session that ends drops the turns waiting for it
+      // first, so every one is alive when the turn starts.
+      std::weak_ptr<StepTurn> weak = turn;
+      turn->start = [sessions, weak, start = std::move(start)](CallerThread& on) {
+        Hold hold{{}, weak.lock()};
+        for (const auto& s : sessions) hold.sessions.push_back(s.lock());
+        start(std::move(hold), on);
+      };
+      turn->refuse = [field, refuse = std::move(refuse)](size_t entry, Status why) {
+        refuse(Status(why.code(), field(entry) + why.message()));
+      };
+      MHA_RETURN_IF_ERROR(table_.gate().EnterLocked(turn, labels, &now));
+    }
+    if (now) StepGate::Start({turn}, caller);
+    return Status::Ok();
+  }
+
+  // Before a held session's step (Prepare, above). NOT_FOUND when it ended while the step waited.
+  Status Prepare(const Ptr& session, const StepPlan& plan, CallerThread& caller) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session->ended) return table_.EndedWhileWaitingLocked(session->info.id);
+    MHA_RETURN_IF_ERROR(plan.check(*session));
+    // A spilled session's blocks come back first (room made as for a step: the sessions a step
+    // holds are never spilled).
+    MHA_RETURN_IF_ERROR(table_.RestoreLocked(session, PerBlockLocked(), caller));
+    MHA_RETURN_IF_ERROR(table_.MakeRoomLocked(plan.blocks(*session), session.get(), plan.what,
+                                              PerBlockLocked(), caller));
+    const Status reserved = plan.reserve(*session);
+    table_.PublishLocked();
+    return reserved;
+  }
+
+  // After the step (Finish, above): `update` runs on each session under the lock, then `answer`
+  // outside it, then the steps waiting behind start (on this thread, a worker's).
+  void Finish(const Hold& hold, const std::function<void(Session&)>& update,
+              const std::function<void()>& answer) {
+    std::vector<StepTurnPtr> ready;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const Clock::time_point now = options_.clock->Now();
+      for (const Ptr& s : hold.sessions) {
+        s->last_used = now;
+        if (update) update(*s);
+      }
+      ready = table_.LeaveLocked(hold.turn, hold.sessions);
+    }
+    if (answer) answer();
+    StepGate::Start(ready);
+  }
+
+  int64_t block_tokens() const { return options_.pool.block_tokens; }
+
+ protected:
+  SessionStore(SessionOptions options, SessionLocation location,
+               std::shared_ptr<SessionDirectory> directory, StatsAggregator* metrics,
+               SessionPool pool)
+      : options_(std::move(options)),
+        location_(std::move(location)),
+        pool_(std::move(pool)),
+        table_(options_, location_, std::move(directory), metrics) {}
+
+  // How many of the cache's tokens a fork keeping `keep` tokens shares, or the kind's refusal.
+  virtual StatusOr<int64_t> ForkTokens(const Session& source, int64_t keep) const { return keep; }
+  // The kind's refusal to truncate `session`, or OK.
+  virtual Status CheckTruncate(const Session& session) const { return Status::Ok(); }
+
+  // Open's first part, under the lock: expired sessions ended, the pool made on the first call,
+  // then `make`: the kind's cache for the new session, which takes its first blocks
+  // (MakeRoomLocked first).
+  Status MakeSessionLocked(Session& session, const std::function<Status(Session&)>& make) {
+    table_.SweepLocked(options_.clock->Now());
+    MHA_RETURN_IF_ERROR(EnsurePoolLocked());
+    session.info.block_tokens = table_.pool()->block_tokens();
+    return make(session);
+  }
+  // Open's last part, under the lock: the session registered here and server-wide under `id` (""
+  // = a new one); an id open anywhere on this server is refused, and its blocks go back.
+  StatusOr<SessionInfo> RegisterLocked(const Ptr& session, const std::string& id) {
+    return table_.OpenLocked(session, id, options_.clock->Now());
+  }
+  Status EnsurePoolLocked() {
+    return table_.EnsurePoolLocked(pool_.make, pool_.describe, pool_.device);
+  }
+  // Frees `blocks` blocks for a new session (never a session a step holds).
+  Status MakeRoomLocked(int64_t blocks, const std::string& what, CallerThread& caller) {
+    return table_.MakeRoomLocked(blocks, nullptr, what, PerBlockLocked(), caller);
+  }
+  std::string PerBlockLocked() const { return pool_.per_block(*table_.pool()); }
 
   const SessionOptions options_;
-  const std::shared_ptr<const MhaModel> model_;
-  const ModelInfo info_;
   const SessionLocation location_;
-  const std::shared_ptr<SessionDirectory> directory_;
-  ModelRunner* const runner_;
-  StatsAggregator* const metrics_;
-
+  const SessionPool pool_;
   mutable std::mutex mu_;
   SessionTable<Session> table_;  // guarded by mu_
+
+ private:
+  // Ends every session; the steps still waiting for one are answered NOT_FOUND.
+  void EndAll() {
+    std::vector<StepGate::Dropped> dropped;
+    Status why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      table_.EndAllLocked(&dropped, &why);
+    }
+    StepGate::Refuse(dropped, why);
+  }
 };
 
 }  // namespace mha::serve

@@ -2,15 +2,13 @@
 // sessions, the version's KV block pool, their entries in the server-wide SessionDirectory, idle
 // expiry, LRU eviction under --kv-cache-full-policy evict-lru (never a session a step holds), LRU
 // spill under --kv-cache-full-policy spill (and the restore at a spilled session's next step) and
-// the session metrics. Each kind's store (sessions/session_store.h for one-layer models; a kind's
-// own folder for the others) keeps its own lock and calls the *Locked functions with it held. A
-// step holds its sessions through the table's StepGate (sessions/step_gate.h), the same for every
-// kind.
+// the session metrics. The version's SessionStore (session_store.h) owns it and calls the *Locked
+// functions with its lock held. A step holds its sessions through the table's StepGate
+// (step_gate.h), the same for every kind.
 //
-// A Session type has: `SessionInfo info`, `std::unique_ptr<Cache> cache` (Release(),
-// blocks_held(), Spill(store, key), Restore(), spilled(), BlocksToRestore()),
-// `Clock::time_point last_used`, `bool ended`, and `StepLine steps` (the steps that hold it: a step
-// is waiting or running on it while it is not empty).
+// A kind's Cache has: Release(), blocks_held(), shared_blocks_held(), Spill(store, key),
+// Restore(), spilled(), spilled_bytes(), BlocksToRestore(), Fork(tokens), TruncateTo(tokens)
+// (mha/kv_cache.h's KvCache, mha/llama_session_cache.h's LlamaSessionCache).
 #pragma once
 
 #include <spdlog/spdlog.h>
@@ -29,26 +27,23 @@
 #include "mha/text.h"
 #include "server/serving/clock.h"
 #include "server/serving/observability/stats_aggregator.h"
-#include "server/serving/scheduling/caller_thread.h"
+#include "server/serving/caller_thread.h"
 #include "server/serving/sessions/session_directory.h"
 #include "server/serving/sessions/session_options.h"
 #include "server/serving/sessions/session_spill.h"
+#include "server/serving/sessions/sessions.h"
 #include "server/serving/sessions/step_gate.h"
 
 namespace mha::serve {
 
-struct SessionInfo {
-  std::string id;
-  bool cross = false;
-  int64_t batch_size = 0, max_tokens = 0;
-  int64_t tokens = 0;         // decoded per row so far
-  int64_t blocks = 0;         // KV blocks held
-  int64_t shared_blocks = 0;  // of those, held by another session too (a fork's)
-  int64_t block_tokens = 0;
-};
-
-struct SessionUsage {
-  int64_t sessions = 0, blocks_used = 0, blocks_total = 0, block_bytes = 0;
+// One open session of a kind whose cache is a `Cache`.
+template <typename Cache>
+struct SessionState {
+  SessionInfo info;
+  std::unique_ptr<Cache> cache;
+  Clock::time_point last_used;
+  bool ended = false;
+  StepLine steps;  // the steps that hold it: one is waiting or running on it while not empty
 };
 
 template <typename Session>
@@ -148,11 +143,19 @@ class SessionTable {
     return ready;
   }
 
-  // Ends every session: the version is unloaded or replaced.
-  void EndAllLocked() {
-    const std::string why = "ended: its model '" + location_.model + "' version " +
-                            location_.version + " was unloaded or replaced";
-    for (auto& [id, session] : sessions_) directory_->End(id, why);
+  // Ends every session: the version is unloaded or replaced. The steps still waiting for one go
+  // to `dropped` (the caller refuses them with `*why` after unlocking); a step running keeps its
+  // sessions' caches until it leaves.
+  void EndAllLocked(std::vector<StepGate::Dropped>* dropped, Status* why) {
+    const std::string reason = "ended: its model '" + location_.model + "' version " +
+                               location_.version + " was unloaded or replaced";
+    std::vector<StepTurnPtr> ready;  // none can start: every line's waiting turns leave
+    for (auto& [id, session] : sessions_) {
+      gate_.DropWaitingLocked(&session->steps, dropped, &ready);
+      session->ended = true;
+      directory_->End(id, reason);
+    }
+    *why = NotFound("session " + reason + " (while this step waited)");
     sessions_.clear();
     spilled_sessions_ = 0;
     PublishLocked();
@@ -176,8 +179,9 @@ class SessionTable {
   // Frees `blocks` blocks under evict-lru by ending sessions no step holds (never `keep`), least
   // recently used first; under refuse, or when not enough are idle, RESOURCE_EXHAUSTED naming
   // `what` and the pool (`per_block`: what one block holds, in the kind's words).
+  // A spill blocks `caller` (caller_thread.h) for its write.
   Status MakeRoomLocked(int64_t blocks, const Session* keep, const std::string& what,
-                        const std::string& per_block) {
+                        const std::string& per_block, CallerThread& caller) {
     bool changed = false;
     while (pool_->free_blocks() < blocks && options_.full_policy != KvFullPolicy::kRefuse) {
       Ptr victim = LeastRecentlyUsedIdleLocked(keep);
@@ -187,7 +191,7 @@ class SessionTable {
           "was evicted (least recently used) to free KV cache blocks for another session "
           "(--kv-cache-full-policy evict-lru, --kv-cache-bytes)";
       if (options_.full_policy == KvFullPolicy::kSpill) {
-        CallerThread::BeforeBlocking();  // the spill writes to disk (caller_thread.h)
+        caller.BeforeBlocking();  // the spill writes to disk
         const Status spilled = SpillLocked(victim, what);
         if (spilled.ok()) continue;
         why = "was evicted (least recently used) to free KV cache blocks for another session: " +
@@ -213,12 +217,13 @@ class SessionTable {
   // A spilled session's blocks back before its step (or fork, or truncate): room is made as for a
   // step (spilling others, never `session` nor a session a step holds), then its bytes come back
   // exactly. No-op for a session that is not spilled.
-  Status RestoreLocked(const Ptr& session, const std::string& per_block) {
+  Status RestoreLocked(const Ptr& session, const std::string& per_block, CallerThread& caller) {
     if (!session->cache->spilled()) return Status::Ok();
-    CallerThread::BeforeBlocking();  // the restore reads from disk (caller_thread.h)
+    caller.BeforeBlocking();  // the restore reads from disk
     const int64_t blocks = session->cache->BlocksToRestore();
-    MHA_RETURN_IF_ERROR(MakeRoomLocked(
-        blocks, session.get(), "restoring spilled session '" + session->info.id + "'", per_block));
+    MHA_RETURN_IF_ERROR(MakeRoomLocked(blocks, session.get(),
+                                       "restoring spilled session '" + session->info.id + "'",
+                                       per_block, caller));
     const auto start = std::chrono::steady_clock::now();
     MHA_RETURN_IF_ERROR(session->cache->Restore());
     --spilled_sessions_;

@@ -70,12 +70,22 @@ void StepGate::DropWaitingLocked(StepLine* line, std::vector<Dropped>* dropped,
                ready->end());
 }
 
-void StepGate::Start(const std::vector<StepTurnPtr>& turns) {
-  for (const StepTurnPtr& turn : turns) turn->start();
+void StepGate::Start(const std::vector<StepTurnPtr>& turns, CallerThread& caller) {
+  for (const StepTurnPtr& turn : turns) {
+    auto start = std::move(turn->start);
+    turn->start = nullptr;
+    turn->refuse = nullptr;
+    if (start) start(caller);
+  }
 }
 
 void StepGate::Refuse(const std::vector<Dropped>& dropped, const Status& why) {
-  for (const Dropped& d : dropped) d.turn->refuse(d.line, why);
+  for (const Dropped& d : dropped) {
+    auto refuse = std::move(d.turn->refuse);
+    d.turn->refuse = nullptr;
+    d.turn->start = nullptr;
+    if (refuse) refuse(d.line, why);
+  }
 }
 
 }  // namespace mha::serve

@@ -11,7 +11,10 @@
 // that started keeps its session's cache until it leaves.
 //
 // The gate has no lock of its own: every *Locked call runs under the owning store's lock, and a
-// turn's callbacks run after the caller lets go of it (Start, Refuse).
+// turn's callbacks run after the caller lets go of it (Start, Refuse). A turn's callbacks run at
+// most once and are dropped when they have run, so a turn owns nothing once it started: a line
+// holds its turns, a turn only points at its lines (no ownership cycle between sessions and the
+// steps that wait for them).
 #pragma once
 
 #include <cstddef>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "mha/status.h"
+#include "server/serving/caller_thread.h"
 
 namespace mha::serve {
 
@@ -43,7 +47,9 @@ class StepLine {
 // A step that holds the sessions of `lines` (distinct) from EnterLocked until LeaveLocked.
 struct StepTurn {
   std::vector<StepLine*> lines;
-  std::function<void()> start;  // its turn came: submit it (runs outside the lock, once)
+  // Its turn came: submit it (runs outside the lock, once), on `caller`: the submitting thread when
+  // it starts at once, else the thread whose step let it start (a worker: CallerThread::Worker()).
+  std::function<void(CallerThread& caller)> start;
   // The session of lines[i] ended while this waited: refuse(i, why) (outside the lock, once).
   std::function<void(size_t, Status)> refuse;
   bool started = false;  // guarded by the store's lock
@@ -73,8 +79,12 @@ class StepGate {
   void DropWaitingLocked(StepLine* line, std::vector<Dropped>* dropped,
                          std::vector<StepTurnPtr>* ready) const;
 
-  // Outside the lock: starts each turn / refuses each dropped turn with `why`.
-  static void Start(const std::vector<StepTurnPtr>& turns);
+  // Outside the lock: starts each turn on `caller` / refuses each dropped turn with `why`.
+  static void Start(const std::vector<StepTurnPtr>& turns, CallerThread& caller);
+  static void Start(const std::vector<StepTurnPtr>& turns) {
+    CallerThread worker;
+    Start(turns, worker);
+  }
   static void Refuse(const std::vector<Dropped>& dropped, const Status& why);
 
  private:

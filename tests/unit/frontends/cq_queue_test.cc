@@ -1,10 +1,10 @@
-// CqQueue (server/frontends/common/cq_queue.h) on a real in-process gRPC server with two raw
+// CqQueue (server/frontends/cq/cq_queue.h) on a real in-process gRPC server with two raw
 // methods (CqUnaryMethod) on one queue: both are served by its threads; one thread leads at a time
 // and a handler that hands the lead on before it blocks (CallerThread) lets another thread take
 // the next call, of either method; nothing is requested after Shutdown, and a queue never started
 // drains there. (Tags posted with grpc::Alarm would go through gRPC's timer threads, whose
 // internal races ThreadSanitizer reports; calls are what the queue carries anyway.)
-#include "server/frontends/common/cq_queue.h"
+#include "server/frontends/cq/cq_queue.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -16,8 +16,8 @@
 
 #include "cq_test_server.h"
 #include "mha/v1/attention.grpc.pb.h"
-#include "server/frontends/common/cq_unary.h"
-#include "server/serving/scheduling/caller_thread.h"
+#include "server/frontends/cq/cq_unary.h"
+#include "server/serving/caller_thread.h"
 #include "wait.h"
 
 namespace mha::serve {
@@ -98,7 +98,7 @@ TEST_F(CqQueueTest, AHandlerThatHandsTheLeadOnLetsAnotherThreadTakeTheNextCallOf
   CqQueue* queue = &queue_;
   Start([state, queue](CqCall* call) {
     state->follower_seen.set_value(queue->follower_waiting());
-    CallerThread::BeforeBlocking();  // the lead goes to the other thread
+    CqQueue::Caller().BeforeBlocking();  // the lead goes to the other thread
     state->released.wait();
     Answer(call, v1::ForwardResponse());
   });

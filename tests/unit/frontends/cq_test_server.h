@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "server/frontends/common/cq_queue.h"
+#include "server/frontends/cq/cq_queue.h"
 
 namespace mha::testing {
 

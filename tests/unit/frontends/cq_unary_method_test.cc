@@ -1,4 +1,4 @@
-// CqUnaryMethod (server/frontends/common/cq_unary.h) on a real in-process gRPC server: every call
+// CqUnaryMethod (server/frontends/cq/cq_unary.h) on a real in-process gRPC server: every call
 // is answered once whether its handler answers inline or later from another thread; a call still
 // open when the server shuts down is cancelled and freed; may_block says whether another thread
 // waited to take the queue over, and a handler that hands it on (CallerThread) before it blocks
@@ -16,8 +16,8 @@
 
 #include "cq_test_server.h"
 #include "mha/v1/attention.grpc.pb.h"
-#include "server/frontends/common/cq_unary.h"
-#include "server/serving/scheduling/caller_thread.h"
+#include "server/frontends/cq/cq_unary.h"
+#include "server/serving/caller_thread.h"
 #include "wait.h"
 
 namespace mha::serve {
@@ -146,7 +146,7 @@ TEST_F(CqUnaryMethodTest, MayBlockSaysWhetherAnotherThreadWasFreeToTakeCalls) {
       may_block.push_back(call->may_block());
     }
     if (first) {  // the first call holds its thread, after handing the queue on
-      CallerThread::BeforeBlocking();
+      CqQueue::Caller().BeforeBlocking();
       released.wait();
     }
     Echo(call);

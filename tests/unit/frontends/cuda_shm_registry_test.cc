@@ -10,7 +10,7 @@
 
 #include "mha/device_memory.h"
 #include "mha/host_io.h"
-#include "server/frontends/common/shared_memory_registry.h"
+#include "server/frontends/shm/shared_memory_registry.h"
 #include "shm_test_object.h"
 
 namespace mha::serve {

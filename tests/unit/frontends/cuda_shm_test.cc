@@ -15,8 +15,8 @@
 #include "mha/device_memory.h"
 #include "mha/tensor_adapter.h"
 #include "mha/v1/attention.pb.h"
-#include "server/frontends/common/shared_memory_registry.h"
-#include "server/frontends/common/shm_tensor.h"
+#include "server/frontends/shm/shared_memory_registry.h"
+#include "server/frontends/shm/shm_tensor.h"
 
 #if defined(MHA_WITH_CUDA) && defined(MHA_CUDA_SHM)
 #include <cuda_runtime_api.h>

@@ -85,7 +85,7 @@ TEST_F(GrpcFrontendTest, ForwardLetsTheCoreRunThePassOnItsThreadWhenAnotherIsFre
   ASSERT_TRUE(
       testing::WaitUntil([&] { return queue_.idle_threads() == 2; }, "both Forward threads idle"));
   ASSERT_TRUE(client_->ForwardRaw(Marked(1.0f)).ok());
-  EXPECT_TRUE(core_.Last().caller_may_run);
+  EXPECT_TRUE(core_.Last().caller.may_run_pass());
 }
 
 TEST_F(GrpcFrontendTest, CoreStatusesBecomeTheSameGrpcCodes) {

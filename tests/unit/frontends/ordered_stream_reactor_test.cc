@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "mha/v1/attention.grpc.pb.h"
-#include "server/frontends/common/cq_queue.h"
-#include "server/frontends/common/cq_stream.h"
+#include "server/frontends/cq/cq_queue.h"
+#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/common/ordered_stream.h"
 #include "wait.h"
 

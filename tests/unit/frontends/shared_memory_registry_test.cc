@@ -1,7 +1,7 @@
-// SharedMemoryRegistry (server/frontends/common/shared_memory_registry.h) on real POSIX
+// SharedMemoryRegistry (server/frontends/shm/shared_memory_registry.h) on real POSIX
 // shared-memory objects: registration and its refusals, slices, the budget, unregistering while
 // a request holds a region, and a client truncating its object.
-#include "server/frontends/common/shared_memory_registry.h"
+#include "server/frontends/shm/shared_memory_registry.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <limits>
 #include <memory>
 
-#include "server/frontends/common/shm_fault_guard.h"
+#include "server/frontends/shm/shm_fault_guard.h"
 #include "shm_test_object.h"
 
 namespace mha::serve {

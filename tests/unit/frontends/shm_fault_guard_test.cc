@@ -1,7 +1,7 @@
-// ShmFaultGuard (server/frontends/common/shm_fault_guard.h): a read or write of a truncated
+// ShmFaultGuard (server/frontends/shm/shm_fault_guard.h): a read or write of a truncated
 // shared mapping inside a watched range completes (zeros) and is recorded; outside one, SIGBUS
 // keeps its default action.
-#include "server/frontends/common/shm_fault_guard.h"
+#include "server/frontends/shm/shm_fault_guard.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

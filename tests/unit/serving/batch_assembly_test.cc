@@ -2,7 +2,7 @@
 // must equal the same request run alone (fp32, 1e-5), with mixed lengths, bool/float masks (2D
 // and 3D), causal, cross-attention, kdim/vdim, add_bias_kv/add_zero_attn, weights off/averaged/
 // per head, on the PyTorch fixture models.
-#include "server/serving/scheduling/batch_assembly.h"
+#include "server/serving/kinds/multihead/batch_assembly.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "batch_test_util.h"
-#include "server/serving/scheduling/dynamic_batcher.h"
-#include "server/serving/scheduling/merge/batch_merge.h"
+#include "server/serving/kinds/multihead/dynamic_batcher.h"
+#include "server/serving/kinds/multihead/merge/batch_merge.h"
 #include "wait.h"
 
 namespace mha::serve {
@@ -256,7 +256,6 @@ TEST(BatchAssemblyTest, ThroughTheBatcherAnswersEqualUnbatched) {
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     InferenceTask task;
-    task.model = model;
     task.inputs = testing::ToHostInputs(requests[i]);
     batcher.Submit(std::move(task),
                    [&promises, i](InferenceResult r) { promises[i].set_value(std::move(r)); });

@@ -1,41 +1,33 @@
-// CallerThread (server/serving/scheduling/caller_thread.h): BeforeBlocking runs the hook this
-// thread installed, once per scope; a thread without one (or after its scope) runs nothing; a
-// nested scope restores the outer one.
-#include "server/serving/scheduling/caller_thread.h"
+// CallerThread (server/serving/caller_thread.h): BeforeBlocking runs the caller's hook once, a
+// caller without a hook (a worker) runs nothing, and may_run_pass says what the front end said.
+#include "server/serving/caller_thread.h"
 
 #include <gtest/gtest.h>
-
-#include <thread>
 
 namespace mha::serve {
 namespace {
 
 void Count(void* arg) { ++*static_cast<int*>(arg); }
 
-TEST(CallerThreadTest, BeforeBlockingRunsThisThreadsHookOncePerScope) {
+TEST(CallerThreadTest, BeforeBlockingRunsTheHookOnce) {
   int runs = 0;
-  {
-    const CallerThread::Scope scope(&Count, &runs);
-    std::thread([] { CallerThread::BeforeBlocking(); }).join();  // another thread: not its hook
-    EXPECT_EQ(runs, 0);
-    CallerThread::BeforeBlocking();
-    CallerThread::BeforeBlocking();  // handed on already: not again
-    EXPECT_EQ(runs, 1);
-  }
-  CallerThread::BeforeBlocking();  // the scope ended: nothing installed
+  CallerThread caller(true, &Count, &runs);
+  EXPECT_TRUE(caller.may_run_pass());
+  caller.BeforeBlocking();
+  EXPECT_EQ(runs, 1);
+  caller.BeforeBlocking();  // handed on already: not again
   EXPECT_EQ(runs, 1);
 }
 
-TEST(CallerThreadTest, ANestedScopeRestoresTheOuterHook) {
-  int outer = 0, inner = 0;
-  const CallerThread::Scope outer_scope(&Count, &outer);
-  {
-    const CallerThread::Scope inner_scope(&Count, &inner);
-    CallerThread::BeforeBlocking();
-  }
-  CallerThread::BeforeBlocking();
-  EXPECT_EQ(inner, 1);
-  EXPECT_EQ(outer, 1);
+TEST(CallerThreadTest, AWorkerHasNoHookAndRunsNoPassOfACallers) {
+  CallerThread worker = CallerThread::Worker();
+  EXPECT_FALSE(worker.may_run_pass());
+  worker.BeforeBlocking();  // nothing to run
+  int runs = 0;
+  CallerThread other(false, &Count, &runs);
+  EXPECT_FALSE(other.may_run_pass());
+  other.BeforeBlocking();
+  EXPECT_EQ(runs, 1);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // DynamicBatcher scheduling with a fake forward function: merging, max rows/tokens, bucketing,
 // oldest group first, deadlines, cancellation, full queue, shutdown, failure isolation. (Batching
 // off: dynamic_batcher_unbatched_test.cc; with a real model: batch_assembly_test.cc.)
-#include "server/serving/scheduling/dynamic_batcher.h"
+#include "server/serving/kinds/multihead/dynamic_batcher.h"
 
 #include <gtest/gtest.h>
 

@@ -15,7 +15,7 @@
 
 #include "mha/tensor_adapter.h"
 #include "pass_gate.h"
-#include "server/serving/scheduling/dynamic_batcher.h"
+#include "server/serving/kinds/multihead/dynamic_batcher.h"
 
 namespace mha::serve::batcher_testing {
 

@@ -10,7 +10,7 @@
 
 #include "batch_test_util.h"
 #include "mha/tensor_adapter.h"
-#include "server/serving/scheduling/dynamic_batcher.h"
+#include "server/serving/kinds/multihead/dynamic_batcher.h"
 
 namespace mha::serve {
 namespace {
@@ -33,7 +33,6 @@ std::unique_ptr<DynamicBatcher> Scheduler(const std::shared_ptr<const MhaModel>&
 
 InferenceTask Task(const std::shared_ptr<const MhaModel>& model, int64_t t = 3) {
   InferenceTask task;
-  task.model = model;
   task.model_name = "small";
   task.inputs.query = ToHost(at::randn({2, t, 16}));
   return task;

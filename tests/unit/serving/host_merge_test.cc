@@ -1,7 +1,7 @@
 // host_merge.h: the merge and split without an ATen op per request give the same bytes as
 // MergeInputs and SplitOutputs + ToHostOutputs, and leave every other batch to them (false, nothing
 // changed).
-#include "server/serving/scheduling/merge/host_merge.h"
+#include "server/serving/kinds/multihead/merge/host_merge.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

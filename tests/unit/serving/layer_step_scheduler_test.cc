@@ -32,10 +32,13 @@ class LayerStepSchedulerTest : public ::testing::Test {
     case_ = testing::LoadLlamaCase("stack4_sessions");
     model_ = testing::LoadFixtureModel("stack4_sessions");
     ASSERT_NE(model_.stack, nullptr);
-    store_ = std::make_unique<LlamaSessionStore>(testing::SmallPool(1 << 20, 4), model_.stack,
-                                                 model_.info, SessionLocation{"llama", "1"},
-                                                 std::make_shared<SessionDirectory>(), nullptr);
-    for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Open(128, "s" + std::to_string(i)).ok());
+    store_ = std::make_unique<LlamaSessions>(testing::SmallPool(1 << 20, 4), RequestLimits{},
+                                             model_.stack, model_.info,
+                                             SessionLocation{"llama", "1"},
+                                             std::make_shared<SessionDirectory>(), nullptr);
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(testing::OpenLlama(*store_, 128, "s" + std::to_string(i)).ok());
+    }
   }
   void Start(BatcherOptions o = {}) {
     scheduler_.reset();  // a test may start a second one: the first drains
@@ -65,8 +68,8 @@ class LayerStepSchedulerTest : public ::testing::Test {
     };
     // As LlamaServed::StepLayer: the message reaches the scheduler when its turn comes.
     const Status entered = store_->Acquire(
-        ids,
-        [this, task](LlamaStepHold hold) {
+        ids, [](size_t i) { return "entries[" + std::to_string(i) + "].session_id: "; },
+        [this, task](LlamaSessions::Hold hold, CallerThread&) {
           task->hold = std::move(hold);
           scheduler_->Submit(std::move(*task));
         },
@@ -74,7 +77,8 @@ class LayerStepSchedulerTest : public ::testing::Test {
           LayerStepResponse r;
           r.status = std::move(why);
           task->done(std::move(r));
-        });
+        },
+        testing::Worker());
     EXPECT_TRUE(entered.ok()) << entered.ToString();
     return answer->get_future();
   }
@@ -91,7 +95,7 @@ class LayerStepSchedulerTest : public ::testing::Test {
 
   testing::LlamaCase case_;
   LoadedLlamaModel model_;
-  std::unique_ptr<LlamaSessionStore> store_;
+  std::unique_ptr<LlamaSessions> store_;
   StatsAggregator stats_{"llama", "1"};
   std::atomic<std::thread::id> pass_thread_{};  // the worker that ran the latest pass
   std::unique_ptr<LayerStepScheduler> scheduler_;

@@ -14,8 +14,8 @@
 
 #include "batch_test_util.h"
 #include "metrics_text.h"
-#include "server/serving/observability/metrics_http.h"
-#include "server/serving/scheduling/dynamic_batcher.h"
+#include "server/frontends/http/metrics_http.h"
+#include "server/serving/kinds/multihead/dynamic_batcher.h"
 
 namespace mha::serve {
 namespace {
@@ -170,7 +170,6 @@ TEST(MetricsTest, UnbatchedSchedulerRecordsEachPassAsABatchOfOne) {
   std::atomic<int> answered{0};
   for (int64_t t : {5, 5}) {
     InferenceTask task;
-    task.model = shared;
     task.model_name = "enc";
     task.inputs.query = ToHost(at::ones({2, t, 16}));
     runner.Submit(std::move(task), [&answered](InferenceResult r) { answered += r.status.ok(); });

@@ -46,7 +46,7 @@ class FakeServed final : public ServedModel {
   StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest&) override {
     return Refused();
   }
-  StatusOr<TruncateSessionResponse> TruncateSession(const std::string&, int64_t) override {
+  StatusOr<TruncateSessionResponse> TruncateSession(const std::string&, int64_t, CallerThread) override {
     return Refused();
   }
   Status CheckStep(const InferenceRequest&) const override { return Refused(); }

@@ -1,8 +1,8 @@
-// PassRunner (server/serving/scheduling/merge/pass_runner.h), the serving layer's merge/split over
+// PassRunner (server/serving/kinds/multihead/merge/pass_runner.h), the serving layer's merge/split over
 // host tensors: a merged pass answers each request as its pass alone would (fixture model, within
 // 1e-5), answers come in each task's output types, and a failed pass of session steps leaves
 // every cache at its length.
-#include "server/serving/scheduling/merge/pass_runner.h"
+#include "server/serving/kinds/multihead/merge/pass_runner.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include "mha/kv_cache.h"
 #include "mha/model.h"
 #include "mha/tensor_adapter.h"
+#include "server/serving/kinds/multihead/session_step.h"
 
 namespace mha::serve {
 namespace {
@@ -24,9 +25,8 @@ using testing::MaskKind;
 using testing::ToForwardOutputs;
 using testing::ToHostInputs;
 
-InferenceTask TaskOf(const std::shared_ptr<const MhaModel>& model, const ForwardInputs& in) {
+InferenceTask TaskOf(const ForwardInputs& in) {
   InferenceTask task;
-  task.model = model;
   task.inputs = ToHostInputs(in);
   return task;
 }
@@ -40,7 +40,7 @@ TEST(PassRunner, AMergedPassAnswersEachRequestAsItsPassAlone) {
       MakeRequest(model->options(), {1, 3, 0, MaskKind::kBool}, gen),
       MakeRequest(model->options(), {2, 5, 0, MaskKind::kFloat}, gen)};
   std::vector<InferenceTask> tasks;
-  for (const ForwardInputs& in : requests) tasks.push_back(TaskOf(model, in));
+  for (const ForwardInputs& in : requests) tasks.push_back(TaskOf(in));
   std::vector<HostOutputs> outs;
   PassTimes times;
   ASSERT_TRUE(runner->RunMerged({&tasks[0], &tasks[1]}, &outs, RealClock(), &times).ok());
@@ -62,7 +62,7 @@ TEST(PassRunner, AnswersComeInTheTasksOutputTypes) {
   auto gen = MakeGenerator(4);
   ForwardInputs in = MakeRequest(model->options(), {1, 4}, gen);
   in.need_weights = true;
-  InferenceTask task = TaskOf(model, in);
+  InferenceTask task = TaskOf(in);
   task.output_types = OutputTypes{ElementType::kBFloat16, ElementType::kFloat16};
   HostOutputs out;
   ASSERT_TRUE(runner->RunOne(task, &out).ok());
@@ -85,9 +85,9 @@ TEST(PassRunner, AFailedPassOfStepsLeavesEveryCacheAtItsLength) {
   std::vector<InferenceTask> tasks;
   for (KvCache* cache : {&first, &second}) {
     ASSERT_TRUE(cache->Reserve(2).ok());
-    InferenceTask task = TaskOf(model, c->inputs);
+    InferenceTask task = TaskOf(c->inputs);
     task.inputs.query = ToHost(c->inputs.query.narrow(1, 0, 2).contiguous());
-    task.step = std::make_shared<SessionStep>(SessionStep{nullptr, cache, false});
+    task.step = std::make_shared<SessionStep>(SessionStep{model, nullptr, cache, false});
     tasks.push_back(std::move(task));
   }
   // The second step's query has the wrong width: the pass fails after the first one's appends.

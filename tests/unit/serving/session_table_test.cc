@@ -55,13 +55,7 @@ struct FakeCache {
   }
 };
 
-struct FakeSession {
-  SessionInfo info;
-  std::unique_ptr<FakeCache> cache;
-  Clock::time_point last_used;
-  bool ended = false;
-  StepLine steps;
-};
+using FakeSession = SessionState<FakeCache>;
 
 class SessionTableTest : public ::testing::Test {
  protected:
@@ -104,10 +98,18 @@ class SessionTableTest : public ::testing::Test {
     return s;
   }
   std::string Why(const std::string& id) { return directory_->NotFoundFor(id).message(); }
+  // Ends every session (the version is unloaded); no step waits for one in these tests.
+  void EndAll() {
+    std::vector<StepGate::Dropped> dropped;
+    Status why;
+    table_->EndAllLocked(&dropped, &why);
+    EXPECT_TRUE(dropped.empty());
+  }
 
   std::shared_ptr<SessionDirectory> directory_ = std::make_shared<SessionDirectory>();
   StatsAggregator stats_{"m", "1"};
   std::unique_ptr<SessionTable<FakeSession>> table_;
+  CallerThread caller_;
 };
 
 TEST_F(SessionTableTest, EvictionEndsTheLeastRecentlyUsedSessionThatNoStepHolds) {
@@ -119,7 +121,7 @@ TEST_F(SessionTableTest, EvictionEndsTheLeastRecentlyUsedSessionThatNoStepHolds)
   auto old = Open("old", total / 4, 3);
   auto recent = Open("recent", total - 3 * (total / 4), 4);
   ASSERT_EQ(table_->pool()->free_blocks(), 0);
-  EXPECT_TRUE(table_->MakeRoomLocked(1, keep.get(), "a test", "4 tokens per block").ok());
+  EXPECT_TRUE(table_->MakeRoomLocked(1, keep.get(), "a test", "4 tokens per block", caller_).ok());
   EXPECT_TRUE(old->ended);
   EXPECT_FALSE(held->ended || keep->ended || recent->ended);
   EXPECT_EQ(table_->sessions().count("old"), 0u);
@@ -131,7 +133,7 @@ TEST_F(SessionTableTest, EvictionEndsTheLeastRecentlyUsedSessionThatNoStepHolds)
 TEST_F(SessionTableTest, RefuseNamesWhatWasAskedAndThePoolInTheKindsWords) {
   Make(KvFullPolicy::kRefuse);
   auto all = Open("all", table_->pool()->total_blocks(), 1);
-  const Status s = table_->MakeRoomLocked(2, nullptr, "a new session", "4 tokens per block");
+  const Status s = table_->MakeRoomLocked(2, nullptr, "a new session", "4 tokens per block", caller_);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("KV cache full: a new session needs 2 blocks, 0 of "),
             std::string::npos)
@@ -161,9 +163,9 @@ TEST_F(SessionTableTest, ExpirySkipsHeldSessionsAndAHeldSessionKeepsItsBlocksUnt
   EXPECT_EQ(busy->cache->blocks_held(), 3);  // its step still runs
   EXPECT_TRUE(table_->LeaveLocked(step, {busy}).empty());
   EXPECT_EQ(busy->cache->blocks_held(), 0);  // the step left: its blocks went back
-  table_->EndAllLocked();
+  EndAll();
   auto last = Open("last", 1, 0);
-  table_->EndAllLocked();
+  EndAll();
   EXPECT_NE(Why("last").find("ended: its model 'm' version 1 was unloaded or replaced"),
             std::string::npos)
       << Why("last");
@@ -180,7 +182,7 @@ TEST_F(SessionTableTest, SpillMovesTheLeastRecentlyUsedIdleSessionAndRestoreBrin
   const StepTurnPtr step = Hold(held);
   auto old = Open("old", total / 4, 2);
   auto recent = Open("recent", total - 2 * (total / 4), 3);
-  EXPECT_TRUE(table_->MakeRoomLocked(1, nullptr, "a test", "4 tokens per block").ok());
+  EXPECT_TRUE(table_->MakeRoomLocked(1, nullptr, "a test", "4 tokens per block", caller_).ok());
   EXPECT_TRUE(old->cache->spilled());
   EXPECT_FALSE(old->ended) << "a spilled session stays open";
   EXPECT_FALSE(held->cache->spilled() || recent->cache->spilled());
@@ -192,7 +194,7 @@ TEST_F(SessionTableTest, SpillMovesTheLeastRecentlyUsedIdleSessionAndRestoreBrin
   EXPECT_EQ(s.session_evictions, 0u);
   // Its restore needs its blocks back: `recent` (idle) spills, never `old` itself.
   ASSERT_TRUE(table_->pool()->Allocate(table_->pool()->free_blocks()).ok());
-  EXPECT_TRUE(table_->RestoreLocked(old, "4 tokens per block").ok());
+  EXPECT_TRUE(table_->RestoreLocked(old, "4 tokens per block", caller_).ok());
   EXPECT_FALSE(old->cache->spilled());
   EXPECT_EQ(old->cache->blocks_held(), total / 4);
   EXPECT_TRUE(recent->cache->spilled());
@@ -209,7 +211,7 @@ TEST_F(SessionTableTest, SpillMovesTheLeastRecentlyUsedIdleSessionAndRestoreBrin
 TEST_F(SessionTableTest, AFullSpillStoreEvictsWithTheReason) {
   Make(KvFullPolicy::kSpill, /*spill_bytes=*/50);  // not one block's 100 bytes
   auto all = Open("all", table_->pool()->total_blocks(), 1);
-  EXPECT_TRUE(table_->MakeRoomLocked(1, nullptr, "a test", "4 tokens per block").ok());
+  EXPECT_TRUE(table_->MakeRoomLocked(1, nullptr, "a test", "4 tokens per block", caller_).ok());
   EXPECT_TRUE(all->ended);
   EXPECT_NE(Why("all").find("was evicted (least recently used) to free KV cache blocks for another "
                             "session: the spill store is full (--kv-spill-bytes 50)"),

@@ -18,7 +18,7 @@ class StepGateTest : public ::testing::Test {
   StepTurnPtr Turn(const std::string& name, std::vector<StepLine*> lines) {
     auto turn = std::make_shared<StepTurn>();
     turn->lines = std::move(lines);
-    turn->start = [this, name] { log_.push_back("start " + name); };
+    turn->start = [this, name](CallerThread&) { log_.push_back("start " + name); };
     turn->refuse = [this, name](size_t line, Status why) {
       log_.push_back("refuse " + name + " line " + std::to_string(line) + ": " + why.message());
     };

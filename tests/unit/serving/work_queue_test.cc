@@ -17,7 +17,7 @@
 
 #include "pass_gate.h"
 #include "server/serving/observability/stats_aggregator.h"
-#include "server/serving/scheduling/caller_thread.h"
+#include "server/serving/caller_thread.h"
 
 namespace mha::serve {
 namespace {
@@ -28,7 +28,7 @@ struct ToyItem {
   int key = 0;
   Clock::time_point deadline = Clock::time_point::max();
   std::function<void(Status, int passes)> answer;
-  bool inline_ok = false;  // the submitting thread may run its pass (MayRunInline)
+  CallerThread caller;  // the submitting thread (TakeCaller): may it run its pass?
 };
 
 struct ToyLog {
@@ -46,7 +46,7 @@ class ToyPlanner {
 
   explicit ToyPlanner(std::shared_ptr<ToyLog> log) : log_(std::move(log)) {}
   Clock::time_point Deadline(const Item& item) const { return item.deadline; }
-  bool MayRunInline(const Item& item) const { return item.inline_ok; }
+  static CallerThread TakeCaller(Item& item) { return std::exchange(item.caller, CallerThread()); }
   bool Cancelled(const Item&) const { return false; }
   PassSize Alone(const Item&) const { return PassSize{false, 1}; }
   PassPlan<Item> PlanLocked(Queue<Item>& queue, Clock::time_point, const PassContext&) const {
@@ -102,18 +102,19 @@ struct Answer {
 
 std::future<Answer> Submit(WorkQueue<ToyPlanner>& queue, int key,
                            Clock::time_point deadline = Clock::time_point::max(),
-                           bool inline_ok = false) {
+                           CallerThread caller = CallerThread()) {
   auto promise = std::make_shared<std::promise<Answer>>();
   queue.Submit(ToyItem{key, deadline,
                        [promise](Status s, int n) {
                          promise->set_value(Answer{std::move(s), n, std::this_thread::get_id()});
                        },
-                       inline_ok});
+                       caller});
   return promise->get_future();
 }
 
-std::future<Answer> SubmitInline(WorkQueue<ToyPlanner>& queue, int key) {
-  return Submit(queue, key, Clock::time_point::max(), /*inline_ok=*/true);
+std::future<Answer> SubmitInline(WorkQueue<ToyPlanner>& queue, int key,
+                                 CallerThread::Hook hook = nullptr, void* arg = nullptr) {
+  return Submit(queue, key, Clock::time_point::max(), CallerThread(true, hook, arg));
 }
 
 bool Ready(const std::future<Answer>& f) {
@@ -229,17 +230,15 @@ TEST(WorkQueueTest, TheSubmittingThreadSaysItWillBlockBeforeAnInlinePassAndOnlyT
   };
   Seen inline_seen{0, 0, log};
   {
-    const CallerThread::Scope scope(count, &inline_seen);
-    auto here = SubmitInline(queue, 1);  // the queue is idle: runs here
+    auto here = SubmitInline(queue, 1, count, &inline_seen);  // the queue is idle: runs here
     EXPECT_EQ(Get(here).thread, std::this_thread::get_id());
   }
   EXPECT_EQ(inline_seen.calls, 1);
   EXPECT_EQ(inline_seen.passes_before, 0u) << "told after the inline pass ran, not before";
   Seen queued_seen{0, 0, log};
   {
-    const CallerThread::Scope scope(count, &queued_seen);
-    auto queued =
-        Submit(queue, 2);  // not allowed inline: a worker runs it, this thread never blocks
+    // Not allowed inline: a worker runs it, this thread never blocks.
+    auto queued = Submit(queue, 2, Clock::time_point::max(), CallerThread(false, count, &queued_seen));
     EXPECT_TRUE(Get(queued).status.ok());
   }
   EXPECT_EQ(queued_seen.calls, 0);
@@ -302,7 +301,7 @@ TEST(WorkQueueTest, InlineAndWorkerPassesTogetherNeverExceedTheInstances) {
   for (int c = 0; c < 6; ++c) {
     clients.emplace_back([&, c] {
       for (int i = 0; i < 200; ++i) {
-        auto f = Submit(queue, (c + i) % 3, Clock::time_point::max(), /*inline_ok=*/i % 2 == 0);
+        auto f = Submit(queue, (c + i) % 3, Clock::time_point::max(), CallerThread(i % 2 == 0, nullptr, nullptr));
         if (Get(f).status.ok()) ++ok;
       }
     });

@@ -11,7 +11,7 @@ namespace mha::serve {
 
 std::unique_ptr<LayerStepScheduler> LayerStepScheduler::Create(
     const BatcherOptions& options, std::shared_ptr<const LlamaAttentionStack> stack,
-    LlamaSessionStore* sessions, std::string model_name, StatsAggregator* metrics) {
+    LlamaSessions* sessions, std::string model_name, StatsAggregator* metrics) {
   return std::unique_ptr<LayerStepScheduler>(
       new LayerStepScheduler(options, std::move(stack), sessions, std::move(model_name), metrics));
 }
@@ -45,6 +45,11 @@ PassPlan<LayerStepTask> LayerPlanner::PlanLocked(Queue<Item>& queue, Clock::time
     plan.full = true;
     return plan;
   }
+  if (!o.batching) {  // --batching off: one message per pass, at once
+    plan.items.push_back(queue.begin());
+    plan.full = true;
+    return plan;
+  }
   const int64_t layer = queue.front().item.layer;
   int64_t tokens = 0;
   for (auto it = queue.begin(); it != queue.end(); ++it) {
@@ -68,8 +73,9 @@ std::vector<Queued<LayerStepTask>*> LayerPlanner::Prepare(std::vector<Queued<Ite
   for (auto& q : batch) {
     Status prepared;
     for (size_t i = 0; prepared.ok() && i < q.item.hold.sessions.size(); ++i) {
-      prepared =
-          sessions_->Prepare(q.item.hold.sessions[i], q.item.layer, q.item.hidden[i].size(0));
+      CallerThread worker;  // a pass of layer steps runs on a worker
+      prepared = sessions_->PrepareLayer(q.item.hold.sessions[i], q.item.layer,
+                                         q.item.hidden[i].size(0), worker);
       if (!prepared.ok()) {
         prepared =
             Status(prepared.code(), "entries[" + std::to_string(i) + "]: " + prepared.message());
@@ -139,7 +145,7 @@ Status LayerPlanner::Step(std::vector<Queued<Item>*>& batch,
   size_t next = 0;
   for (Queued<Item>* q : batch) {
     LayerStepResponse r;
-    for (const LlamaSessionRef& s : q->item.hold.sessions) {
+    for (const LlamaSessions::Ptr& s : q->item.hold.sessions) {
       r.outputs.push_back(std::move((*outputs)[next++]));
       r.layer_tokens.push_back(s->cache->length(layer));
     }
@@ -169,7 +175,7 @@ void LayerPlanner::Refuse(Queued<Item>& item, Status status, int64_t queue_us,
 void LayerPlanner::Answer(Queued<Item>& queued, LayerStepResponse response,
                           PassContext& context) const {
   LayerStepDone done = std::move(queued.item.done);
-  sessions_->Finish(queued.item.hold);
+  sessions_->FinishMessage(queued.item.hold);
   queued.item = LayerStepTask();  // drop the inputs (they may borrow the message) first
   int64_t bytes = 0;
   for (const HostTensor& t : response.outputs) bytes += static_cast<int64_t>(t.bytes());

@@ -4,18 +4,20 @@
 // limit, instances, deadline and cancel drops, drops on the pass-time estimate, the queue-depth
 // gauge, off-worker completion of big answers) with the layer planner below.
 //
-// Planning: a message comes here when its turn at the session gate came (LlamaSessionStore::
+// Planning: a message comes here when its turn at the session gate came (LlamaSessions::
 // Acquire), so no two queued or running messages share a session and each session's steps apply
 // in arrival order. A worker takes the oldest message, then every later message of the same layer
-// while the pass's new tokens stay within max_batch_tokens (one message alone may exceed it).
-// With max_queue_delay_us 0 (the default) a pass starts as soon as a worker is free.
+// while the pass's new tokens stay within max_batch_tokens (one message alone may exceed it: the
+// Llama kind counts new tokens of one layer, where the one-layer kind counts a merged pass's
+// padded tokens). With max_queue_delay_us 0 (the default) a pass starts as soon as a worker is
+// free. With batching off (--batching off, config.json "batching": false) each message runs alone.
 //
-// A pass: each message's entries are prepared (LlamaSessionStore::Prepare: the session still
+// A pass: each message's entries are prepared (LlamaSessions::Prepare: the session still
 // open, the layer-order rule, max_tokens, room in the pool); a message with a refused entry is
 // answered with that refusal ("entry i: ...") and leaves the pass; the others run as one
 // StepLlamaSessions. If the merged pass fails (INTERNAL: every cache is back at its length), each
 // message runs alone, so one message cannot fail others. A message's sessions are released
-// (LlamaSessionStore::Finish) on the worker, then its answer is delivered.
+// (LlamaSessions::Finish) on the worker, then its answer is delivered.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +28,7 @@
 
 #include "mha/llama_engine.h"
 #include "server/serving/clock.h"
-#include "server/serving/kinds/llama/llama_session_store.h"
+#include "server/serving/kinds/llama/llama_sessions.h"
 #include "server/serving/layer_step.h"
 #include "server/serving/scheduling/batcher_options.h"
 #include "server/serving/scheduling/runner.h"
@@ -46,7 +48,7 @@ struct LlamaForwardWork {
 // One message, validated, its sessions held, or a stateless forward: what Submit queues.
 struct LayerStepTask {
   int64_t layer = 0;
-  LlamaStepHold hold;              // its sessions, one per entry, distinct
+  LlamaSessions::Hold hold;        // its sessions, one per entry, distinct
   std::vector<HostTensor> hidden;  // [t, E] per entry
   ElementType output = ElementType::kFloat32;
   Clock::time_point deadline = Clock::time_point::max();
@@ -64,16 +66,18 @@ class LayerPlanner {
   static constexpr const char* kPass = "layer step";
   static constexpr const char* kItems = "requests";
 
-  LayerPlanner(std::shared_ptr<const LlamaAttentionStack> stack, LlamaSessionStore* sessions)
+  LayerPlanner(std::shared_ptr<const LlamaAttentionStack> stack, LlamaSessions* sessions)
       : stack_(std::move(stack)), sessions_(sessions) {}
 
   Clock::time_point Deadline(const Item& item) const {
     return item.forward ? item.forward->task.deadline : item.deadline;
   }
   bool Cancelled(const Item& item) const;
-  // Stateless forwards whose front end thread may block; step messages never (work_queue.h).
-  bool MayRunInline(const Item& item) const {
-    return item.forward && item.forward->task.caller_may_run;
+  // The thread that submitted a stateless forward (taken out of its task) may run its pass; a
+  // step message's never (work_queue.h).
+  static CallerThread TakeCaller(Item& item) {
+    if (!item.forward) return CallerThread();
+    return std::exchange(item.forward->task.caller, CallerThread());
   }
   PassSize Alone(const Item& item) const { return PassSize{!item.forward, item.tokens}; }
   PassPlan<Item> PlanLocked(Queue<Item>& queue, Clock::time_point now,
@@ -97,17 +101,18 @@ class LayerPlanner {
   static void AnswerForward(Queued<Item>& queued, InferenceResult result, PassContext& context);
 
   std::shared_ptr<const LlamaAttentionStack> stack_;
-  LlamaSessionStore* sessions_;
+  LlamaSessions* sessions_;
 };
 
 class LayerStepScheduler {
  public:
   // `stack`, `sessions` (the version's store, which outlives the scheduler) and `metrics` (may be
   // null) are the version's; `model_name` labels logs and errors. `options`: the version's
-  // BatcherOptions (max_batch_tokens caps a merged pass's new tokens; batching does not apply).
+  // BatcherOptions (max_batch_tokens caps a merged pass's new tokens; batching off: one message
+  // per pass).
   static std::unique_ptr<LayerStepScheduler> Create(
       const BatcherOptions& options, std::shared_ptr<const LlamaAttentionStack> stack,
-      LlamaSessionStore* sessions, std::string model_name, StatsAggregator* metrics);
+      LlamaSessions* sessions, std::string model_name, StatsAggregator* metrics);
   ~LayerStepScheduler() { Shutdown(); }
   LayerStepScheduler(const LayerStepScheduler&) = delete;
   LayerStepScheduler& operator=(const LayerStepScheduler&) = delete;
@@ -123,7 +128,7 @@ class LayerStepScheduler {
 
  private:
   LayerStepScheduler(const BatcherOptions& options,
-                     std::shared_ptr<const LlamaAttentionStack> stack, LlamaSessionStore* sessions,
+                     std::shared_ptr<const LlamaAttentionStack> stack, LlamaSessions* sessions,
                      std::string model_name, StatsAggregator* metrics)
       : queue_(LayerPlanner(std::move(stack), sessions), options, std::move(model_name), metrics) {}
 

@@ -7,6 +7,7 @@
 
 #include "mha/text.h"
 #include "server/serving/budget.h"
+#include "server/serving/limits.h"
 
 namespace mha::serve {
 namespace {
@@ -81,17 +82,7 @@ int64_t StepWorkBytes(const LlamaModelInfo& l, int64_t rows, int64_t t_max, int6
 
 Status CheckWork(int64_t work, int64_t response, const RequestLimits& limits,
                  const std::string& what) {
-  if (work > limits.max_work_bytes) {
-    return ResourceExhausted(what + ": estimated working memory " + Num(work) +
-                             " bytes exceeds --max-work-bytes " + Num(limits.max_work_bytes) +
-                             " (send fewer tokens)");
-  }
-  if (response > limits.max_response_bytes) {
-    return ResourceExhausted(what + ": response of " + Num(response) +
-                             " bytes exceeds --max-response-bytes " +
-                             Num(limits.max_response_bytes) + " (send fewer tokens)");
-  }
-  return Status::Ok();
+  return CheckPassBytes({work, response}, limits, what, "send fewer tokens");
 }
 
 }  // namespace
@@ -167,31 +158,6 @@ Status CheckLayerStep(const LlamaVersion& e, const LayerStepRequest& r,
   const int64_t keys = std::min(l.max_positions, limits.max_sequence_length);
   return CheckWork(StepWorkBytes(l, rows, t_max, keys), response, limits,
                    "layer step of " + Num(static_cast<int64_t>(r.entries.size())) + " entries");
-}
-
-StatusOr<int64_t> LlamaSessionMaxTokens(const LlamaVersion& e, const OpenSessionRequest& r,
-                                        const RequestLimits& limits) {
-  if (r.batch_size < 0 || r.batch_size > 1) {
-    return InvalidArgument(
-        "batch_size: a Llama model's session decodes one sequence (batch_size "
-        "1, or 0 = 1), got " +
-        Num(r.batch_size));
-  }
-  if (r.key.defined() || r.value.defined()) {
-    return InvalidArgument(std::string(r.key.defined() ? "key" : "value") +
-                           ": a Llama model's sessions are self-attention (no cross-attention "
-                           "key/value)");
-  }
-  if (r.max_tokens < 0) {
-    return InvalidArgument("max_tokens: must be >= 1 (0 = --max-sequence-length), got " +
-                           Num(r.max_tokens));
-  }
-  if (r.max_tokens > limits.max_sequence_length) {
-    return ResourceExhausted("max_tokens: " + Num(r.max_tokens) +
-                             " exceeds --max-sequence-length " + Num(limits.max_sequence_length));
-  }
-  const int64_t wanted = r.max_tokens > 0 ? r.max_tokens : limits.max_sequence_length;
-  return std::min(wanted, e.info.max_positions);
 }
 
 }  // namespace mha::serve

@@ -33,11 +33,4 @@ Status ValidateLlamaForward(const LlamaVersion& version, const InferenceRequest&
 Status CheckLayerStep(const LlamaVersion& version, const LayerStepRequest& request,
                       const RequestLimits& limits);
 
-// OpenSession on a Llama version: batch_size 0 or 1, no key/value, max_tokens within
-// --max-sequence-length; the session's max_tokens = min(requested or --max-sequence-length, the
-// model's max positions).
-StatusOr<int64_t> LlamaSessionMaxTokens(const LlamaVersion& version,
-                                        const OpenSessionRequest& request,
-                                        const RequestLimits& limits);
-
 }  // namespace mha::serve

@@ -1,7 +1,6 @@
-// The serving side of one READY Llama-family version (kinds/model_kind.h ServedModel): a
-// DynamicBatcher for stateless forwards (batching off: requests of different layers never merge),
-// its sessions (LlamaSessionStore) and its layer-step scheduler (layer_step_scheduler.h), both
-// schedulers on the one queue/worker core (scheduling/work_queue.h).
+// The serving side of one READY Llama-family version (kinds/model_kind.h ServedModel):
+// its sessions (LlamaSessions) and its layer-step scheduler (layer_step_scheduler.h: layer steps
+// and stateless forwards in one queue on the one queue/worker core, scheduling/work_queue.h).
 #pragma once
 
 #include <memory>
