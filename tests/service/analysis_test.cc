@@ -8,7 +8,7 @@
 #include "heads_util.h"
 
 namespace mha::testing {
-namespace {
+namespace analysis_test {
 
 size_t Occurrences(const std::string& text, const std::string& part) {
   size_t n = 0;

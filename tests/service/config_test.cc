@@ -12,7 +12,7 @@
 #include "service_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace config_test {
 
 // Runs a shell command, returns its exit code and output (stdout + stderr).
 int RunCommand(const std::string& command, std::string* output) {

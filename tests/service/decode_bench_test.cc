@@ -11,7 +11,7 @@
 #include "session_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace decode_bench_test {
 
 // Steps the server logged as answered (debug) or failed (warn) through `method`.
 int CountLogged(const std::string& log, const std::string& method, const std::string& outcome) {

@@ -5,7 +5,7 @@
 #include "service_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace errors_test {
 
 constexpr int64_t kE = 16;  // self_basic: E=16, H=4
 

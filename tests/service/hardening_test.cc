@@ -26,7 +26,7 @@
 #include "wait.h"
 
 namespace mha::testing {
-namespace {
+namespace hardening_test {
 
 using namespace std::chrono_literals;
 

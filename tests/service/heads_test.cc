@@ -12,7 +12,7 @@
 #include "heads_util.h"
 
 namespace mha::testing {
-namespace {
+namespace heads_test {
 
 class HeadsServer : public SharedServerTest<HeadsServer> {
  public:

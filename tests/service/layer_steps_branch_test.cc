@@ -15,7 +15,7 @@
 #include "afd_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace layer_steps_branch_test {
 
 class LayerStepsBranchTest : public ::testing::Test {
  protected:

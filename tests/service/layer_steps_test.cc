@@ -18,7 +18,7 @@
 #include "client/bench/afd_bench.h"
 
 namespace mha::testing {
-namespace {
+namespace layer_steps_test {
 
 // One session of the fixture: its layer-0 input, each layer's expected output, its chunks.
 struct Sequence {

@@ -18,7 +18,7 @@
 #include "service_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace lifecycle_test {
 
 using HealthStatus = grpc::health::v1::HealthCheckResponse;
 

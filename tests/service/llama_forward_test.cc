@@ -14,7 +14,7 @@
 #include "mha/tensor_adapter.h"
 
 namespace mha::testing {
-namespace {
+namespace llama_forward_test {
 
 class LlamaServer : public ::testing::Test {
  protected:

@@ -12,7 +12,7 @@
 #include "service_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace long_sequence_test {
 
 constexpr int64_t kT = 8192;
 

@@ -13,7 +13,7 @@
 #include "wait.h"
 
 namespace mha::testing {
-namespace {
+namespace model_control_test {
 
 using namespace std::chrono_literals;
 

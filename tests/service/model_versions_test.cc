@@ -5,7 +5,7 @@
 #include "lifecycle_util.h"
 
 namespace mha::testing {
-namespace {
+namespace model_versions_test {
 
 std::map<std::string, v1::ModelInfo> VersionsOf(client::TensorClient& client,
                                                 const std::string& model) {

@@ -11,7 +11,7 @@
 #include "inference/grpc_service.grpc.pb.h"
 
 namespace mha::testing {
-namespace {
+namespace oip_heads_test {
 
 void AddInput(const std::string& name, const at::Tensor& tensor, inference::ModelInferRequest* r) {
   if (!tensor.defined()) return;

@@ -14,7 +14,7 @@
 #include "service_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace oip_parity_test {
 
 using Stub = inference::GRPCInferenceService::Stub;
 

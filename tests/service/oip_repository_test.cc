@@ -9,7 +9,7 @@
 #include "lifecycle_util.h"
 
 namespace mha::testing {
-namespace {
+namespace oip_repository_test {
 
 using namespace std::chrono_literals;
 using Stub = inference::GRPCInferenceService::Stub;

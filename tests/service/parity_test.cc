@@ -10,7 +10,7 @@
 #include "service_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace parity_test {
 
 class ParityServer : public SharedServerTest<ParityServer> {
  public:

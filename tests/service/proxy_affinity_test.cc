@@ -27,7 +27,7 @@
 #include "session_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace proxy_affinity_test {
 
 // The nginx binary: Debian's, or MHA_NGINX (a machine that carries its own, e.g. the GPU device).
 const char* NginxPath() {

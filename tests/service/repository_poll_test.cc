@@ -10,7 +10,7 @@
 #include "lifecycle_util.h"
 
 namespace mha::testing {
-namespace {
+namespace repository_poll_test {
 
 using namespace std::chrono_literals;
 

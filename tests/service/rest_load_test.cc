@@ -19,7 +19,7 @@
 #include "service_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace rest_load_test {
 
 constexpr int kLoadConnections = 100;
 constexpr int kRequestsPerConnection = 8;

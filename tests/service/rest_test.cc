@@ -15,7 +15,7 @@
 #include "service_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace rest_test {
 
 class RestServer : public SharedServerTest<RestServer> {
  public:

@@ -16,7 +16,7 @@
 #include "service_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace sequence_test {
 
 constexpr int64_t kPrefill = 5;  // tokens of the first request; the others one at a time
 

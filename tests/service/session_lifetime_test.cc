@@ -11,7 +11,7 @@
 #include "session_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace session_lifetime_test {
 
 using namespace std::chrono_literals;
 

@@ -15,7 +15,7 @@
 #include "session_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace sessions_branch_test {
 
 // Steps `id` with `tokens` [B, n, E] one token at a time: the outputs, concatenated.
 at::Tensor StepEach(client::TensorClient& client, const std::string& id, const at::Tensor& tokens) {

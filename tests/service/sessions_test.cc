@@ -12,7 +12,7 @@
 #include "session_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace sessions_test {
 // Decodes the whole fixture sequence in `session` (first chunk, then `step` tokens at a time),
 // checking every answer against the reference rows.
 void DecodeAndCheck(client::TensorClient& client, const std::string& session, const FixtureCase& c,

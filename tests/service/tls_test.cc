@@ -15,7 +15,7 @@
 #include "service_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace tls_test {
 
 using namespace std::chrono_literals;
 using grpc::health::v1::HealthCheckResponse;

@@ -11,7 +11,7 @@
 #include "test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace plot_test {
 
 struct Png {
   int width = 0, height = 0;

@@ -8,7 +8,7 @@
 #include <vector>
 
 namespace mha::client {
-namespace {
+namespace stand_in_ffn_test {
 
 std::vector<float> Ramp(int64_t n, float scale) {
   std::vector<float> v(static_cast<size_t>(n));

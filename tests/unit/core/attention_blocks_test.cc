@@ -23,7 +23,7 @@
 #include "test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace attention_blocks_test {
 
 // The case's model on the CPU with blocks of `block_rows` query rows of every batch row and head
 // (the probabilities' blocks) for the case's own shape; negative: -block_rows rows of one batch

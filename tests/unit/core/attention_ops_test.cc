@@ -10,7 +10,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace attention_ops_test {
 
 TEST(AttentionOpsTest, SplitHeadsShapesAndLayout) {
   at::manual_seed(0);

@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace cuda_graphs_test {
 
 using testing::TensorsNear;
 

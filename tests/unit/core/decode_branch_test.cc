@@ -20,7 +20,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace decode_branch_test {
 
 constexpr int64_t kBlockTokens = 4;
 

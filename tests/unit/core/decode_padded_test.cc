@@ -16,7 +16,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace decode_padded_test {
 
 using testing::FillNaN;
 using testing::kFp32Tolerance;

@@ -21,7 +21,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace decode_paged_test {
 
 using testing::FixtureCase;
 using testing::TensorsNear;

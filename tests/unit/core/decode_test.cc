@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace decode_test {
 
 using testing::FixtureCase;
 using testing::TensorsNear;

@@ -21,7 +21,7 @@
 #endif
 
 namespace mha {
-namespace {
+namespace device_stream_test {
 
 using testing::TensorsNear;
 

@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace engine_test {
 
 using testing::kFp32Tolerance;
 using testing::TensorsNear;

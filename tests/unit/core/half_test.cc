@@ -14,7 +14,7 @@
 #include <vector>
 
 namespace mha {
-namespace {
+namespace half_test {
 
 uint32_t Bits(float f) {
   uint32_t u;

@@ -13,7 +13,7 @@
 #include "test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace head_ops_test {
 
 TEST(HeadStatistics, EntropyAndMaxOfKnownDistributions) {
   // [B=1, H=3, T=1, S=4]: uniform, one-hot, half on two keys (two masked keys weigh 0).

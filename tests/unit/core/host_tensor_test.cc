@@ -8,7 +8,7 @@
 #include <string>
 
 namespace mha {
-namespace {
+namespace host_tensor_test {
 
 TEST(HostTensor, ViewPointsAtTheBytesAndKeepsTheOwner) {
   auto bytes = std::make_shared<std::string>(24, '\0');

@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace kv_batch_test {
 
 using testing::TensorsNear;
 

@@ -18,7 +18,7 @@
 #include "mha/kv_layout.h"
 
 namespace mha {
-namespace {
+namespace kv_cache_test {
 
 constexpr int64_t kHeads = 2, kHeadDim = 3, kEmbed = kHeads * kHeadDim;
 constexpr int64_t kBlockTokens = 4;

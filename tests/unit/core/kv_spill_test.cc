@@ -20,7 +20,7 @@
 #include "mha/kv_layout.h"
 
 namespace mha {
-namespace {
+namespace kv_spill_test {
 
 namespace fs = std::filesystem;
 

@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace llama_config_test {
 
 using testing::Contains;
 

@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace llama_engine_test {
 
 using testing::Contains;
 using testing::kFp32Tolerance;

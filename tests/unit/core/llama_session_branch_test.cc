@@ -21,7 +21,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace llama_session_branch_test {
 
 using testing::Contains;
 

@@ -19,7 +19,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace llama_session_test {
 
 using testing::Contains;
 using testing::LoadLlamaCase;

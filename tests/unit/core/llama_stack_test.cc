@@ -16,7 +16,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace llama_stack_test {
 
 using testing::Contains;
 using testing::kFp32Tolerance;

@@ -21,7 +21,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace llama_step_test {
 
 using testing::Contains;
 using testing::kFp32Tolerance;

@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace llama_weights_test {
 
 using testing::Contains;
 

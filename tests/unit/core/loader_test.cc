@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace loader_test {
 
 namespace fs = std::filesystem;
 

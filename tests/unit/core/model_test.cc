@@ -8,7 +8,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace model_test {
 
 using testing::kFp32Tolerance;
 using testing::LoadCaseModel;

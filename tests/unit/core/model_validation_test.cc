@@ -9,7 +9,7 @@
 #include "mha/model.h"
 
 namespace mha {
-namespace {
+namespace model_validation_test {
 
 using ::testing::HasSubstr;
 

@@ -20,7 +20,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace packed_attention_test {
 
 using testing::kFp32Tolerance;
 using testing::TensorsNear;

@@ -21,7 +21,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace paged_attention_test {
 
 struct GqaCase {
   int64_t heads, kv_heads, head_dim, block_tokens;

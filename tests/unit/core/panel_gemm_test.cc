@@ -13,7 +13,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace panel_gemm_test {
 
 class PanelGemmTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
 

@@ -10,7 +10,7 @@
 #include <string>
 
 namespace mha {
-namespace {
+namespace tensor_adapter_test {
 
 TEST(TensorAdapter, AlignedBytesAreWrappedNotCopiedAndTheOwnerLives) {
   auto bytes = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6});

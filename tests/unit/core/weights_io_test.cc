@@ -11,7 +11,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace weights_io_test {
 
 namespace fs = std::filesystem;
 

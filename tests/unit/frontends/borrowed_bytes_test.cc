@@ -13,7 +13,7 @@
 #include "server/frontends/grpc_v1/forward_request.h"
 
 namespace mha::serve {
-namespace {
+namespace borrowed_bytes_test {
 
 std::string Flatten(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;

@@ -21,7 +21,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace cq_queue_test {
 
 using namespace std::chrono_literals;
 using Service = v1::AttentionService::WithRawMethod_GetModel<

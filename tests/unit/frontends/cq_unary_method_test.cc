@@ -21,7 +21,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace cq_unary_method_test {
 
 using namespace std::chrono_literals;
 using Service = v1::AttentionService::WithRawMethod_Forward<v1::AttentionService::Service>;

@@ -26,7 +26,7 @@
 #endif
 
 namespace mha::serve {
-namespace {
+namespace cuda_shm_test {
 
 using ::testing::HasSubstr;
 

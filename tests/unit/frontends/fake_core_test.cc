@@ -17,7 +17,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace fake_core_test {
 
 using namespace std::chrono_literals;
 using mha::testing::GetWithin;

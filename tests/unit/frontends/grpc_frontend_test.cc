@@ -19,7 +19,7 @@
 #include "wire_tensors.h"
 
 namespace mha::serve {
-namespace {
+namespace grpc_frontend_test {
 
 using namespace std::chrono_literals;
 using mha::testing::WireFloat;

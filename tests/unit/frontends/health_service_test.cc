@@ -15,7 +15,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace health_service_test {
 
 using grpc::health::v1::Health;
 using grpc::health::v1::HealthCheckRequest;

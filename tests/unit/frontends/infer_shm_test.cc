@@ -14,7 +14,7 @@
 #include "shm_test_object.h"
 
 namespace mha::serve::oip {
-namespace {
+namespace infer_shm_test {
 
 using ::testing::HasSubstr;
 using testing::ShmTestObject;

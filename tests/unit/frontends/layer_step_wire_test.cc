@@ -16,7 +16,7 @@
 #include "test_util.h"
 
 namespace mha::serve {
-namespace {
+namespace layer_step_wire_test {
 
 using testing::Contains;
 

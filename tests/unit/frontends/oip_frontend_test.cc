@@ -16,7 +16,7 @@
 #include "wire_tensors.h"
 
 namespace mha::serve {
-namespace {
+namespace oip_frontend_test {
 
 using namespace std::chrono_literals;
 

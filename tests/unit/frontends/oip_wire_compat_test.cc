@@ -17,7 +17,7 @@
 #include "server/frontends/oip/infer_request.h"
 
 namespace mha::testing {
-namespace {
+namespace oip_wire_compat_test {
 
 using serve::InferenceResponse;
 using serve::oip::DecodeModelInferRequest;

@@ -30,7 +30,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace ordered_stream_reactor_test {
 
 // The work the reactor runs, held until the test answers it; remembers the most held at once.
 class Runner {

@@ -18,7 +18,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace reflection_service_test {
 
 namespace rpb = grpc::reflection::v1alpha;
 

@@ -5,7 +5,7 @@
 #include "server/frontends/rest/http_status.h"
 
 namespace mha::serve::rest {
-namespace {
+namespace rest_http_status_test {
 
 TEST(RestHttpStatus, OneConverterForEveryCode) {
   EXPECT_EQ(HttpStatusOf(Status::Ok()), 200);

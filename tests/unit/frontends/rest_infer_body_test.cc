@@ -11,7 +11,7 @@
 #include "server/frontends/rest/infer_body.h"
 
 namespace mha::serve::rest {
-namespace {
+namespace rest_infer_body_test {
 
 StatusOr<InferBody> Parse(const std::string& body,
                           std::optional<std::string> header = std::nullopt) {

@@ -10,7 +10,7 @@
 #include "server/frontends/rest/infer_response.h"
 
 namespace mha::serve::rest {
-namespace {
+namespace rest_infer_response_test {
 
 TEST(RestInferResponse, JsonDataAndBinaryOutputs) {
   inference::ModelInferResponse response;

@@ -11,7 +11,7 @@
 #include "server/frontends/rest/json_body.h"
 
 namespace mha::serve::rest {
-namespace {
+namespace rest_json_body_test {
 
 std::vector<float> Floats(const TensorData& d) {
   std::vector<float> v(static_cast<size_t>(d.count));

@@ -11,7 +11,7 @@
 #include "server/frontends/rest/json_nonfinite.h"
 
 namespace mha::serve::rest {
-namespace {
+namespace rest_json_nonfinite_test {
 
 using K = NumberKind;
 

@@ -7,7 +7,7 @@
 #include "server/frontends/rest/proto_json.h"
 
 namespace mha::serve::rest {
-namespace {
+namespace rest_proto_json_test {
 
 TEST(RestProtoJson, Int64AsNumbersEnumsByNameMapsAsObjects) {
   inference::ModelMetadataResponse m;

@@ -14,7 +14,7 @@
 #include "shm_test_object.h"
 
 namespace mha::serve {
-namespace {
+namespace shared_memory_registry_test {
 
 using ::testing::HasSubstr;
 using testing::ShmTestObject;

@@ -10,7 +10,7 @@
 #include "shm_test_object.h"
 
 namespace mha::serve {
-namespace {
+namespace shm_fault_guard_test {
 
 using testing::ShmTestObject;
 

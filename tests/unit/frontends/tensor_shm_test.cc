@@ -16,7 +16,7 @@
 #include "shm_test_object.h"
 
 namespace mha::serve {
-namespace {
+namespace tensor_shm_test {
 
 using ::testing::HasSubstr;
 using testing::ShmTestObject;

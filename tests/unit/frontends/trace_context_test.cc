@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 namespace mha::serve {
-namespace {
+namespace trace_context_test {
 
 TEST(TraceContext, ValidTraceparentsOnly) {
   EXPECT_EQ(TraceIdOf("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),

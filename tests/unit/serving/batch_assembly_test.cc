@@ -19,7 +19,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace batch_assembly_test {
 
 using testing::MakeGenerator;
 using testing::MakeRequest;

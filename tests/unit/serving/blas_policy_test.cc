@@ -15,7 +15,7 @@
 #include "server/serving/kinds/multihead/dynamic_batcher.h"
 
 namespace mha::serve {
-namespace {
+namespace blas_policy_test {
 
 using namespace std::chrono_literals;
 

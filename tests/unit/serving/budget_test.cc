@@ -12,7 +12,7 @@
 #include "server/serving/kinds/multihead/pass_cost.h"
 
 namespace mha::serve {
-namespace {
+namespace budget_test {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 

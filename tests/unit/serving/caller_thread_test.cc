@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace mha::serve {
-namespace {
+namespace caller_thread_test {
 
 void Count(void* arg) { ++*static_cast<int*>(arg); }
 

@@ -18,7 +18,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace completion_executor_test {
 
 using namespace std::chrono_literals;
 

@@ -21,7 +21,7 @@
 #include "server/serving/repository/default_model.h"
 
 namespace mha::serve {
-namespace {
+namespace device_warmup_test {
 
 BatcherOptions Scheduler() {
   BatcherOptions o;

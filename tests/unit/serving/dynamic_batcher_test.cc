@@ -15,7 +15,7 @@
 #include "dynamic_batcher_test_util.h"
 
 namespace mha::serve {
-namespace {
+namespace dynamic_batcher_test {
 
 using namespace std::chrono_literals;
 using namespace batcher_testing;

@@ -13,7 +13,7 @@
 #include "server/serving/kinds/multihead/dynamic_batcher.h"
 
 namespace mha::serve {
-namespace {
+namespace dynamic_batcher_unbatched_test {
 
 using testing::SmallModel;
 

@@ -10,7 +10,7 @@
 #include "test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace fingerprint_test {
 
 std::string Write(const TempDir& dir, const std::string& name, const std::string& text) {
   const std::string path = dir.path() + "/" + name;

@@ -12,7 +12,7 @@
 #include "mha/tensor_adapter.h"
 
 namespace mha::serve {
-namespace {
+namespace host_merge_test {
 
 using testing::MakeGenerator;
 using testing::MakeRequest;

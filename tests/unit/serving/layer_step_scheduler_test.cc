@@ -21,7 +21,7 @@
 #include "server/serving/observability/stats_aggregator.h"
 
 namespace mha::serve {
-namespace {
+namespace layer_step_scheduler_test {
 
 using testing::Contains;
 using testing::GetWithin;

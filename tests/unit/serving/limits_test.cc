@@ -7,7 +7,7 @@
 #include "test_util.h"
 
 namespace mha::serve {
-namespace {
+namespace limits_test {
 
 using testing::Contains;
 

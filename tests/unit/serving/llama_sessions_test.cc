@@ -19,7 +19,7 @@
 #include "mha/llama_session.h"
 
 namespace mha::serve {
-namespace {
+namespace llama_sessions_test {
 
 using testing::Contains;
 

@@ -18,7 +18,7 @@
 #include "server/serving/kinds/multihead/dynamic_batcher.h"
 
 namespace mha::serve {
-namespace {
+namespace metrics_test {
 
 // The value of the sample line `series` (exact name and labels as serialized), NaN if absent.
 double Sample(const std::string& text, const std::string& series) {

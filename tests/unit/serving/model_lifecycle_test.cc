@@ -22,7 +22,7 @@
 #include "warmup_test_util.h"
 
 namespace mha::serve {
-namespace {
+namespace model_lifecycle_test {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace mha::serve {
-namespace {
+namespace model_repository_test {
 
 namespace fs = std::filesystem;
 using testing::Contains;

@@ -15,7 +15,7 @@
 #include "server/serving/observability/stats_aggregator.h"
 
 namespace mha::serve {
-namespace {
+namespace multihead_sessions_branch_test {
 
 using testing::Contains;
 using testing::TensorsNear;

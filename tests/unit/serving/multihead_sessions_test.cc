@@ -10,7 +10,7 @@
 #include "server/serving/observability/stats_aggregator.h"
 
 namespace mha::serve {
-namespace {
+namespace multihead_sessions_test {
 
 using testing::Contains;
 using testing::TensorsNear;

@@ -17,7 +17,7 @@
 #include "server/serving/kinds/multihead/session_step.h"
 
 namespace mha::serve {
-namespace {
+namespace pass_runner_test {
 
 using testing::MakeGenerator;
 using testing::MakeRequest;

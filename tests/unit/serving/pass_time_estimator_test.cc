@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace mha::serve {
-namespace {
+namespace pass_time_estimator_test {
 
 // The batcher's own estimate: an EWMA per power-of-two bucket of padded tokens, forward and
 // session passes apart, leaning low where a bucket has no measurement.

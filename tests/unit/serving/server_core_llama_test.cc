@@ -14,7 +14,7 @@
 #include "server/serving/server_core.h"
 
 namespace mha::serve {
-namespace {
+namespace server_core_llama_test {
 
 using testing::Contains;
 

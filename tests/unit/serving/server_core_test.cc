@@ -19,7 +19,7 @@
 #include "warmup_test_util.h"
 
 namespace mha::serve {
-namespace {
+namespace server_core_test {
 
 using testing::MakeGenerator;
 using testing::MakeRequest;

@@ -9,7 +9,7 @@
 #include "test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace serving_config_test {
 
 using serve::ReadLayeredServingConfig;
 using serve::ReadServingConfig;

@@ -11,7 +11,7 @@
 #include "test_util.h"
 
 namespace mha::serve {
-namespace {
+namespace session_directory_test {
 
 using testing::Contains;
 

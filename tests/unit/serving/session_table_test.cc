@@ -16,7 +16,7 @@
 #include "batch_test_util.h"
 
 namespace mha::serve {
-namespace {
+namespace session_table_test {
 
 // Holds pool blocks; a spill keeps 100 bytes per block in the store under its key.
 struct FakeCache {

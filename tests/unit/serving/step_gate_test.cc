@@ -10,7 +10,7 @@
 #include <vector>
 
 namespace mha::serve {
-namespace {
+namespace step_gate_test {
 
 class StepGateTest : public ::testing::Test {
  protected:

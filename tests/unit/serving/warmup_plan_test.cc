@@ -12,7 +12,7 @@
 #include <vector>
 
 namespace mha::serve {
-namespace {
+namespace warmup_plan_test {
 
 constexpr GraphLimits kSharedGraphs{4096, 32, true};  // mha::CudaGraphOptions' defaults, 2.x
 

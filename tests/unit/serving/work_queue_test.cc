@@ -20,7 +20,7 @@
 #include "server/serving/observability/stats_aggregator.h"
 
 namespace mha::serve {
-namespace {
+namespace work_queue_test {
 
 // Items are (key, answer); a pass takes the oldest item and every later one with its key, except
 // keys of a running pass (they wait for it).

@@ -7,7 +7,7 @@
 #include "wire_tensors.h"
 
 namespace mha::testing {
-namespace {
+namespace tensor_codec_test {
 
 TEST(TensorCodec, ChecksHappenBeforeDecodingWithPreciseMessages) {
   v1::Tensor t = WireFloat({2, 5, 16}, 0.f, 100);
