@@ -55,7 +55,7 @@ class AttentionClient {
   // name "" = every model, version "" = every version.
   StatusOr<v1::ModelStatisticsResponse> GetModelStatistics(const std::string& name = "",
                                                            const std::string& version = "");
-  // Seed 001's head analysis of one version ("" = the default model / newest READY version).
+  // The head analysis (docs/heads.md, "Model analysis") of one version ("" = the default model / newest READY version).
   StatusOr<v1::ModelAnalysis> AnalyzeModel(const std::string& name = "",
                                            const std::string& version = "");
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command to run on the GPU device (issue 18): risks, build against the device's LibTorch
+# The one command to run on the GPU device (docs/gpu.md): risks, build against the device's LibTorch
 # and the carried prefix, the open issues' GPU rows, tests on CUDA, benchmarks. Every step records
 # its result and the script goes on; what comes back is $OUT (at most 8 files, flat, each under
 # 16 MiB): risks.log.gz, build.log.gz, ctest.log.gz, bench.log.gz, profile.log.gz (gzip -9),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a pass's time goes on the GPU (issue 35; run by scripts/gpu-check.sh, step profile): the
+# Where a pass's time goes on the GPU (run by scripts/gpu-check.sh, step profile): the
 # kernels mha_core launches for one pass and each one's duration (Nsight Compute, clocks left
 # alone), beside PyTorch's nn.MultiheadAttention's kernels at the same shapes (torch.profiler,
 # bench/torch_gpu_profile.py). The sum of a pass's kernel times against its wall time (corebench)

@@ -71,7 +71,7 @@ class AttentionServiceImpl final : public internal::AttentionServiceBase {
                       v1::ModelInfo* response);
   void HandleGetModelStatistics(const UnaryCall& call, const v1::ModelStatisticsRequest* request,
                                 v1::ModelStatisticsResponse* response);
-  // Seed 001's head analysis (computed on the version's first call, on this gRPC thread: four
+  // The W^O head analysis (docs/heads.md) (computed on the version's first call, on this gRPC thread: four
   // SVDs of [E, E] in float64; cached for the version's lifetime after that).
   void HandleAnalyzeModel(const UnaryCall& call, const v1::AnalyzeModelRequest* request,
                           v1::ModelAnalysis* response);

@@ -1,4 +1,4 @@
-// The default warm-up of a model on a CUDA device (issue 46): the passes that make every shape the
+// The default warm-up of a model on a CUDA device (docs/configuration.md): the passes that make every shape the
 // merge will form pay its first-time cost (a CUDA graph capture, a cuBLAS heuristic, a kernel's
 // first launch) before READY rather than under load (Triton's model_warmup). Computed without a
 // device from the version's scheduler options and its CUDA-graph limits, so it is unit-tested on
