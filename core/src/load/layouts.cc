@@ -1,9 +1,10 @@
 // Key layouts of an attention layer's weights, detected by name (see layouts.h).
 //
 // Bias policy: PyTorch's nn.MultiheadAttention has one `bias` flag, but other layouts bias each
-// Linear separately (a timm-style Attention's fused qkv Linear has qkv_bias=False while its proj Linear keeps its
-// bias; Whisper's k_proj has none). A layer is therefore bias=true when any projection has a
-// bias, and the missing ones are represented as zeros -- the same function, and a single flag.
+// Linear separately (a timm-style Attention's fused qkv Linear has qkv_bias=False while its proj
+// Linear keeps its bias; Whisper's k_proj has none). A layer is therefore bias=true when any
+// projection has a bias, and the missing ones are represented as zeros -- the same function, and a
+// single flag.
 #include "load/layouts.h"
 
 #include <ATen/ATen.h>

@@ -83,8 +83,8 @@ struct StatsSnapshot {
   uint64_t Calls(StatusCode code) const;  // over every protocol
 };
 
-// The branching sessions of a version (fork, truncate, spill): its pool's shared blocks and copies on write,
-// and its spill store.
+// The branching sessions of a version (fork, truncate, spill): its pool's shared blocks and copies
+// on write, and its spill store.
 struct SessionBranching {
   int64_t shared_blocks = 0, copies_on_write = 0, spilled_sessions = 0, spilled_bytes = 0;
 };
