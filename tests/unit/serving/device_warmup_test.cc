@@ -16,8 +16,8 @@
 #include "mha/cuda_graphs.h"
 #include "mha/engine.h"
 #include "mha/model.h"
-#include "server/serving/kinds/warmup.h"
 #include "server/serving/kinds/multihead/warmup_plan.h"
+#include "server/serving/kinds/warmup.h"
 #include "server/serving/repository/default_model.h"
 
 namespace mha::serve {
