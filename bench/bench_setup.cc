@@ -60,10 +60,14 @@ double ForwardFlops(int64_t b, int64_t t, int64_t s, int64_t e) {
 }
 
 std::unique_ptr<mha::MhaModel> MakeModel(bool cuda_graphs, int64_t block_bytes) {
-  const int64_t kEmbed = Shape().embed;
+  return MakeModel(Shape().embed, Shape().heads, cuda_graphs, block_bytes);
+}
+
+std::unique_ptr<mha::MhaModel> MakeModel(int64_t kEmbed, int64_t heads, bool cuda_graphs,
+                                         int64_t block_bytes) {
   mha::MhaOptions o;
   o.embed_dim = kEmbed;
-  o.num_heads = Shape().heads;
+  o.num_heads = heads;
   o.device = BenchDevice();
   o.dtype = BenchDType();
   o.cuda_graphs = cuda_graphs;

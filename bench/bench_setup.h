@@ -1,4 +1,5 @@
-// What mha_core_bench and mha_forward_trace share: the shape, device and dtype the environment
+// What the core benchmarks (mha_core_bench, mha_decode_bench, mha_kv_branch_bench) and
+// mha_forward_trace share: the shape, device and dtype the environment
 // asks for (MHA_BENCH_SHAPE "B,T,E,H", MHA_BENCH_DEVICE, MHA_BENCH_DTYPE), the model they run and
 // the FLOPs of one pass.
 #pragma once
@@ -33,6 +34,9 @@ double ForwardFlops(int64_t b, int64_t t, int64_t s, int64_t e);
 // A model of Shape() on BenchDevice() in BenchDType() with random weights (seed 0) and
 // `block_bytes` of scores per block on the CPU (0: unblocked); aborts with the status on failure.
 std::unique_ptr<mha::MhaModel> MakeModel(bool cuda_graphs,
+                                         int64_t block_bytes = mha::kDefaultAttentionBlockBytes);
+// The same at a fixed width (E = `embed`, `heads` heads) whatever MHA_BENCH_SHAPE says.
+std::unique_ptr<mha::MhaModel> MakeModel(int64_t embed, int64_t heads, bool cuda_graphs = true,
                                          int64_t block_bytes = mha::kDefaultAttentionBlockBytes);
 
 }  // namespace mha_bench

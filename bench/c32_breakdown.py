@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Issue 46's c32 breakdown, before/after in one run (docs/performance.md, "Anchors and the host
-floor"): starts every given mha-server binary on loopback (built-in model, shipped defaults plus
+"""The c32 small request's breakdown, before/after in one run (docs/performance.md, "Where a
+request's server CPU goes"): starts every given mha-server binary on loopback (built-in model, shipped defaults plus
 the flags after `--`), then, round after round, drives each in turn with `mha-client bench -b 1
 -t 16 -c 32` (server CPU per request from /proc/PID/stat, efficiency against one core's matmul
 rate measured in the same run) and prints the medians. With --perf it then records each server
@@ -12,9 +12,12 @@ stages (bench/cpu_breakdown.py), in µs per request at that server's median CPU 
     bench/c32_breakdown.py --rounds 5 --dur 4 -- --blas-threads 1
 Speed is measured here, never asserted.
 """
-import argparse, atexit, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from mha_bench import Server, loadavg, run_json  # noqa: E402
+
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
 p.add_argument("servers", nargs="*", help="mha-server binaries (default: BUILD/server/mha-server)")
 p.add_argument("--build", default=os.environ.get("MHA_BUILD_DIR", "build"))
@@ -29,46 +32,23 @@ client = os.path.join(a.build, "client", "mha-client")
 servers = a.servers or [os.path.join(a.build, "server", "mha-server")]
 
 
-def loadavg():
-    return " ".join(open("/proc/loadavg").read().split()[:3])
-
-
-def start(binary):
-    work = tempfile.mkdtemp(prefix="mha-c32-")
-    port_file = os.path.join(work, "port")
-    log = open(os.path.join(work, "server.log"), "w")
-    proc = subprocess.Popen([binary, "--grpc-address", "127.0.0.1:0", "--http-address", "",
-                             "--port-file", port_file, "--metrics-address", "127.0.0.1:0",
-                             "--log-level", "warn", *flags],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 300
-    while not (os.path.exists(port_file) and open(port_file).read().endswith("\n")):
-        if proc.poll() is not None or time.time() > deadline:
-            sys.exit(f"{binary} did not start: {open(log.name).read()[-2000:]}")
-        time.sleep(0.1)
-    target = "127.0.0.1:" + open(port_file).read().strip()
-    while subprocess.run([client, "-a", target, "health"], capture_output=True).returncode:
-        time.sleep(0.2)
-    return proc, target
-
-
-def bench(proc, target, dur):
-    r = subprocess.run([client, "-a", target, "bench", "-b", "1", "-t", "16", "-c", "32", "-d",
-                        f"{dur:g}", "--server-pid", str(proc.pid), "--json"],
-                       capture_output=True, text=True)
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    if r.returncode or out.get("errors"):
-        sys.exit(f"bench failed (rc {r.returncode}): {out.get('first_error') or r.stderr[-400:]}")
+def bench(server, dur):
+    failures = []
+    out = run_json(server.mha_client("bench", "-b", "1", "-t", "16", "-c", "32", "-d", f"{dur:g}",
+                                     "--server-pid", str(server.pid), "--json"), failures)
+    if failures or out.get("errors"):
+        sys.exit(f"bench failed: {failures or out.get('first_error')}")
     return out
 
 
-def profile(proc, target, cpu_us, label):
+def profile(server, cpu_us, label):
     data = tempfile.mktemp(prefix="mha-c32-perf-")
-    load = subprocess.Popen([client, "-a", target, "bench", "-b", "1", "-t", "16", "-c", "32",
-                             "-d", f"{a.perf_s + 3:g}", "--json"], stdout=subprocess.DEVNULL)
+    load = subprocess.Popen(server.mha_client("bench", "-b", "1", "-t", "16", "-c", "32",
+                                              "-d", f"{a.perf_s + 3:g}", "--json"),
+                            stdout=subprocess.DEVNULL)
     time.sleep(1.5)
     subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "499", "--call-graph",
-                    "dwarf,16384", "-p", str(proc.pid), "-o", data, "--", "sleep",
+                    "dwarf,16384", "-p", str(server.pid), "-o", data, "--", "sleep",
                     f"{a.perf_s:g}"], check=True, stderr=subprocess.DEVNULL)
     load.wait()
     script = subprocess.Popen(["perf", "script", "-i", data, "-F",
@@ -82,26 +62,15 @@ def profile(proc, target, cpu_us, label):
     return json.loads(r.stdout)
 
 
-res = {"load_before": loadavg(), "servers": servers, "flags": flags, "rounds": a.rounds}
-running = []
-
-
-def stop_all():
-    for proc, _ in running:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait()
-
-
-atexit.register(stop_all)  # also when a server or a bench run fails (sys.exit)
-for s in servers:
-    running.append(start(s))
-for proc, target in running:  # warm: the first passes of each batch size, the estimator
-    bench(proc, target, 1)
+res = {"load_before": " ".join(loadavg()), "servers": servers, "flags": flags,
+       "rounds": a.rounds}
+running = [Server(s, client, flags) for s in servers]  # stopped at exit, whatever happens
+for server in running:  # warm: the first passes of each batch size, the estimator
+    bench(server, 1)
 samples = [[] for _ in servers]
 for _ in range(a.rounds):
-    for i, (proc, target) in enumerate(running):
-        samples[i].append(bench(proc, target, a.dur))
+    for i, server in enumerate(running):
+        samples[i].append(bench(server, a.dur))
 med = []
 for i, s in enumerate(servers):
     cpu = statistics.median(x["server_cpu"]["cpu_us_per_request"] for x in samples[i])
@@ -110,10 +79,11 @@ for i, s in enumerate(servers):
     gflops = statistics.median(x["server_cpu"]["matmul_flops_per_s"] for x in samples[i]) / 1e9
     med.append({"server": s, "cpu_us": cpu, "efficiency": eff, "rps": rps, "gflops": gflops})
 if a.perf:
-    for i, (proc, target) in enumerate(running):
-        med[i]["breakdown"] = profile(proc, target, med[i]["cpu_us"], servers[i])
-stop_all()
-res["load_after"] = loadavg()
+    for i, server in enumerate(running):
+        med[i]["breakdown"] = profile(server, med[i]["cpu_us"], servers[i])
+for server in running:
+    server.stop()
+res["load_after"] = " ".join(loadavg())
 res["results"] = med
 print(f"# c32 small (B=1 T=16 E=512, 32 clients), medians of {a.rounds} rounds of {a.dur:g} s; "
       f"load average {res['load_before']} before, {res['load_after']} after")

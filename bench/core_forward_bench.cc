@@ -1,4 +1,4 @@
-// Forward passes/s and GFLOP/s of mha_core at the shape (B=8, T=S=128, E=512, H=8; or
+// Forward passes/s and GFLOP/s of mha_core at the benchmark shape (B=8, T=S=128, E=512, H=8; or
 // MHA_BENCH_SHAPE), on MHA_BENCH_DEVICE (cpu) in MHA_BENCH_DTYPE (float32),
 // with and without attention weights, beside a 1024^2 fp32 matmul measured in the same run. On
 // CUDA also BM_ForwardQueued (a device caller's passes back to back) and BM_ForwardHost (host query

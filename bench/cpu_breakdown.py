@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Issue 46's c32 breakdown: where a served request's server CPU goes, from a perf profile.
+"""The c32 breakdown: where a served request's server CPU goes, from a perf profile.
 
 Reads `perf script` output of a `perf record -e cpu-clock --call-graph dwarf -p SERVER_PID` run
-(bench/c32_breakdown.sh records one while mha-client bench drives the server) and puts every sample
+(bench/c32_breakdown.py records one while mha-client bench drives the server) and puts every sample
 in one stage, walking its stack from the leaf outwards until a frame names one:
 
   decode     ParseRawRequest / DecodeCall / DecodeForwardRequest (the handler's parse + tensors)

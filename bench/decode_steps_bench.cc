@@ -28,25 +28,7 @@ namespace {
 constexpr int64_t kEmbed = 512, kHeads = 8;
 
 const mha::MhaModel& Model() {
-  static const auto model = [] {
-    mha::MhaOptions o;
-    o.embed_dim = kEmbed;
-    o.num_heads = kHeads;
-    o.device = mha_bench::BenchDevice();
-    o.dtype = mha_bench::BenchDType();
-    at::manual_seed(0);
-    mha::MhaWeights w;
-    for (at::Tensor* t : {&w.q_weight, &w.k_weight, &w.v_weight, &w.out_weight}) {
-      *t = at::randn({kEmbed, kEmbed}) * 0.05;
-    }
-    for (at::Tensor* t : {&w.q_bias, &w.k_bias, &w.v_bias, &w.out_bias}) *t = at::zeros({kEmbed});
-    auto m = mha::MhaModel::Create(o, w);
-    if (!m.ok()) {
-      std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
-      std::abort();
-    }
-    return std::shared_ptr<mha::MhaModel>(std::move(m).value());
-  }();
+  static const std::unique_ptr<mha::MhaModel> model = mha_bench::MakeModel(kEmbed, kHeads);
   return *model;
 }
 

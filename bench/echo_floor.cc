@@ -1,4 +1,4 @@
-// The echo floor (issue 26) and its anchors (issue 46): what the transport alone costs on this
+// The echo floor and its anchors (docs/performance.md): what the transport alone costs on this
 // machine. Echo servers (bench/echo_servers.h: mha-server's gRPC stack, gRPC's own callback-API
 // example, gRPC's own completion-queue example) answer every ForwardRequest of B=1, T=16, E=512
 // fp32 (32 KiB) with a ForwardResponse holding the same bytes and compute nothing; each runs in a
@@ -10,7 +10,7 @@
 //   mha_echo_floor --anchors           the six servers side by side (all started at once,
 //                                      measured in turn, --rounds times), one table of medians and
 //                                      the ratio mha / the better bare server
-//                                      (bench/echo_anchors.sh)
+//                                      (bench/run_all.py's anchors row)
 //   mha_echo_floor --serve [--server mha|mha-before|callback|async|async+health|handoff] [--address
 //   127.0.0.1:0]
 //   [--port-file F]
@@ -139,7 +139,7 @@ bool Measure(const Child& child, int c, int64_t requests, mha::client::BenchRepo
   return false;
 }
 
-// mha-server's stack alone (the issue 26 row): c=1 and c=32, or -c C.
+// mha-server's stack alone (run_all.py's echo row): c=1 and c=32, or -c C.
 int RunFloor(const Options& o) {
   const Child child = Fork(o.kind, o.address);
   int rc = 0;
@@ -159,7 +159,7 @@ int RunFloor(const Options& o) {
       std::printf(
           "echo floor (%s) c=%d (B=1 T=16 E=512 fp32, 32 KiB each way): p50 %.1f us  p99 %.1f us  "
           "%.0f req/s  server cpu %.1f us per request\n",
-          mha::bench::EchoServerName(o.kind), c, r.latency_p50_us, r.latency_p99_us, r.throughput,
+          mha::bench::EchoServerName(o.kind), c, r.latency.p50_us, r.latency.p99_us, r.throughput,
           r.server_cpu.cpu_us_per_request);
     }
   }
@@ -208,7 +208,7 @@ bool MeasureRounds(const Options& o, const std::vector<int>& levels, Table* tabl
         if (!Measure(children[s], levels[l], n, &r, &switches)) ok = false;
         (*table)[s][l].switches.push_back(switches);
         (*table)[s][l].cpu_us.push_back(r.server_cpu.cpu_us_per_request);
-        (*table)[s][l].p50_us.push_back(r.latency_p50_us);
+        (*table)[s][l].p50_us.push_back(r.latency.p50_us);
         (*table)[s][l].rps.push_back(r.throughput);
       }
     }

@@ -1,4 +1,4 @@
-// The echo servers of bench/echo_floor.cc (issue 26's echo floor, issue 46's anchors): six gRPC
+// The echo servers of bench/echo_floor.cc (the echo floor and its anchors): six gRPC
 // servers that answer every mha.v1 Forward with a ForwardResponse whose output is the query's
 // bytes and compute nothing, with the same message limits (receive 64 MiB, send unlimited):
 //   kMhaFloor  mha-server's stack: every method raw (ByteBuffer) on the completion-queue API with

@@ -1,4 +1,4 @@
-// Where a pass's time goes on a GPU, as a timeline (issue 35; scripts/gpu-profile.sh runs it):
+// Where a pass's time goes on a GPU, as a timeline (scripts/gpu-profile.sh runs it):
 // passes of mha_core's Forward at MHA_BENCH_SHAPE / MHA_BENCH_DEVICE / MHA_BENCH_DTYPE under
 // LibTorch's Kineto profiler (CPU ops, CUDA runtime calls, kernels), each pass inside a "pass"
 // user scope, saved as a Chrome trace that bench/trace_passes.py reads (as it reads PyTorch's own,

@@ -1,31 +1,34 @@
 #!/usr/bin/env python3
-"""The GPU rows of issues 46 and 47 (scripts/gpu-check/25-rows.sh), each against its own mha-server
+"""The GPU rows of scripts/gpu-check/25-rows.sh (docs/gpu.md), each against its own mha-server
 on loopback, one run each: prints what it measured and writes one JSON object (--out) whose
 "rows" summary.py folds into summary.json and rows.md.
 
   gpu_rows.py coldstart --build B --device cuda --dtype float16 [--window 10 --clients 64]
-      issue 46: the first WINDOW seconds after READY (health SERVING) against the next WINDOW
+      cold start: the first WINDOW seconds after READY (health SERVING) against the next WINDOW
       seconds, the same closed-loop load (mha-client bench -b 1 -t 16 -c CLIENTS, no warm-up
       requests), the built-in model; req/s of each window and their ratio.
   gpu_rows.py longseq --build B --device cuda --dtype bfloat16 [--shape 32768,4096,32 --passes 3]
-      issue 47: one causal self-attention pass B=1, T, E, H, no weights, served (a random E x H
+      long sequences: one causal self-attention pass B=1, T, E, H, no weights, served (a random E x H
       model written here, the query sent in the model's dtype, the output asked in it; default
       --max-work-bytes, so a refusal by the estimate shows) against in-process: the core
       (mha-client local-bench) and PyTorch (bench/gpu_rows_torch.py sdpa: SDPA alone and the
       layer around it). Time per pass and the ratios.
   gpu_rows.py llamastep --build B --device cuda --dtype float16 [--shape 128,4096,4096,32,8,64]
-      issue 46: the Llama layer step, SESSIONS x 1 token at cache CACHE, E, H, KV, STEPS decode
+      the Llama step: the Llama layer step, SESSIONS x 1 token at cache CACHE, E, H, KV, STEPS decode
       steps (a random one-layer checkpoint written here), mha-client afd --ffn none: the round
       trip p50 and where it goes (the server's pass, the rest of the round trip, the server's CPU,
       the bytes each way), beside the same step in PyTorch on the device and its memory roofline
       (bench/gpu_rows_torch.py llamastep).
 The writers need numpy only; the PyTorch references run in this interpreter when it has torch.
 """
-import argparse, json, os, re, signal, subprocess, sys, tempfile, time
+import argparse, json, os, re, signal, subprocess, sys, tempfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import mha_bench  # noqa: E402
+
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
 p.add_argument("row", choices=["coldstart", "longseq", "llamastep"])
 p.add_argument("--build", default=os.environ.get("MHA_BUILD_DIR", "build"))
@@ -54,20 +57,10 @@ def row(issue, figure, measured, goal):
 
 def run_json(args, timeout=None, env=CXX_ENV):
     """The last stdout line of a command as JSON (None and the error kept when it is not)."""
-    try:
-        r = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        res.setdefault("errors", []).append(f"{os.path.basename(args[0])}: timed out")
-        return None
-    try:
-        out = json.loads(r.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
-        res.setdefault("errors", []).append(
-            f"{' '.join(args[:4])}: rc {r.returncode}: {(r.stderr or r.stdout).strip()[-600:]}")
-        return None
-    if r.returncode:
-        res.setdefault("errors", []).append(
-            f"{' '.join(args[:4])}: rc {r.returncode}: {out.get('first_error') or r.stderr[-300:]}")
+    errors = []
+    out = mha_bench.run_json(args, errors, timeout=timeout, env=env)
+    if errors:
+        res.setdefault("errors", []).extend(errors)
     return out
 
 
@@ -79,50 +72,14 @@ def rss_kib(pid, key):
         return None
 
 
-servers = []  # stopped at the end, whatever happens (gpu-check's cap ends a step with SIGTERM)
-
-
-class Server:
-    """mha-server on loopback with --device/--dtype and `flags`; ready when health says SERVING."""
+class Server(mha_bench.Server):
+    """mha-server on loopback with --device/--dtype and `flags`; ready when health says SERVING;
+    stopped at the end whatever happens (gpu-check's cap ends a step with SIGTERM)."""
 
     def __init__(self, *flags):
-        servers.append(self)
-        port_file = os.path.join(work, f"port{time.monotonic_ns()}")
-        self.log_path = port_file + ".log"
-        self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            [os.path.join(a.build, "server", "mha-server"), "--grpc-address", "127.0.0.1:0",
-             "--port-file", port_file, "--http-address", "", "--metrics-address", "",
-             "--log-level", "info", "--device", a.device, "--dtype", a.dtype, *flags],
-            stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT, env=CXX_ENV)
-        self.pid = self.proc.pid
-        deadline = self.t0 + 240
-        while not (os.path.exists(port_file) and open(port_file).read().endswith("\n")):
-            self.check(deadline)
-            time.sleep(0.05)
-        self.target = "127.0.0.1:" + open(port_file).read().strip()
-        while subprocess.run([client, "-a", self.target, "health"], capture_output=True,
-                             env=CXX_ENV).returncode:
-            self.check(deadline)
-            time.sleep(0.05)
-        self.ready_s = time.monotonic() - self.t0
-
-    def check(self, deadline):
-        if self.proc.poll() is not None or time.monotonic() > deadline:
-            self.stop()
-            sys.exit(f"mha-server did not become ready: {self.log()[-3000:]}")
-
-    def log(self):
-        return open(self.log_path, errors="replace").read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().__init__(os.path.join(a.build, "server", "mha-server"), client,
+                         ["--device", a.device, "--dtype", a.dtype, *flags], metrics=False,
+                         log_level="info", env=CXX_ENV, timeout_s=240)
 
 
 # ---- files (numpy only) ------------------------------------------------------------------------
@@ -215,7 +172,7 @@ def longseq():
     query = os.path.join(work, "query.safetensors")
     write_safetensors(query, {"query": randn(1, t, e)}, a.dtype)
     qbytes = t * e * (4 if a.dtype == "float32" else 2)
-    # The issue's limits: the message and the sequence length raised, --max-work-bytes the default.
+    # The row's limits: the message and the sequence length raised, --max-work-bytes the default.
     s = Server("--model-repository", repo, "--default-model", "long", "--max-sequence-length",
                str(t), "--max-message-bytes", str(qbytes + (64 << 20)))
     idle = rss_kib(s.pid, "VmRSS")
@@ -313,8 +270,7 @@ except SystemExit as e:  # a server that never became ready, or the step's cap (
 finally:
     if a.out:  # first: the cap's SIGKILL follows its SIGTERM after 5 s
         json.dump(res, open(a.out, "w"), indent=1)
-    for srv in servers:
-        srv.stop()
+    mha_bench.stop_all()
     subprocess.run(["rm", "-rf", work])
 for err in res.get("errors", []):
     print(f"# error: {err}")

@@ -3,13 +3,13 @@
 1.13 on the CPU for a dry run): prints one JSON object.
 
   gpu_rows_torch.py sdpa --shape T,E,H --dtype bfloat16 --device cuda [--passes 3]
-      issue 47: causal self-attention of one sequence, no weights. sdpa_ms: SDPA alone on q, k, v
+      long sequences: causal self-attention of one sequence, no weights. sdpa_ms: SDPA alone on q, k, v
       [1, H, T, D] already on the device; layer_ms: the layer around it (one in-projection GEMM,
       SDPA, the out-projection) from a query on the device; layer_host_ms: the same from a query
       on the host and back (the least a server does, without the wire). Medians, each pass
       synchronized; torch without SDPA (1.13) computes softmax(q k^T / sqrt(D) + causal) v.
   gpu_rows_torch.py llamastep --shape N,CACHE,E,H,KV --dtype float16 --device cuda
-      issue 46: one Llama layer step of N sessions x 1 token over caches of CACHE tokens (RoPE
+      the Llama step: one Llama layer step of N sessions x 1 token over caches of CACHE tokens (RoPE
       left out: elementwise): the q/k/v projection as one GEMM, the new K/V row written into the
       caches, grouped-query attention (SDPA's enable_gqa where torch has it, else two batched
       matmuls over the KV groups), o_proj. step_us from rows on the device, step_host_us from

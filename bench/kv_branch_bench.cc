@@ -1,5 +1,5 @@
-// KV cache branches in one process (issue 45, docs/core.md), E=512 H=8 fp32 on the CPU, pages of
-// 16 tokens, one row (bench_setup.h's MHA_BENCH_DEVICE / MHA_BENCH_DTYPE apply):
+// KV cache branches in one process (fork, truncate, spill; docs/core.md), E=512 H=8 fp32 on the
+// CPU, pages of 16 tokens, one row (bench_setup.h's MHA_BENCH_DEVICE / MHA_BENCH_DTYPE apply):
 //   BM_Fork/<tokens>: KvCache::Fork of a cache of `tokens` tokens, then the fork's release.
 //   BM_ForkFirstStep/<tokens>: a fork at `tokens` (mid-block) taking its first token: the
 //     copy-on-write of one block plus the step, then its release; vs
@@ -33,22 +33,7 @@ void Check(const mha::Status& s) {
 }
 
 const mha::MhaModel& Model() {
-  static const auto model = [] {
-    mha::MhaOptions o;
-    o.embed_dim = kEmbed;
-    o.num_heads = kHeads;
-    o.device = mha_bench::BenchDevice();
-    o.dtype = mha_bench::BenchDType();
-    at::manual_seed(0);
-    mha::MhaWeights w;
-    for (at::Tensor* t : {&w.q_weight, &w.k_weight, &w.v_weight, &w.out_weight}) {
-      *t = at::randn({kEmbed, kEmbed}) * 0.05;
-    }
-    for (at::Tensor* t : {&w.q_bias, &w.k_bias, &w.v_bias, &w.out_bias}) *t = at::zeros({kEmbed});
-    auto m = mha::MhaModel::Create(o, w);
-    if (!m.ok()) Check(m.status());
-    return std::shared_ptr<mha::MhaModel>(std::move(m).value());
-  }();
+  static const std::unique_ptr<mha::MhaModel> model = mha_bench::MakeModel(kEmbed, kHeads);
   return *model;
 }
 

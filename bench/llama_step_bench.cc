@@ -1,5 +1,5 @@
-// The Llama per-layer step in one process (docs/afd.md), on the CPU in float32, with issue 37's
-// goal shape E=1024 H=16 KV=4 (D=64):
+// The Llama per-layer step in one process (docs/afd.md), on the CPU in float32, at the shape of
+// docs/performance.md's roofline row, E=1024 H=16 KV=4 (D=64):
 //   BM_LlamaLayerStep/<attention>/<sessions>: one pass of one layer for `sessions` sessions of one
 //     new token each, every cache at 512 tokens; attention 0 = per-session (the pages read in
 //     place: what StepSessions runs on the CPU), 2 = per-session gather.
@@ -8,7 +8,7 @@
 //   BM_LlamaPagedAttention/<sessions>: the attention alone (mha/paged_attention.h) of that step's
 //     queries over the caches, K/V bytes read per second beside BM_CopyRate's.
 //   BM_CopyRate: one core's copy bandwidth (memcpy of 256 MiB to another 256 MiB, bytes copied per
-//     second), the roofline's memory term (bench/llama_roofline.sh).
+//     second), the roofline's memory term (bench/run_all.py's roofline row).
 // MHA_LLAMA_CHECKPOINT=DIR runs the same on a checkpoint (gen_fixtures.py --llama-checkpoint DIR)
 // instead of random weights; MHA_LLAMA_KV_HEADS=N another number of K/V heads (16 = MHA).
 #include <ATen/ATen.h>

@@ -1,4 +1,4 @@
-// Where the Llama layer step's time goes on a GPU, as a timeline (issue 46; scripts/gpu-profile.sh
+// Where the Llama layer step's time goes on a GPU, as a timeline (scripts/gpu-profile.sh
 // PROFILE_LLAMA=1 and scripts/gpu-check.sh step llamaprofile run it): LlamaLayerStep of N sessions
 // of one new token each, every cache at CACHE tokens, on MHA_BENCH_DEVICE in MHA_BENCH_DTYPE, host
 // hidden states in and out as the server's LayerSteps passes them, under LibTorch's Kineto profiler
@@ -6,7 +6,7 @@
 // output on the host (synchronized), as bench/trace_passes.py reads a synced trace.
 //
 //   mha_llama_trace OUT.json [PASSES=10] [ATTENTION=0]
-//     LLAMA_SHAPE=N,CACHE,E,H,KV (default 128,4096,4096,32,8: the issue's GPU row; D = E / H)
+//     LLAMA_SHAPE=N,CACHE,E,H,KV (default 128,4096,4096,32,8: gpu-check's llamastep row; D = E / H)
 //     ATTENTION: mha::StepAttention (0 = per-session: the padded pass on a device pool, 1 = padded,
 //     2 = gather); random weights (the cost does not depend on them).
 #include <ATen/ATen.h>

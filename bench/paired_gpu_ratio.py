@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """mha_core against PyTorch's nn.MultiheadAttention on a GPU, measured in turns under the same
-conditions (issue 35; scripts/gpu-check.sh step "paired").
+conditions (scripts/gpu-check.sh step "paired"; docs/gpu.md).
 
 bench/torch_gpu_reference.py times PyTorch in short bursts (3-20 passes) right after the machine
 starts, while mha_core_bench runs each case for 0.2 s x 3 back to back, minutes later: a GPU that

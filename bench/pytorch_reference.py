@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch's own numbers at the benchmark shape, for the ratios in bench/compare.sh.
+"""PyTorch's own numbers at the benchmark shape, for the ratios of bench/run_all.py's core row.
 
 Runs under Debian's python3-torch (/usr/bin/python3). Prints one JSON object:
 matmul GFLOP/s (1024^2 fp32) and nn.MultiheadAttention forward passes/s (eval, no_grad,

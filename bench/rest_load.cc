@@ -1,8 +1,8 @@
-// A KServe v2 REST load generator for bench/rest_vs_grpc.sh: C concurrent keep-alive connections
-// (cpp-httplib's client), each sending the same [B, T, E] FP32 query in the binary tensor
-// extension with binary_data_output for D seconds; prints requests/s and p50/p90/p99 latency in
-// the words of `mha-client bench`. Not a test.
-//   rest_load PORT MODEL B T E CONCURRENCY SECONDS
+// A KServe v2 REST load generator for bench/run_all.py's rest row: C concurrent keep-alive
+// connections (cpp-httplib's client), each sending the same [B, T, E] FP32 query in the binary
+// tensor extension with binary_data_output for D seconds; prints requests/s and p50/p90/p99
+// latency in the words of `mha-client bench` (--json: one object with bench's keys). Not a test.
+//   rest_load PORT MODEL B T E CONCURRENCY SECONDS [--json]
 #include <httplib.h>
 
 #include <algorithm>
@@ -11,10 +11,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "client/bench/latency_stats.h"
 
 // `n` standard-normal float32 values as bytes.
 std::string RandomFloats(long n) {
@@ -26,8 +29,9 @@ std::string RandomFloats(long n) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 8) {
-    std::fprintf(stderr, "usage: rest_load PORT MODEL B T E CONCURRENCY SECONDS\n");
+  const bool json = argc == 9 && std::string(argv[8]) == "--json";
+  if (argc != 8 && !json) {
+    std::fprintf(stderr, "usage: rest_load PORT MODEL B T E CONCURRENCY SECONDS [--json]\n");
     return 2;
   }
   const int port = std::atoi(argv[1]);
@@ -45,7 +49,7 @@ int main(int argc, char** argv) {
       {"Inference-Header-Content-Length", std::to_string(header.size())}};
   const std::string path = "/v2/models/" + model + "/infer";
   std::mutex mu;
-  std::vector<double> latencies_ms;
+  std::vector<double> latencies_us;
   std::atomic<long> failed{0};
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   std::vector<std::thread> threads;
@@ -59,31 +63,35 @@ int main(int argc, char** argv) {
       while (std::chrono::steady_clock::now() < end) {
         const auto begin = std::chrono::steady_clock::now();
         auto res = client.Post(path.c_str(), headers, body, "application/octet-stream");
-        const double ms =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
+        const double us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin)
                 .count();
         if (res && res->status == 200) {
-          mine.push_back(ms);
+          mine.push_back(us);
         } else {
           failed.fetch_add(1);
         }
       }
       std::lock_guard<std::mutex> lock(mu);
-      latencies_ms.insert(latencies_ms.end(), mine.begin(), mine.end());
+      latencies_us.insert(latencies_us.end(), mine.begin(), mine.end());
     });
   }
   for (auto& th : threads) th.join();
-  std::sort(latencies_ms.begin(), latencies_ms.end());
-  const auto pct = [&](double p) {
-    return latencies_ms.empty()
-               ? 0.0
-               : latencies_ms[std::min(latencies_ms.size() - 1,
-                                       static_cast<size_t>(p * latencies_ms.size()))];
-  };
-  std::printf(
-      "rest binary B=%ld T=%ld c=%d: %zu ok, %ld failed, %.1f req/s, p50 %.3f ms, p90 %.3f ms, "
-      "p99 %.3f ms\n",
-      b, t, concurrency, latencies_ms.size(), failed.load(),
-      static_cast<double>(latencies_ms.size()) / seconds, pct(0.5), pct(0.9), pct(0.99));
+  const mha::client::LatencyStats l = mha::client::SummarizeLatencies(std::move(latencies_us));
+  const double rps = static_cast<double>(l.count) / seconds;
+  if (json) {
+    const nlohmann::json j = {{"ok", l.count},
+                              {"errors", failed.load()},
+                              {"seconds", seconds},
+                              {"throughput_rps", rps},
+                              {"latency_us", mha::client::LatencyJson(l)}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf(
+        "rest binary B=%ld T=%ld c=%d: %lld ok, %ld failed, %.1f req/s, p50 %.3f ms, p90 %.3f ms, "
+        "p99 %.3f ms\n",
+        b, t, concurrency, static_cast<long long>(l.count), failed.load(), rps, l.p50_us / 1e3,
+        l.p90_us / 1e3, l.p99_us / 1e3);
+  }
   return failed.load() == 0 ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26's goal table in one command; see bench/run_all.py --help and docs/performance.md.
+# Every serving benchmark row in one command; see bench/run_all.py --help and docs/performance.md.
 # Take numbers only on a quiet machine (the load average is printed with the table).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Issue 45's goal table (docs/sessions.md, "Fork, truncate and spill"): one run of each figure
+"""The branching sessions' goal table (docs/sessions.md, "Fork, truncate and spill"): one run of each figure
 against a running mha-server serving its built-in model (E=512 H=8 fp32, blocks of 16 tokens).
 
     sessions_branch_goals.py GRPC_PORT METRICS_PORT fork|fork64|speculate|spill [SESSIONS]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's nn.MultiheadAttention on a GPU under torch.profiler: the kernels one pass launches and
 their device time, at a shape (B,T,E,H), dtype and need_weights; the other side of
-scripts/gpu-profile.sh, which lists mha_core's kernels at the same shapes (issue 35).
+scripts/gpu-profile.sh, which lists mha_core's kernels at the same shapes (docs/gpu.md).
 With --trace OUT.json: each pass inside a "pass" record_function scope, synchronized inside it
 (--mode synced) or back to back (--mode queued), saved as a Chrome trace for bench/trace_passes.py,
 as bench/forward_trace.cc saves mha_core's."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch 2.x's own numbers on a GPU, for the ratios of issue 18 (run by scripts/gpu-check.sh).
+"""PyTorch 2.x's own numbers on a GPU, for the core-vs-PyTorch ratios (run by scripts/gpu-check.sh).
 
-nn.MultiheadAttention (eval, inference_mode, batch_first, self-attention) at the issue's shapes in
+nn.MultiheadAttention (eval, inference_mode, batch_first, self-attention) at gpu-check's shapes in
 fp16 and bf16, need_weights False and True (per-head weights), plus SDPA alone at each shape and an
 8192^3 bf16 matmul for the card's rate. Timings: CUDA events, median of --repeats runs of --iters
 passes each ("ms": passes back to back on one stream), and for the module also "ms_synced": each

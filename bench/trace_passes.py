@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a pass's time goes, from a Chrome trace of passes each inside a "pass" user scope
-(bench/forward_trace.cc for mha_core, bench/torch_gpu_profile.py --trace for PyTorch; issue 35).
+(bench/forward_trace.cc for mha_core, bench/torch_gpu_profile.py --trace for PyTorch).
 
 Synced traces (each pass ends with a device synchronization inside its scope), per pass, medians:
   wall          the scope: host work, GPU work and the synchronization

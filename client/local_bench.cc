@@ -87,21 +87,8 @@ BenchReport RunLocalBench(const MhaModel& model, const ForwardInputs& inputs,
   for (auto& th : threads) th.join();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   report.throughput = report.seconds > 0 ? report.ok / report.seconds : 0;
-  std::sort(latencies.begin(), latencies.end());
-  if (!latencies.empty()) {
-    auto pct = [&](double p) {
-      const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * latencies.size()));
-      return latencies[std::min(latencies.size() - 1, rank > 0 ? rank - 1 : 0)];
-    };
-    double sum = 0;
-    for (double v : latencies) sum += v;
-    report.latency_mean_us = sum / latencies.size();
-    report.latency_p50_us = pct(50);
-    report.latency_p90_us = pct(90);
-    report.latency_p99_us = pct(99);
-    report.latency_max_us = latencies.back();
-    report.server_compute_mean_us = report.latency_mean_us;
-  }
+  report.latency = SummarizeLatencies(std::move(latencies));
+  report.server_compute = report.latency;  // in process, the whole call is the compute
   return report;
 }
 

@@ -55,7 +55,8 @@ class AttentionClient {
   // name "" = every model, version "" = every version.
   StatusOr<v1::ModelStatisticsResponse> GetModelStatistics(const std::string& name = "",
                                                            const std::string& version = "");
-  // Seed 001's head analysis of one version ("" = the default model / newest READY version).
+  // The head analysis (docs/heads.md, "Model analysis") of one version ("" = the default model /
+  // newest READY version).
   StatusOr<v1::ModelAnalysis> AnalyzeModel(const std::string& name = "",
                                            const std::string& version = "");
 
@@ -105,9 +106,10 @@ class AttentionClient {
   StatusOr<v1::TruncateSessionResponse> TruncateSession(const std::string& session_id,
                                                         int64_t tokens);
 
-  // The per-layer step stream of Llama models (docs/afd_stream.md): Write a message per layer of a
-  // batch of sessions, Read its answer (in message order; a failed message's answer carries
-  // `error`). The caller owns `context` (fresh; the deadline set here covers the whole stream).
+  // The per-layer step stream of Llama models (docs/afd.md, "The step stream"): Write a message per
+  // layer of a batch of sessions, Read its answer (in message order; a failed message's answer
+  // carries `error`). The caller owns `context` (fresh; the deadline set here covers the whole
+  // stream).
   using LayerStepsRW = grpc::ClientReaderWriter<v1::LayerStepRequest, v1::LayerStepResponse>;
   std::unique_ptr<LayerStepsRW> OpenLayerSteps(
       grpc::ClientContext* context, std::optional<std::chrono::milliseconds> timeout = {});

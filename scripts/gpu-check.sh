@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command to run on the GPU device (issue 18): risks, build against the device's LibTorch
+# The one command to run on the GPU device (docs/gpu.md): risks, build against the device's LibTorch
 # and the carried prefix, the open issues' GPU rows, tests on CUDA, benchmarks. Every step records
 # its result and the script goes on; what comes back is $OUT (at most 8 files, flat, each under
 # 16 MiB): risks.log.gz, build.log.gz, ctest.log.gz, bench.log.gz, profile.log.gz (gzip -9),
@@ -23,18 +23,18 @@
 #                 SERVE_DEVICE / SERVE_DTYPE, GOALS_ROWS, GPU_ROWS_TINY: 25-rows.sh; CUDASHM_SECONDS:
 #                 27-cudashm.sh
 # The default steps in the order they run, and their time on an H100/H200 (16 cores): the build
-# from the earlier leases (the serving binaries and mha_llama_trace, ~240 s, cap 340), the rows
-# estimated from their sizes (scripts/gpu-check/25-rows.sh says what each measures):
+# (the serving binaries and mha_llama_trace, ~240 s, cap 340), the rows estimated from their
+# sizes (scripts/gpu-check/25-rows.sh says what each measures):
 #   risks ~10 s, unpack ~15, configure ~30 (three torch imports included), build ~260,
 #   goals (rows c32, decode64, batching) ~45, goalsblock (decode64 and batching again with
 #   --device-wait block) ~35, llamaprofile (the Llama step's timeline) ~40       = ~435 s of 530;
 #   then buildrest (every other target: tests, benches), streamtest (the CUDA cases of the core
 #   and the device warm-up, alone) and ctest take what is left (a step's cap is cut to the time
-#   left; under 15 s it is recorded no-time). The rows measured on 2026-11-28 (coldstart,
-#   longseq, llamastep, cudashm) are steps by name: GPU_CHECK_STEPS="... coldstart ...".
+#   left; under 15 s it is recorded no-time). The rows already measured (coldstart, longseq,
+#   llamastep, cudashm: bench/results/gpu/) are steps by name: GPU_CHECK_STEPS="... coldstart ...".
 #   A rerun on the warm machine goes on with the tests: GPU_CHECK_STEPS="buildrest streamtest
-#   ctest" (~100 s + 30 + up to 180 s); a 15-minute lease has ~5 minutes left after the first
-#   call (its start ~1.5 min), so give the rerun GPU_CHECK_BUDGET=240 and a timeout_s to match.
+#   ctest" (~100 s + 30 + up to 180 s); a 15-minute device session has ~5 minutes left after the
+#   first call (its start ~1.5 min), so give the rerun GPU_CHECK_BUDGET=240 and a timeout to match.
 # Prepare here first: scripts/device-deps.sh download .device-deps   (Debian 12 host).
 # The steps live in scripts/gpu-check/NN-*.sh, sourced here in order (they share this shell's
 # variables and functions); summary.json is written by scripts/gpu-check/summary.py.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a pass's time goes on the GPU (issue 35; run by scripts/gpu-check.sh, step profile): the
+# Where a pass's time goes on the GPU (run by scripts/gpu-check.sh, step profile): the
 # kernels mha_core launches for one pass and each one's duration (Nsight Compute, clocks left
 # alone), beside PyTorch's nn.MultiheadAttention's kernels at the same shapes (torch.profiler,
 # bench/torch_gpu_profile.py). The sum of a pass's kernel times against its wall time (corebench)
@@ -33,7 +33,7 @@ for c in "4,4096,2048,16 bfloat16" "8,128,512,8 bfloat16"; do
 done
 rm -rf "$traces"
 [ "${PROFILE_NCU:-1}" = 0 ] && exit 0
-# The back-to-back gap at the largest shape (docs/gpu_leases.md, fourth lease): the same six kernels,
+# The back-to-back gap at the largest shape (bench/results/gpu/2026-11-26-h100-paired): the same six kernels,
 # 2.4% longer in the core's passes. Both sides under ncu with the clocks locked at base, and each
 # kernel's cycles beside its duration: equal cycles mean equal work (then the gap is the clock).
 if [ -n "$ncu" ]; then

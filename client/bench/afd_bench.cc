@@ -7,31 +7,10 @@
 #include <thread>
 
 #include "client/bench/afd_stream.h"
-#include "client/bench/bench_tally.h"
 #include "client/bench/stand_in_ffn.h"
 
 namespace mha::client {
 namespace {
-
-AfdLatency LatencyOf(std::vector<double> us) {
-  AfdLatency l;
-  if (us.empty()) return l;
-  std::sort(us.begin(), us.end());
-  double sum = 0;
-  for (double x : us) sum += x;
-  l.messages = static_cast<int64_t>(us.size());
-  l.mean_us = sum / static_cast<double>(us.size());
-  l.p50_us = Percentile(us, 50);
-  l.p99_us = Percentile(us, 99);
-  l.max_us = us.back();
-  return l;
-}
-
-double Mean(const std::vector<double>& v) {
-  double sum = 0;
-  for (double x : v) sum += x;
-  return v.empty() ? 0 : sum / static_cast<double>(v.size());
-}
 
 // Runs `fn(stream)` for every stream on its own thread; the wall time in seconds.
 template <typename Fn>
@@ -78,7 +57,7 @@ Status Describe(AttentionClient& client, const AfdBenchOptions& o, AfdBenchRepor
 // The tallies of every stream into the report.
 void Collect(const std::vector<std::unique_ptr<AfdStream>>& streams, AfdBenchReport* r) {
   std::vector<double> all, passes, entries, compute;
-  r->per_layer.assign(static_cast<size_t>(r->layers), AfdLatency());
+  r->per_layer.assign(static_cast<size_t>(r->layers), LatencyStats());
   std::vector<std::vector<double>> per_layer(static_cast<size_t>(r->layers));
   for (const auto& s : streams) {
     const AfdStreamTally& t = s->tally();
@@ -97,8 +76,8 @@ void Collect(const std::vector<std::unique_ptr<AfdStream>>& streams, AfdBenchRep
     entries.insert(entries.end(), t.pass_entries.begin(), t.pass_entries.end());
     compute.insert(compute.end(), t.compute_us.begin(), t.compute_us.end());
   }
-  for (size_t l = 0; l < per_layer.size(); ++l) r->per_layer[l] = LatencyOf(per_layer[l]);
-  r->all = LatencyOf(all);
+  for (size_t l = 0; l < per_layer.size(); ++l) r->per_layer[l] = SummarizeLatencies(per_layer[l]);
+  r->all = SummarizeLatencies(std::move(all));
   r->mean_pass_messages = Mean(passes);
   r->mean_pass_entries = Mean(entries);
   r->max_pass_messages =
@@ -155,32 +134,21 @@ StatusOr<AfdBenchReport> RunAfdBench(AttentionClient& client, const AfdBenchOpti
       s.Token(std::min(chunk, o.prefill - done), false);
     }
   });
-  StatusOr<double> cpu_before = 0.0;
-  if (o.server_cpu.enabled()) {
-    r.server_cpu.source = o.server_cpu.Describe();
-    cpu_before = ReadServerCpuSeconds(o.server_cpu);
-  }
+  const ServerCpuMeter cpu(o.server_cpu);
   r.seconds = Parallel(streams, [&](AfdStream& s) {
     for (int64_t step = 0; step < o.steps; ++step) s.Token(1, true);
   });
-  if (o.server_cpu.enabled()) {
-    const StatusOr<double> after = ReadServerCpuSeconds(o.server_cpu);
-    if (!cpu_before.ok() || !after.ok()) {
-      r.server_cpu.error = (!cpu_before.ok() ? cpu_before.status() : after.status()).ToString();
-    } else {
-      r.server_cpu.measured = true;
-      r.server_cpu.cpu_s = after.value() - cpu_before.value();
-    }
+  int64_t decode_messages = 0;  // the round trips the decode phase recorded
+  for (const auto& s : streams) {
+    for (const auto& layer : s->tally().round_trip_us)
+      decode_messages += static_cast<int64_t>(layer.size());
   }
+  r.server_cpu = cpu.Finish(decode_messages);
   for (auto& s : streams) s->Finish();
   Collect(streams, &r);
   for (const auto& id : ids) (void)client.CloseSession(id);
   r.steps_per_s = r.seconds > 0 ? static_cast<double>(r.steps) / r.seconds : 0;
   r.layer_steps_per_s = r.steps_per_s * static_cast<double>(r.layers);
-  if (r.server_cpu.measured && r.all.messages > 0) {
-    r.server_cpu.cpu_us_per_request =
-        r.server_cpu.cpu_s * 1e6 / static_cast<double>(r.all.messages);
-  }
   return r;
 }
 
@@ -211,10 +179,10 @@ std::string AfdBenchReportText(const AfdBenchOptions& o, const AfdBenchReport& r
   std::string text = buf;
   text += "per-layer round trip, decode (us):\n";
   for (size_t l = 0; l < r.per_layer.size(); ++l) {
-    const AfdLatency& x = r.per_layer[l];
+    const LatencyStats& x = r.per_layer[l];
     std::snprintf(buf, sizeof(buf),
                   "  layer %zu: p50 %.0f  p99 %.0f  mean %.0f  max %.0f  (%lld)\n", l, x.p50_us,
-                  x.p99_us, x.mean_us, x.max_us, (long long)x.messages);
+                  x.p99_us, x.mean_us, x.max_us, (long long)x.count);
     text += buf;
   }
   std::snprintf(buf, sizeof(buf),
@@ -231,14 +199,7 @@ std::string AfdBenchReportText(const AfdBenchOptions& o, const AfdBenchReport& r
 
 std::string AfdBenchReportJson(const AfdBenchReport& r) {
   nlohmann::json layers = nlohmann::json::array();
-  for (const AfdLatency& l : r.per_layer) {
-    layers.push_back({{"p50_us", l.p50_us},
-                      {"p99_us", l.p99_us},
-                      {"mean_us", l.mean_us},
-                      {"max_us", l.max_us},
-                      {"messages", l.messages}});
-  }
-  const ServerCpuReport& c = r.server_cpu;
+  for (const LatencyStats& l : r.per_layer) layers.push_back(LatencyJson(l, "_us", "messages"));
   nlohmann::json j = {
       {"model", r.model},
       {"layers", r.layers},
@@ -251,20 +212,13 @@ std::string AfdBenchReportJson(const AfdBenchReport& r) {
       {"seconds", r.seconds},
       {"steps_per_s", r.steps_per_s},
       {"layer_steps_per_s", r.layer_steps_per_s},
-      {"round_trip",
-       {{"p50_us", r.all.p50_us}, {"p99_us", r.all.p99_us}, {"mean_us", r.all.mean_us}}},
+      {"round_trip", LatencyJson(r.all, "_us")},
       {"per_layer", layers},
       {"pass_messages_mean", r.mean_pass_messages},
       {"pass_entries_mean", r.mean_pass_entries},
       {"server_compute_mean_us", r.server_compute_mean_us},
       {"ffn_seconds", r.ffn_seconds},
-      {"server_cpu",
-       {{"measured", c.measured},
-        {"cpu_s", c.cpu_s},
-        {"cpu_us_per_message", c.cpu_us_per_request},
-        {"flops_per_message", c.flops_per_request},
-        {"matmul_flops_per_s", c.matmul_flops_per_s},
-        {"efficiency", c.efficiency}}},
+      {"server_cpu", ServerCpuJson(r.server_cpu, "message")},
   };
   return j.dump();
 }

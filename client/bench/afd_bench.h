@@ -1,8 +1,8 @@
-// `mha-client afd` (docs/afd_stream.md): the FFN side of attention-FFN disaggregation against a
-// server holding a Llama-family model. Opens N sessions, splits them over S LayerSteps streams (a
-// thread each), and drives every session through L layers: a prefill chunk of P tokens, then T
-// decode steps of one token. Per layer a stream sends one message with its sessions' hidden states
-// (rms-normed), adds the attention outputs to each session's residual stream, then runs the
+// `mha-client afd` (docs/afd.md, "The step stream"): the FFN side of attention-FFN disaggregation
+// against a server holding a Llama-family model. Opens N sessions, splits them over S LayerSteps
+// streams (a thread each), and drives every session through L layers: a prefill chunk of P tokens,
+// then T decode steps of one token. Per layer a stream sends one message with its sessions' hidden
+// states (rms-normed), adds the attention outputs to each session's residual stream, then runs the
 // stand-in FFN (client/stand_in_ffn.h) before the next layer. Reports steps/s (session tokens
 // through every layer), per-layer round trips p50/p99 of the decode phase, the failed steps, how
 // the server merged the streams' messages, and the server's CPU per layer message. Torch-free.
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "client/bench/bench_runner.h"
+#include "client/bench/latency_stats.h"
 #include "client/bench/server_cpu.h"
 #include "client/mha_client.h"
 
@@ -41,12 +41,6 @@ struct AfdBenchOptions {
   ServerCpuSource server_cpu;
 };
 
-// Round trips (write to read) of one layer's messages in the decode phase, microseconds.
-struct AfdLatency {
-  int64_t messages = 0;
-  double mean_us = 0, p50_us = 0, p99_us = 0, max_us = 0;
-};
-
 struct AfdBenchReport {
   std::string model;
   int64_t model_layers = 0, layers = 0, embed_dim = 0, num_heads = 0, num_kv_heads = 0;
@@ -62,8 +56,10 @@ struct AfdBenchReport {
   // Every attention output value received, summed stream by stream: two runs of the same options
   // (in-band and --shm) agree.
   double output_sum = 0;
-  std::vector<AfdLatency> per_layer;
-  AfdLatency all;
+  // Round trips (write to read) of the decode phase's messages, per layer and of every layer; the
+  // count is the messages.
+  std::vector<LatencyStats> per_layer;
+  LatencyStats all;
   // The server's passes of the decode messages (LayerStepResponse.pass_messages / pass_entries).
   double mean_pass_messages = 0, mean_pass_entries = 0;
   int64_t max_pass_messages = 0;

@@ -246,12 +246,7 @@ BenchReport RunBench(AttentionClient& client, const std::vector<v1::ForwardReque
   }
   BenchOptions o = options;
   o.concurrency = std::max(1, o.concurrency);
-  ServerCpuReport cpu;
-  StatusOr<double> before = 0.0;
-  if (o.server_cpu.enabled()) {
-    cpu.source = o.server_cpu.Describe();
-    before = ReadServerCpuSeconds(o.server_cpu);
-  }
+  const ServerCpuMeter cpu(o.server_cpu);
   BenchReport report;
   if (o.rate > 0 && !o.ping) {
     report = OpenLoop(client, requests, o).Run();
@@ -259,49 +254,8 @@ BenchReport RunBench(AttentionClient& client, const std::vector<v1::ForwardReque
     ClosedLoop loop(client, requests, o);
     report = loop.Run();
   }
-  if (o.server_cpu.enabled()) {
-    const StatusOr<double> after = ReadServerCpuSeconds(o.server_cpu);
-    if (!before.ok() || !after.ok()) {
-      cpu.error = (!before.ok() ? before.status() : after.status()).ToString();
-    } else {
-      cpu.measured = true;
-      cpu.cpu_s = after.value() - before.value();
-      cpu.cpu_us_per_request = report.ok > 0 ? cpu.cpu_s * 1e6 / report.ok : 0;
-    }
-  }
-  report.server_cpu = cpu;
+  report.server_cpu = cpu.Finish(report.ok);
   return report;
-}
-
-std::string ServerCpuReportText(const ServerCpuReport& r, const char* per) {
-  char buf[512];
-  if (!r.measured) {
-    if (r.error.empty()) return "";
-    return "server cpu (" + r.source + "): not measured: " + r.error + "\n";
-  }
-  std::snprintf(buf, sizeof(buf), "server cpu (%s): %.1f us per %s (%.3f s)\n", r.source.c_str(),
-                r.cpu_us_per_request, per, r.cpu_s);
-  std::string text = buf;
-  if (r.flops_per_request > 0 && r.matmul_flops_per_s > 0) {
-    std::snprintf(buf, sizeof(buf),
-                  "efficiency: %.1f%% (%.3f MFLOP per %s = %.1f us at one core's fp32 matmul "
-                  "rate %.1f GFLOP/s, measured in this run)\n",
-                  100.0 * r.efficiency, r.flops_per_request / 1e6, per,
-                  r.flops_per_request / r.matmul_flops_per_s * 1e6, r.matmul_flops_per_s / 1e9);
-    text += buf;
-  }
-  return text;
-}
-
-static nlohmann::json ServerCpuJson(const ServerCpuReport& r) {
-  return {{"measured", r.measured},
-          {"source", r.source},
-          {"error", r.error},
-          {"cpu_s", r.cpu_s},
-          {"cpu_us_per_request", r.cpu_us_per_request},
-          {"flops_per_request", r.flops_per_request},
-          {"matmul_flops_per_s", r.matmul_flops_per_s},
-          {"efficiency", r.efficiency}};
 }
 
 std::string BenchReportText(const BenchReport& r) {
@@ -312,10 +266,10 @@ std::string BenchReportText(const BenchReport& r) {
                 "latency (ms): mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n"
                 "server (ms): queue mean %.3f p50 %.3f  compute mean %.3f p50 %.3f\n",
                 static_cast<long long>(r.ok), static_cast<long long>(r.errors), r.seconds,
-                r.throughput, r.latency_mean_us / 1e3, r.latency_p50_us / 1e3,
-                r.latency_p90_us / 1e3, r.latency_p99_us / 1e3, r.latency_max_us / 1e3,
-                r.server_queue_mean_us / 1e3, r.server_queue_p50_us / 1e3,
-                r.server_compute_mean_us / 1e3, r.server_compute_p50_us / 1e3);
+                r.throughput, r.latency.mean_us / 1e3, r.latency.p50_us / 1e3,
+                r.latency.p90_us / 1e3, r.latency.p99_us / 1e3, r.latency.max_us / 1e3,
+                r.server_queue.mean_us / 1e3, r.server_queue.p50_us / 1e3,
+                r.server_compute.mean_us / 1e3, r.server_compute.p50_us / 1e3);
   std::string text = buf;
   if (r.offered_rate > 0) {
     std::snprintf(buf, sizeof(buf), "open loop: offered %.2f req/s\n", r.offered_rate);
@@ -337,16 +291,11 @@ std::string BenchReportJson(const BenchReport& r) {
       {"first_error", r.first_error},
       {"seconds", r.seconds},
       {"throughput_rps", r.throughput},
-      {"latency_us",
-       {{"mean", r.latency_mean_us},
-        {"p50", r.latency_p50_us},
-        {"p90", r.latency_p90_us},
-        {"p99", r.latency_p99_us},
-        {"max", r.latency_max_us}}},
-      {"server_queue_mean_us", r.server_queue_mean_us},
-      {"server_compute_mean_us", r.server_compute_mean_us},
-      {"server_queue_p50_us", r.server_queue_p50_us},
-      {"server_compute_p50_us", r.server_compute_p50_us},
+      {"latency_us", LatencyJson(r.latency)},
+      {"server_queue_mean_us", r.server_queue.mean_us},
+      {"server_compute_mean_us", r.server_compute.mean_us},
+      {"server_queue_p50_us", r.server_queue.p50_us},
+      {"server_compute_p50_us", r.server_compute.p50_us},
       {"offered_rate_rps", r.offered_rate},
       {"server_cpu", ServerCpuJson(r.server_cpu)},
   };

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "client/bench/latency_stats.h"
 #include "client/bench/server_cpu.h"
 #include "client/mha_client.h"
 #include "client/shm_regions.h"
@@ -23,7 +24,7 @@ struct BenchOptions {
   int64_t warmup = 4;        // untimed requests first (sequential)
   std::chrono::milliseconds timeout{60000};
   // deadline_max > 0: each call's deadline is drawn uniformly from [deadline_min, deadline_max]
-  // instead (clients with short, varied deadlines: bench/deadline_waste.sh).
+  // instead (clients with short, varied deadlines: bench/run_all.py's deadline row).
   std::chrono::milliseconds deadline_min{0}, deadline_max{0};
   bool ping = false;    // time GetModel round trips instead: the RPC cost without a forward pass
   double rate = 0;      // > 0: open loop at this many requests per second
@@ -37,22 +38,6 @@ struct BenchOptions {
   const ShmRegions* shm = nullptr;
 };
 
-// What the server's CPU did per request, against the math it served (issue 26). The CPU fields
-// come from RunBench (server_cpu); the FLOPs and the matmul rate from the caller (the CLI, which
-// has LibTorch: client/cli/efficiency.h).
-struct ServerCpuReport {
-  bool measured = false;
-  std::string source, error;      // "pid 123" / the metrics URL; why it was not measured
-  double cpu_s = 0;               // server CPU seconds over the timed run
-  double cpu_us_per_request = 0;  // cpu_s / successful requests (or steps)
-  double flops_per_request = 0;   // the request's attention FLOPs (0 = not given)
-  double matmul_flops_per_s = 0;  // one core's fp32 matmul rate, measured in the same run
-  // FLOPs / (CPU per request * matmul rate): the share of the server's CPU that the request's
-  // math would take at that rate. 1.0 = serving costs nothing beyond the matmuls.
-  double efficiency = 0;
-};
-std::string ServerCpuReportText(const ServerCpuReport& r, const char* per = "request");
-
 struct BenchReport {
   int64_t ok = 0;
   int64_t errors = 0;
@@ -60,11 +45,9 @@ struct BenchReport {
   std::string first_error;
   double seconds = 0;
   double throughput = 0;  // successful requests per second
-  double latency_mean_us = 0, latency_p50_us = 0, latency_p90_us = 0, latency_p99_us = 0,
-         latency_max_us = 0;
-  double server_queue_mean_us = 0;    // from the responses' queue_us
-  double server_compute_mean_us = 0;  // from the responses' compute_us
-  double server_queue_p50_us = 0, server_compute_p50_us = 0;
+  LatencyStats latency;   // the successful calls, as the client saw them
+  // The server's own split, from the responses' queue_us and compute_us.
+  LatencyStats server_queue, server_compute;
   double offered_rate = 0;  // open loop: requests sent per second (0 = closed loop)
   ServerCpuReport server_cpu;
 };

@@ -4,29 +4,12 @@
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
-#include <algorithm>
 #include <climits>
-#include <cmath>
-#include <numeric>
 #include <string>
 
 #include "proto/wire/status_convert.h"
 
 namespace mha::client {
-namespace {
-
-double Mean(const std::vector<double>& values) {
-  if (values.empty()) return 0;
-  return std::accumulate(values.begin(), values.end(), 0.0) / values.size();
-}
-
-}  // namespace
-
-double Percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
-  return sorted[std::min(sorted.size() - 1, rank > 0 ? rank - 1 : 0)];
-}
 
 bool ReadTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* compute_us) {
   grpc::ProtoBufferReader reader(buffer);
@@ -147,20 +130,9 @@ BenchReport BenchTally::Finish(double seconds) {
   BenchReport r = report_;
   r.seconds = seconds;
   r.throughput = seconds > 0 ? r.ok / seconds : 0;
-  std::sort(latencies_.begin(), latencies_.end());
-  if (!latencies_.empty()) {
-    r.latency_mean_us = Mean(latencies_);
-    r.latency_p50_us = Percentile(latencies_, 50);
-    r.latency_p90_us = Percentile(latencies_, 90);
-    r.latency_p99_us = Percentile(latencies_, 99);
-    r.latency_max_us = latencies_.back();
-  }
-  std::sort(queue_us_.begin(), queue_us_.end());
-  std::sort(compute_us_.begin(), compute_us_.end());
-  r.server_queue_mean_us = Mean(queue_us_);
-  r.server_queue_p50_us = Percentile(queue_us_, 50);
-  r.server_compute_mean_us = Mean(compute_us_);
-  r.server_compute_p50_us = Percentile(compute_us_, 50);
+  r.latency = SummarizeLatencies(latencies_);
+  r.server_queue = SummarizeLatencies(queue_us_);
+  r.server_compute = SummarizeLatencies(compute_us_);
   return r;
 }
 

@@ -15,9 +15,6 @@
 
 namespace mha::client {
 
-// Nearest-rank percentile of sorted values (0 when empty).
-double Percentile(const std::vector<double>& sorted, double p);
-
 // queue_us and compute_us of a serialized ForwardResponse, reading nothing else: the tensors
 // are skipped in place (no copy), which keeps the load generator light on a shared box.
 bool ReadTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* compute_us);

@@ -8,7 +8,6 @@
 #include <thread>
 #include <vector>
 
-#include "client/bench/bench_tally.h"
 #include "client/bench/decode_branch.h"
 #include "client/bench/decode_tally.h"
 #include "client/decoding_session.h"
@@ -94,8 +93,7 @@ void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t 
     if (!TimedStep(stepper, step, tally, &mine)) break;
   }
   if (Status s = stepper.Finish(); !s.ok()) tally->Error(s);
-  std::lock_guard<std::mutex> lock(tally->mu);
-  tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
+  tally->AddLatencies(mine);
 }
 
 // One session's whole life through the client library's DecodingSession (a client-chosen id sent
@@ -164,11 +162,7 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   DecodeBenchReport report;
   report.embed_dim = info->embed_dim();
   Tally tally;
-  StatusOr<double> cpu_before = 0.0;
-  if (o.server_cpu.enabled()) {
-    report.server_cpu.source = o.server_cpu.Describe();
-    cpu_before = ReadServerCpuSeconds(o.server_cpu);
-  }
+  const ServerCpuMeter cpu(o.server_cpu);
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(o.sessions));
@@ -181,44 +175,20 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   }
   for (auto& t : threads) t.join();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (o.server_cpu.enabled()) {
-    const StatusOr<double> after = ReadServerCpuSeconds(o.server_cpu);
-    if (!cpu_before.ok() || !after.ok()) {
-      report.server_cpu.error =
-          (!cpu_before.ok() ? cpu_before.status() : after.status()).ToString();
-    } else {
-      report.server_cpu.measured = true;
-      report.server_cpu.cpu_s = after.value() - cpu_before.value();
-    }
-  }
-  std::sort(tally.latencies.begin(), tally.latencies.end());
-  const auto& l = tally.latencies;
-  report.steps = static_cast<int64_t>(l.size());
+  report.latency = SummarizeLatencies(std::move(tally.latencies));
+  report.steps = report.latency.count;
+  report.server_cpu = cpu.Finish(report.steps);
   report.errors = tally.errors;
   report.first_error = tally.first_error;
   report.kv_blocks = tally.kv_blocks;
   report.kv_block_tokens = tally.kv_block_tokens;
   report.cached_tokens = tally.cached_tokens;
   report.resumed = tally.resumes;
-  if (!tally.replay_ms.empty()) {
-    std::sort(tally.replay_ms.begin(), tally.replay_ms.end());
-    report.replay_ms_p50 = Percentile(tally.replay_ms, 50);
-    report.replay_ms_max = tally.replay_ms.back();
-  }
-  if (report.server_cpu.measured && report.steps > 0) {
-    report.server_cpu.cpu_us_per_request = report.server_cpu.cpu_s * 1e6 / report.steps;
-  }
+  const LatencyStats replay = SummarizeLatencies(std::move(tally.replay_ms));
+  report.replay_ms_p50 = replay.p50_us;  // the same summary, in milliseconds here
+  report.replay_ms_max = replay.max_us;
   report.steps_per_s = report.seconds > 0 ? report.steps / report.seconds : 0;
   report.tokens_per_s = report.steps_per_s * o.batch;
-  if (!l.empty()) {
-    double sum = 0;
-    for (double x : l) sum += x;
-    report.mean_us = sum / l.size();
-    report.p50_us = Percentile(l, 50);
-    report.p90_us = Percentile(l, 90);
-    report.p99_us = Percentile(l, 99);
-    report.max_us = l.back();
-  }
   return report;
 }
 
@@ -234,7 +204,8 @@ std::string DecodeBenchReportText(const DecodeBenchOptions& o, const DecodeBench
                 static_cast<long long>(o.tokens), static_cast<long long>(o.batch),
                 static_cast<long long>(r.embed_dim), static_cast<long long>(o.prefill),
                 static_cast<long long>(r.steps), static_cast<long long>(r.errors), r.seconds,
-                r.steps_per_s, r.tokens_per_s, r.mean_us, r.p50_us, r.p90_us, r.p99_us, r.max_us);
+                r.steps_per_s, r.tokens_per_s, r.latency.mean_us, r.latency.p50_us,
+                r.latency.p90_us, r.latency.p99_us, r.latency.max_us);
   std::string text = buf;
   if (o.fork > 0) {
     std::snprintf(buf, sizeof(buf),
@@ -270,7 +241,6 @@ std::string DecodeBenchReportText(const DecodeBenchOptions& o, const DecodeBench
 }
 
 std::string DecodeBenchReportJson(const DecodeBenchReport& r) {
-  const ServerCpuReport& c = r.server_cpu;
   nlohmann::json j = {
       {"steps", r.steps},
       {"errors", r.errors},
@@ -278,22 +248,9 @@ std::string DecodeBenchReportJson(const DecodeBenchReport& r) {
       {"seconds", r.seconds},
       {"steps_per_s", r.steps_per_s},
       {"tokens_per_s", r.tokens_per_s},
-      {"latency_us",
-       {{"mean", r.mean_us},
-        {"p50", r.p50_us},
-        {"p90", r.p90_us},
-        {"p99", r.p99_us},
-        {"max", r.max_us}}},
+      {"latency_us", LatencyJson(r.latency)},
       {"resumed", r.resumed},
-      {"server_cpu",
-       {{"measured", c.measured},
-        {"source", c.source},
-        {"error", c.error},
-        {"cpu_s", c.cpu_s},
-        {"cpu_us_per_step", c.cpu_us_per_request},
-        {"flops_per_step", c.flops_per_request},
-        {"matmul_flops_per_s", c.matmul_flops_per_s},
-        {"efficiency", c.efficiency}}},
+      {"server_cpu", ServerCpuJson(r.server_cpu, "step")},
   };
   return j.dump();
 }

@@ -50,7 +50,7 @@ struct DecodeBenchReport {
   double seconds = 0;       // the timed decode steps, all sessions
   double steps_per_s = 0;   // answered steps of every session per second
   double tokens_per_s = 0;  // steps_per_s * batch
-  double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;
+  LatencyStats latency;     // the answered steps
   // The server's KV cache at CloseSession, summed over the sessions: blocks given back and the
   // token slots they hold vs the tokens cached (rows * tokens).
   int64_t kv_blocks = 0, kv_block_tokens = 0, cached_tokens = 0;

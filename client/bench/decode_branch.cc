@@ -87,8 +87,7 @@ void RunForkedSession(AttentionClient& client, const DecodeBenchOptions& o, int6
         }
         mine.push_back(MicrosSince(start));
       }
-      std::lock_guard<std::mutex> lock(tally->mu);
-      tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
+      tally->AddLatencies(mine);
     });
   }
   for (auto& t : threads) t.join();
@@ -125,10 +124,7 @@ void RunSpeculativeSession(AttentionClient& client, const DecodeBenchOptions& o,
     }
     mine.push_back(MicrosSince(start));
   }
-  {
-    std::lock_guard<std::mutex> lock(tally->mu);
-    tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
-  }
+  tally->AddLatencies(mine);
   CloseInto(client, id, o, tally);
 }
 

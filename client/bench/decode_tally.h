@@ -36,6 +36,11 @@ struct Tally {
     std::lock_guard<std::mutex> lock(mu);
     if (errors++ == 0) first_error = s.ToString();
   }
+  // One session's (or continuation's) step latencies, us, added when it is done.
+  void AddLatencies(const std::vector<double>& us) {
+    std::lock_guard<std::mutex> lock(mu);
+    latencies.insert(latencies.end(), us.begin(), us.end());
+  }
 };
 
 }  // namespace mha::client

@@ -4,8 +4,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
@@ -115,6 +117,56 @@ StatusOr<double> ReadServerCpuSeconds(const ServerCpuSource& source) {
   auto text = HttpGet(source.metrics_url);
   if (!text.ok()) return text.status();
   return PrometheusSample(*text, "process_cpu_seconds_total");
+}
+
+ServerCpuMeter::ServerCpuMeter(const ServerCpuSource& source)
+    : source_(source),
+      before_(source.enabled() ? ReadServerCpuSeconds(source) : StatusOr<double>(0.0)) {}
+
+ServerCpuReport ServerCpuMeter::Finish(int64_t units) const {
+  ServerCpuReport r;
+  if (!source_.enabled()) return r;
+  r.source = source_.Describe();
+  const StatusOr<double> after = ReadServerCpuSeconds(source_);
+  if (!before_.ok() || !after.ok()) {
+    r.error = (!before_.ok() ? before_.status() : after.status()).ToString();
+    return r;
+  }
+  r.measured = true;
+  r.cpu_s = after.value() - before_.value();
+  r.cpu_us_per_request = units > 0 ? r.cpu_s * 1e6 / static_cast<double>(units) : 0;
+  return r;
+}
+
+std::string ServerCpuReportText(const ServerCpuReport& r, const char* per) {
+  char buf[512];
+  if (!r.measured) {
+    if (r.error.empty()) return "";
+    return "server cpu (" + r.source + "): not measured: " + r.error + "\n";
+  }
+  std::snprintf(buf, sizeof(buf), "server cpu (%s): %.1f us per %s (%.3f s)\n", r.source.c_str(),
+                r.cpu_us_per_request, per, r.cpu_s);
+  std::string text = buf;
+  if (r.flops_per_request > 0 && r.matmul_flops_per_s > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "efficiency: %.1f%% (%.3f MFLOP per %s = %.1f us at one core's fp32 matmul "
+                  "rate %.1f GFLOP/s, measured in this run)\n",
+                  100.0 * r.efficiency, r.flops_per_request / 1e6, per,
+                  r.flops_per_request / r.matmul_flops_per_s * 1e6, r.matmul_flops_per_s / 1e9);
+    text += buf;
+  }
+  return text;
+}
+
+nlohmann::json ServerCpuJson(const ServerCpuReport& r, const std::string& per) {
+  return {{"measured", r.measured},
+          {"source", r.source},
+          {"error", r.error},
+          {"cpu_s", r.cpu_s},
+          {"cpu_us_per_" + per, r.cpu_us_per_request},
+          {"flops_per_" + per, r.flops_per_request},
+          {"matmul_flops_per_s", r.matmul_flops_per_s},
+          {"efficiency", r.efficiency}};
 }
 
 }  // namespace mha::client

@@ -1,4 +1,4 @@
-// The FFN side of `mha-client afd` (docs/afd_stream.md), standing in for a model's MLP between the
+// The FFN side of `mha-client afd` (docs/afd.md), standing in for a model's MLP between the
 // attention layers: plain C++, no Torch. One fixed random [E, E] matrix W (normal / sqrt(E), from a
 // seed) shared by every layer, and the row norm that keeps the residual stream bounded:
 //   layer input  x = rms_norm(h)                    (sent to the attention side)

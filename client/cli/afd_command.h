@@ -1,5 +1,5 @@
 // mha-client afd: the FFN side of attention-FFN disaggregation against a Llama model's
-// LayerSteps stream (client/afd_bench.h, docs/afd_stream.md).
+// LayerSteps stream (client/afd_bench.h, docs/afd.md).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -33,7 +33,7 @@ void AddShapeFlags(CLI::App* cmd, ShapeFlags* f);
 void AddModelFlags(CLI::App* cmd, std::string* model, std::string* model_version);
 
 // --server-pid / --metrics-url: the server's CPU per request (or per message) and the efficiency
-// against one core's matmul rate measured here (issue 26).
+// against one core's matmul rate measured here (docs/performance.md, "How to read it").
 void AddServerCpuFlags(CLI::App* cmd, ServerCpuSource* source);
 
 // Prints "error: CODE: message" to stderr; returns 1.

@@ -1,5 +1,5 @@
-// Efficiency of a served request (issue 26): its attention FLOPs against the server's CPU time
-// per request, at one core's fp32 matmul rate measured in the same process run.
+// Efficiency of a served request (docs/performance.md): its attention FLOPs against the server's
+// CPU time per request, at one core's fp32 matmul rate measured in the same process run.
 #pragma once
 
 #include <cstdint>

@@ -91,7 +91,8 @@ void PrintHeadStats(const ForwardResult& r) {
 }
 
 void AnalyzeCommand::Add(CLI::App& app) {
-  cmd = app.add_subcommand("analyze", "Seed 001's head analysis of a model's W^O (and W^Q/K/V)");
+  cmd = app.add_subcommand("analyze",
+                           "The head analysis of a model's W^O (and W^Q/K/V): docs/heads.md");
   cmd->add_option("model", model, "Model name ('' = default)");
   cmd->add_option("--model-version", version, "Version ('' = newest READY)");
   cmd->add_option("--plot", plot_file, "Draw importance bars and the correlation matrix (PNG)");

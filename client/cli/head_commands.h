@@ -1,5 +1,6 @@
 // mha-client's head pictures and analysis (docs/heads.md): `forward ... --plot FILE.png` draws the
-// returned weights, `analyze [MODEL] [--plot FILE.png]` prints (and draws) seed 001's analysis.
+// returned weights, `analyze [MODEL] [--plot FILE.png]` prints (and draws) the W^O head analysis
+// (docs/heads.md).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The FFN side of attention-FFN disaggregation over mha.v1 LayerSteps, in Python
-(docs/afd_stream.md).
+(docs/afd.md, "The step stream").
 
 Opens decoding sessions on a Llama model ("architecture": "llama" in GetModel), then for each token
 sends one LayerStepRequest per layer carrying every session's hidden states [t, E] and gets the

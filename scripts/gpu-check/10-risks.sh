@@ -73,7 +73,7 @@ step unpack 60 "$risks" unpack_step
 orig_ld=${LD_LIBRARY_PATH-}
 export MHA_ORIG_LD_LIBRARY_PATH=$orig_ld  # for the Python steps of scripts/gpu-profile.sh
 [ -d "$prefix/usr" ] && eval "$(scripts/device-deps.sh env "$prefix")"
-# The prefix's GLIBC needs, now that it exists (the risk the issue names first).
+# The prefix's GLIBC needs, now that it exists (the first risk docs/gpu.md names).
 { echo "## carried libraries: newest GLIBC / GLIBCXX needed"
   objdump -T "$prefix"/usr/lib/x86_64-linux-gnu/*.so.* "$prefix"/usr/bin/* 2>/dev/null |
     grep -oE 'GLIBC_[0-9.]+|GLIBCXX_[0-9.]+|CXXABI_[0-9.]+' | sort -uV | awk -F_ '{v[$1]=$0} END {for (k in v) print v[k]}' 

@@ -3,21 +3,21 @@
 # binaries are built and before the tests (steps coldstart, longseq, llamastep, goals). Each starts
 # its own mha-server on loopback and writes $bdir/rows_<step>.json (goals: goals.json), which
 # summary.py folds into summary.json and rows.md. Both sides on SERVE_DEVICE (default cuda).
-#   coldstart  issue 46: the first 10 s after READY vs the next 10 s, 64 clients of B=1,T=16 fp16
+#   coldstart  the first 10 s after READY vs the next 10 s, 64 clients of B=1,T=16 fp16
 #              (bench/gpu_rows.py coldstart)                                        ~30 s, cap 60
-#   longseq    issue 47: T=32768, B=1, E=4096, H=32, bf16, causal, no weights: served vs PyTorch's
+#   longseq    T=32768, B=1, E=4096, H=32, bf16, causal, no weights: served vs PyTorch's
 #              SDPA and the core in-process; whether the default --max-work-bytes refuses it
 #              (bench/gpu_rows.py longseq)                                          ~35 s, cap 120
-#   llamastep  issue 46: the Llama layer step E=4096, H=32, KV=8, 128 sessions x 1 token, cache
+#   llamastep  the Llama layer step E=4096, H=32, KV=8, 128 sessions x 1 token, cache
 #              4096, fp16: round trip p50 and where it goes (bench/gpu_rows.py llamastep; the
 #              prefill of 128 x 4095 tokens, 8 GiB of float32 each way, is most of it: a
 #              128 MiB message took 0.43 s one way on this 2-core box, loaded) ~60 s, cap 180
-#   goals      issue 26's table (bench/run_all.sh --quick, rows GOALS_ROWS); issue 46 reads two of
-#              them: 64 clients of B=1,T=16 warm req/s (batching on) and decode 64 sessions'
+#   goals      the goal table (bench/run_all.sh --quick, rows GOALS_ROWS), two of its rows read
+#              as GPU figures: 64 clients of B=1,T=16 warm req/s (batching on) and decode 64 sessions'
 #              server CPU per step                                                  ~45 s, cap 150
-#   goalsblock issue 46: goals' rows decode64 and batching again with mha-server --device-wait
+#   goalsblock goals' rows decode64 and batching again with mha-server --device-wait
 #              block (GOALS_BLOCK_ROWS), into goals_block.json                      ~35 s, cap 100
-#   llamaprofile issue 46: the Llama step's Kineto timeline in process (bench/llama_trace.cc,
+#   llamaprofile the Llama step's Kineto timeline in process (bench/llama_trace.cc,
 #              LLAMA_SHAPE), summarized by bench/trace_passes.py                    ~40 s, cap 90
 # A dry run on a CPU box with tiny shapes (each step's whole path, in seconds):
 #   GPU_CHECK_STEPS="coldstart longseq llamastep goals" GPU_ROWS_TINY=1 SERVE_DEVICE=cpu \
@@ -42,7 +42,7 @@ coldstart() {
   local dt=(); [ "${SERVE_DEVICE:-cuda}" = cpu ] && dt=(--dtype "${SERVE_DTYPE:-float32}")
   rows coldstart "${dt[@]}" --window "${COLDSTART_WINDOW:-10}"
 }
-longseq() {  # bf16 on the device (the issue's), SERVE_DTYPE on a CPU dry run
+longseq() {  # bf16 on the device (the row's), SERVE_DTYPE on a CPU dry run
   local dt=(); [ "${SERVE_DEVICE:-cuda}" = cpu ] && dt=(--dtype "${SERVE_DTYPE:-float32}")
   rows longseq "${dt[@]}" --shape "${LONGSEQ_SHAPE:-32768,4096,32}" --passes 3
 }
@@ -50,8 +50,8 @@ llamastep() {
   local dt=(); [ "${SERVE_DEVICE:-cuda}" = cpu ] && dt=(--dtype "${SERVE_DTYPE:-float32}")
   rows llamastep "${dt[@]}" --shape "${LLAMA_SHAPE:-128,4096,4096,32,8,64}"
 }
-# Issue 26's goal table (bench/run_all.py, docs/performance.md), both sides on SERVE_DEVICE; its
-# JSON into $bdir/goals.json for issue 46's rows. GOALS_ROWS=all: every row (echo, c1, big and
+# The goal table (bench/run_all.py, docs/performance.md), both sides on SERVE_DEVICE; its
+# JSON into $bdir/goals.json for summary.py's GPU rows. GOALS_ROWS=all: every row (echo, c1, big and
 # long too: ~30 s more).
 goals() {
   local r=${GOALS_ROWS:-c32,decode64,batching}; [ "$r" = all ] && r=echo,c32,c1,big,decode64,long,batching
@@ -65,7 +65,7 @@ goalsblock() {
     --dtype "${SERVE_DTYPE:-float16}" --rows "${GOALS_BLOCK_ROWS:-decode64,batching}" \
     --json "$bdir/goals_block.json" -- --device-wait block
 }
-# Where the Llama step's time goes on the device (issue 46): mha_llama_trace's Kineto timeline of
+# Where the Llama step's time goes on the device: mha_llama_trace's Kineto timeline of
 # the row's step (LLAMA_SHAPE's first five), then bench/trace_passes.py: the runtime calls, CPU
 # ops and kernels of one step by time.
 llamaprofile() {

@@ -1,5 +1,5 @@
 # Sourced by scripts/gpu-check.sh (the driver: its variables, and the functions of the files
-# before this one, in file-name order): issue 44 item 6's GPU row, after the other rows and before
+# before this one, in file-name order): the CUDA shared-memory row (docs/shared-memory.md), after the other rows and before
 # the tests (step cudashm). tests/service/cuda_shm_gpu.py starts its own mha-server on loopback
 # (--device cuda, --allow-client-shm=true), checks Triton's CUDA shared-memory extension with real
 # IPC handles from PyTorch (register / status / unregister, the refusals that need a device, the

@@ -17,7 +17,7 @@ corebench() {
 export -f corebench
 built corebench bench/mha_core_bench && step corebench 180 "$OUT/bench.log" corebench
 # The same comparison in turns (bench/paired_gpu_ratio.py: PyTorch and the core alternating, each
-# case for the same time, clocks read after each side): the ratios issue 35's table reports.
+# case for the same time, clocks read after each side): the ratios docs/gpu.md reports.
 paired() {
   env LD_LIBRARY_PATH="$MHA_ORIG_LD_LIBRARY_PATH" MHA_BENCH_LD_LIBRARY_PATH="${LD_LIBRARY_PATH-}" \
     python3 bench/paired_gpu_ratio.py --bench "$build/bench/mha_core_bench" --out "$bdir/paired.json" \
@@ -26,9 +26,9 @@ paired() {
 export -f paired
 built paired bench/mha_core_bench && step paired 240 "$OUT/bench.log" paired
 
-# Served on the device (issue 18's serving figures, fp16 on cuda, server + client on loopback):
+# Served on the device (the serving figures, fp16 on cuda, server + client on loopback):
 # served / in-process at B=8 T=128 and the p50 added at B=1 T=16 (client/served_vs_local.py, both
-# sides on cuda), 64 concurrent small requests with batching on vs off (bench/batching_on_off.sh)
+# sides on cuda), 64 concurrent small requests with batching on vs off (bench/run_all.py row mixed)
 # and on with --max-batch-tokens 8192 instead of 2048, and decoding sessions on the GPU: one
 # session alone vs 64 at once (mha-client decode).
 servebench() {
@@ -37,12 +37,12 @@ servebench() {
     --rounds 3 --seconds 1 "${gpu[@]}" 2>&1 | tail -3
   echo "### served_vs_local small"; python3 client/served_vs_local.py --build "$build" small \
     --rounds 3 --seconds 1 "${gpu[@]}" 2>&1 | tail -3
-  echo "### batching_on_off"; DUR=3 MHA_BUILD_DIR="$build" bench/batching_on_off.sh "${gpu[@]}" 2>&1 |
-    grep -E '^== batching|throughput|latency|metrics:'
+  echo "### batching on/off, T 8..64"; bench/run_all.sh --build "$build" --rows mixed --dur 3 \
+    "${gpu[@]}" 2>&1 | grep -E '^\| batching|# error'
   # The same load with merged passes of up to 8192 tokens (the default 2048 is the CPU's sweet spot).
-  echo "### batching_on max_batch_tokens=8192"; DUR=3 MODES=on MHA_BUILD_DIR="$build" \
-    bench/batching_on_off.sh "${gpu[@]}" --max-batch-tokens 8192 2>&1 |
-    grep -E '^== batching|throughput|latency|metrics:'
+  echo "### batching on, max_batch_tokens=8192"; bench/run_all.sh --build "$build" --rows mixed \
+    --mixed-modes on --dur 3 "${gpu[@]}" -- --max-batch-tokens 8192 2>&1 |
+    grep -E '^\| batching|# error'
   local work; work=$(mktemp -d)
   "$build"/server/mha-server --grpc-address 127.0.0.1:0 --port-file "$work/port" --log-level warn \
     --http-address 127.0.0.1:0 "${gpu[@]}" > "$work/server.log" 2>&1 &

@@ -6,7 +6,7 @@ python3 "$repo/scripts/gpu-check/summary.py" "$results" "$bdir" "$OUT" "$cuda_on
 rm -f "$results"; rm -rf "$bdir"
 # summary.json carries torch_ref.json whole: one file fewer of the 8 that come back.
 [ -s "$OUT/summary.json" ] && rm -f "$OUT/torch_ref.json"
-# What to commit (issue 46 item 4: every GPU number in docs traced to its run): the small text
+# What to commit (every GPU number in docs traced to its run): the small text
 # files as they came back, in the session that made the call, e.g. for an H100 on 2026-11-28
 #   d=bench/results/gpu/2026-11-28-h100; mkdir -p $d
 #   cp FILES_AT/{summary.json,rows.md,errors.txt} $d/ && git add $d   # FILES_AT: run's files_at

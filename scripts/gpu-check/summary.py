@@ -61,7 +61,7 @@ s["stream_overlap"] = {k.replace("/threads:2", ""): v / stream[k.replace("thread
 bench_log = text(os.path.join(out, "bench.log"))
 serve = bench_log.split("[servebench]", 1)[1] if "[servebench]" in bench_log else ""
 s["serve_bench"] = [l for l in serve.splitlines()
-                    if re.match(r"(###|median:|throughput:|step latency|metrics:|== batching)", l)]
+                    if re.match(r"(###|median:|throughput:|step latency|\| batching|# error)", l)]
 goals = bench_log.split("[goals]", 1)[1] if "[goals]" in bench_log else ""
 s["goal_table"] = [l for l in goals.splitlines() if l.startswith(("|", "# "))]
 st = os.path.join(bdir, "streamtest.txt")

@@ -89,7 +89,7 @@ class InferenceServer {
                                                             CallerThread caller = CallerThread()) {
     return Unimplemented("this server has no decoding sessions");
   }
-  // One message of the per-layer step exchange (mha.v1 LayerSteps, docs/afd_stream.md): validated
+  // One message of the per-layer step exchange (mha.v1 LayerSteps, docs/afd.md): validated
   // once, then run in a pass of its layer; `done` is called exactly once (see LayerStepDone). The
   // message's outcome is counted here, not by the front end.
   virtual void StepLayer(LayerStepRequest request, LayerStepDone done) {

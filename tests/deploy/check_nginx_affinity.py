@@ -4,7 +4,7 @@
 Debian's nginx runs the shipped file on loopback; only its listen port and the upstream's
 `server` lines are replaced (a free port; three gRPC stub backends of python3-grpcio on
 127.0.0.1, port 0, each answering its own name). No mha-server is needed: this tests the proxy,
-not the sessions (the issue-27 C++ tests put real replicas behind the same file).
+not the sessions (tests/service/proxy_affinity_test.cc puts real replicas behind the same file).
   1. 47 session ids x 3 calls: every id always reaches one backend, the metadata arrives, and
      the ids are spread over more than one backend;
   2. calls without the header are spread too (nginx uses round-robin for an empty hash key);

@@ -1,4 +1,4 @@
-// LayerStepRequest bytes -> the LayerSteps stream's path for one message (docs/afd_stream.md):
+// LayerStepRequest bytes -> the LayerSteps stream's path for one message (docs/afd.md):
 // parse the protobuf, DecodeLayerStepRequest (session ids, tensor headers, byte counts, borrowed
 // tensors), ServerCore::StepLayer (sessions, layers, shapes, the layer-order rule, limits) on a
 // small Llama stack (tests/fixtures/llama/stack4_sessions: L=4, E=32) with four open sessions "f0"

@@ -1,7 +1,7 @@
-// AnalyzeModel through a real mha-server: seed 001's W^O analysis (and the same of W^Q, W^K, W^V)
-// equals the seed's OutputProjectionAnalyzer run by scripts/fixtures/head_reference.py (float64, <=
-// 1e-5); unknown models are NOT_FOUND; the answer is cached per version (a second call is
-// identical and computes nothing: the server logs each computation, once per version here).
+// AnalyzeModel through a real mha-server: the reference W^O analysis (and the same of W^Q, W^K,
+// W^V) equals the seed's OutputProjectionAnalyzer run by scripts/fixtures/head_reference.py
+// (float64, <= 1e-5); unknown models are NOT_FOUND; the answer is cached per version (a second call
+// is identical and computes nothing: the server logs each computation, once per version here).
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 

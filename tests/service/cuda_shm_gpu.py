@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Triton's CUDA shared-memory extension against a real mha-server on a GPU host (issue 44 item
+"""Triton's CUDA shared-memory extension against a real mha-server on a GPU host (docs/shared-memory.md, item
 6): run by scripts/gpu-check/27-cudashm.sh (step cudashm), by hand as
 
   python3 tests/service/cuda_shm_gpu.py --build build-cuda [--out rows_cudashm.json]

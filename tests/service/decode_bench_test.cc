@@ -53,8 +53,8 @@ TEST_P(DecodeBench, ReportsEveryStepAndTheCacheTheBlocksImply) {
   EXPECT_EQ(report->kv_block_tokens, 4);
   EXPECT_EQ(report->kv_blocks, 3 * 2 * 2);
   EXPECT_GT(report->steps_per_s, 0);
-  EXPECT_LE(report->p50_us, report->p99_us);
-  EXPECT_LE(report->p99_us, report->max_us);
+  EXPECT_LE(report->latency.p50_us, report->latency.p99_us);
+  EXPECT_LE(report->latency.p99_us, report->latency.max_us);
   EXPECT_GT(s.Metric("mha_kv_cache_blocks_total"), 0);  // the series exist: 0 below is read
   EXPECT_EQ(s.Metric("mha_sessions_open"), 0);
   EXPECT_EQ(s.Metric("mha_kv_cache_blocks_used"), 0);

@@ -1,5 +1,5 @@
-// Hardening (issue 10): legal requests that would blow the response or the memory up are refused
-// before any compute, slow HTTP clients cannot starve the health endpoint, the server exits
+// Hardening (docs/security.md): legal requests that would blow the response or the memory up are
+// refused before any compute, slow HTTP clients cannot starve the health endpoint, the server exits
 // within its grace period whatever runs, bad bytes get a precise code, echoed strings are capped,
 // each answered request is counted once, no absolute path leaks, config.json is checked.
 #include <arpa/inet.h>

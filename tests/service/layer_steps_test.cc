@@ -1,4 +1,4 @@
-// mha.v1 LayerSteps against a real mha-server (docs/afd_stream.md): the fixture's 8 sessions of a
+// mha.v1 LayerSteps against a real mha-server (docs/afd.md): the fixture's 8 sessions of a
 // 4-layer stack, prefill chunks then 64 single steps, stepped through two streams whose messages of
 // different layers interleave (on each stream and across them), every output equal to PyTorch's
 // causal forward of the layer (<= 1e-5); refusals answered in place while the stream goes on;
@@ -276,7 +276,7 @@ TEST_F(LayerStepsTest, TheAfdDriverStepsEveryLayerOfEverySession) {
   EXPECT_EQ(r->steps, 5 * 6);
   EXPECT_EQ(r->messages, 2 * (3 + 6) * 4);  // streams x (prefill chunks + steps) x layers
   ASSERT_EQ(r->per_layer.size(), 4u);
-  for (const client::AfdLatency& l : r->per_layer) EXPECT_EQ(l.messages, 2 * 6);
+  for (const client::LatencyStats& l : r->per_layer) EXPECT_EQ(l.count, 2 * 6);
   EXPECT_GE(r->mean_pass_entries, 2.0);  // each stream's message holds 2 or 3 sessions
   o.model = "mha";
   auto refused = client::RunAfdBench(*client, o);

@@ -173,7 +173,8 @@ TEST_F(OipServer, HealthMetadataConfigAndStatistics) {
   ASSERT_EQ(stats.model_stats_size(), 1);
   EXPECT_GE(stats.model_stats(0).inference_stats().success().count(), 1u);
   EXPECT_GE(stats.model_stats(0).execution_count(), 1u);
-  // The computed requests' stages (issue 26's breakdown): one count for all three phases.
+  // The computed requests' stages (docs/performance.md's breakdown): one count for all three
+  // phases.
   const inference::InferStatistics& phases = stats.model_stats(0).inference_stats();
   EXPECT_GE(phases.compute_infer().count(), 1u);
   EXPECT_GT(phases.compute_infer().ns(), 0u);

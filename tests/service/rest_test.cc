@@ -127,7 +127,7 @@ TEST_F(RestServer, NestedDataPerOutputBinaryAndEchoedHeaders) {
   EXPECT_TRUE(Contains(shared_->server->log(), "trace_id=4bf92f3577b34da6a3ce929d0e0e4736"));
 }
 
-// Issue 36 item 5: tritonclient.http sends a float mask's -inf as -Infinity (Python's json.dumps),
+// tritonclient.http sends a float mask's -inf as -Infinity (Python's json.dumps),
 // and Triton takes it. A raw body with -Infinity in a float attn_mask answers as the same mask as
 // BOOL does. The query row whose every key is masked is NaN in the output and the weights (as in
 // PyTorch: 1.13 gives NaN for such a row) and comes back as bare NaN tokens, as Python writes

@@ -1,4 +1,4 @@
-// TLS and mTLS on the gRPC port (issue 10): certificates made by openssl at test time
+// TLS and mTLS on the gRPC port (docs/security.md): certificates made by openssl at test time
 // (make_test_certs.sh), the real mha-server binary, clients of client/credentials.h. TLS servers
 // start with wait_until_serving=false (ServerProcess polls health in plaintext) and are waited
 // for here: the port file appears once the server is SERVING, then health is asked over TLS.

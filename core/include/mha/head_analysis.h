@@ -1,4 +1,4 @@
-// What a model's weights say about its heads, without any input: seed 001's W^O analysis
+// What a model's weights say about its heads, without any input: the W^O analysis
 // (OutputProjectionAnalyzer: W^O as [H*d_v, E], split into H row blocks W^O_i of [d_v, E]) and the
 // same per-head block analysis of W^Q, W^K and W^V (PyTorch's [E, E_in] weights, split into H row
 // blocks of [d, E_in]: the features of one head). Computed in float64 on the CPU, epsilons as in

@@ -11,7 +11,7 @@
 // (a "slot" is one token of one sequence), in the model's compute dtype on its device. H is the
 // number of heads the cache stores: an MhaModel's num_heads, or a grouped-query model's K/V heads
 // (mha/llama_stack.h). Appends write the projected [B, T, H * head_dim] rows (before split_heads)
-// into their slots; a gather over the block table gives the seeds' split_heads layout
+// into their slots; a gather over the block table gives the split_heads layout
 // [B, H, S, head_dim].
 #pragma once
 

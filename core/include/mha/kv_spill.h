@@ -1,4 +1,4 @@
-// Where a session's KV cache goes when the block pool is full and the session is idle (issue 45's
+// Where a session's KV cache goes when the block pool is full and the session is idle (the
 // spill policy): KvCache::Spill copies its tokens' keys and values into a KvSpillStore under a key
 // and gives its blocks back; KvCache::Restore takes blocks again and copies the bytes back exactly.
 // Two stores: host memory (for a pool on a GPU) and files in a directory bounded by a byte budget

@@ -1,4 +1,4 @@
-// The named steps of multi-head attention in the seeds' vocabulary (shared/seeds 000-004):
+// The named steps of multi-head attention, in the vocabulary of the reference implementations:
 // projection -> split_heads -> scaled dot-product attention -> combine_heads -> W^O.
 // Tensors are batch-first; "heads" layout is [B, H, L, head_dim].
 #pragma once

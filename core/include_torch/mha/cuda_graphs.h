@@ -1,4 +1,4 @@
-// CUDA graphs for small forward passes (issue 35): a small pass on a GPU is launch-bound (the
+// CUDA graphs for small forward passes (docs/gpu.md): a small pass on a GPU is launch-bound (the
 // fused projection, attention, output projection and a few views cost ~10 kernel launches of
 // host time each, far more than their math), so the first pass of each shape bucket is captured
 // once into a CUDA graph and later passes of that bucket replay it: one launch.
@@ -10,7 +10,7 @@
 // key (padded B, T, is_causal) is captured once per model (per version in the server), at most
 // max_graphs of them; passes past that bound, or not eligible, run eagerly.
 //
-// Streams (issue 46): with LibTorch 2.x one graph serves every stream (each worker thread has its
+// Streams: with LibTorch 2.x one graph serves every stream (each worker thread has its
 // own pool stream: mha/device_stream.h), so a warm-up on the loading thread captures what every
 // instance replays and the bound is not spent once per stream. Each graph is captured on a stream
 // of its own, so the cuBLAS workspace its kernels were captured with (2.x keys workspaces by

@@ -1,6 +1,6 @@
 // Step-wise attention over a KV cache (decoding sessions): each step brings only the new tokens'
 // queries; their keys and values are projected once and appended to the session's per-head cache
-// ([B, H, S, head_dim], the seeds' split_heads layout), and the new queries attend over the whole
+// ([B, H, S, head_dim], the split_heads layout), and the new queries attend over the whole
 // cache. Decoding a sequence step by step (one token or several at a time) equals one causal
 // forward over the whole sequence (MhaModel::Forward with is_causal).
 //

@@ -36,7 +36,7 @@ namespace mha {
 // latency-bound (a few microseconds of DMA against ~10 us of call and synchronization overhead),
 // so a pinned buffer's extra host memcpy and the pinned allocator's lock buy nothing; above it a
 // pageable copy runs at roughly half the pinned bandwidth and holds the worker thread for the
-// whole transfer. 256 KiB: a request of [1, 128, 512] fp32 (256 KiB) and up is staged; the issue's
+// whole transfer. 256 KiB: a request of [1, 128, 512] fp32 (256 KiB) and up is staged; gpu-check's
 // smallest benchmark shape (query [8, 128, 512]: 2 MiB fp32, 1 MiB fp16) is. To be confirmed on
 // the device (bench BM_ForwardHost; scripts/gpu-check.sh step streambench).
 inline constexpr int64_t kPinnedStagingMinBytes = int64_t{256} << 10;

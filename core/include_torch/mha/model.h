@@ -61,7 +61,7 @@ class MhaModel {
   // (DecodeSteps, mha/decode.h): in_proj_weight() transposed, [E, 3E] contiguous (undefined with
   // it), and out_weight transposed, [E, E]. OpenBLAS packs x times a contiguous [in, out] matrix
   // faster than x times [out, in]^T, and then one GEMM for q, k and v is the fastest even for one
-  // row (docs/llama_roofline.md). Undefined on a GPU.
+  // row (docs/performance.md, the Llama step's roofline). Undefined on a GPU.
   const at::Tensor& in_proj_weight_t() const { return in_proj_weight_t_; }
   const at::Tensor& out_weight_t() const { return out_weight_t_; }
   // The same two as panels (core/src/attention/panel_gemm.h), which a GEMM reads in place with

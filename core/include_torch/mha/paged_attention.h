@@ -1,4 +1,4 @@
-// Decode-step attention that reads a session's KV pages where they lie (issue 26 item 3): no
+// Decode-step attention that reads a session's KV pages where they lie (docs/sessions.md): no
 // gather of the cache into [B, H, S, head_dim], no mask tensor, no per-head temporaries. For each
 // sequence (a session's batch row) the new tokens' queries meet the cached keys block by block
 // (scores for every head from one pass over each token's key row), a softmax per head and query,

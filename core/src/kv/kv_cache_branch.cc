@@ -1,5 +1,6 @@
-// KvCache's branches (issue 45): forks sharing blocks by reference count, copy-on-write targets,
-// the rewind that gives blocks back, and spill / restore through a KvSpillStore.
+// KvCache's branches (docs/sessions.md, "Fork, truncate and spill"): forks sharing blocks by
+// reference count, copy-on-write targets, the rewind that gives blocks back, and spill / restore
+// through a KvSpillStore.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 

@@ -19,7 +19,7 @@ namespace mha::internal {
 // One layer placed for computing, its weights laid out once at load as the GEMMs read them
 // (x W^T as x times a contiguous [in, out] matrix: OpenBLAS packs that layout for each call about
 // twice as fast as the checkpoint's [out, in], and one GEMM on the fused weight is then at least as
-// fast as three apart even for one row; docs/llama_roofline.md): the fused q/k/v projection
+// fast as three apart even for one row; docs/performance.md): the fused q/k/v projection
 // transposed, [E, (H + 2 KV) * D], and its bias (attention_bias only); the output projection
 // transposed, [H * D, E].
 struct LlamaLayer {

@@ -1,4 +1,5 @@
-// LlamaSessionCache's branches (issue 45): fork, truncate, spill and restore of every layer.
+// LlamaSessionCache's branches (docs/sessions.md): fork, truncate, spill and restore of every
+// layer.
 #include <algorithm>
 #include <cstddef>
 #include <string>

@@ -1,9 +1,10 @@
 // Key layouts of an attention layer's weights, detected by name (see layouts.h).
 //
 // Bias policy: PyTorch's nn.MultiheadAttention has one `bias` flag, but other layouts bias each
-// Linear separately (seed 002's fused qkv Linear has qkv_bias=False while its proj Linear keeps its
-// bias; Whisper's k_proj has none). A layer is therefore bias=true when any projection has a
-// bias, and the missing ones are represented as zeros -- the same function, and a single flag.
+// Linear separately (a timm-style Attention's fused qkv Linear has qkv_bias=False while its proj
+// Linear keeps its bias; Whisper's k_proj has none). A layer is therefore bias=true when any
+// projection has a bias, and the missing ones are represented as zeros -- the same function, and a
+// single flag.
 #include "load/layouts.h"
 
 #include <ATen/ATen.h>
@@ -17,7 +18,7 @@ namespace mha::internal {
 namespace {
 
 // Names of one layout. A fused weight is [3E, E] (q, k, v stacked by rows, as
-// nn.MultiheadAttention's in_proj_weight and seed 002's qkv Linear); a fused bias is [3E].
+// nn.MultiheadAttention's in_proj_weight and a timm-style qkv Linear); a fused bias is [3E].
 struct LayoutNames {
   const char* layout;
   const char* marker;  // the key whose presence selects this layout

@@ -18,8 +18,8 @@ std::vector<double> ToVector(const at::Tensor& t) {
   return std::vector<double>(p, p + c.numel());
 }
 
-// Seed 001's effective_rank: exp(-sum p ln(p + 1e-10)) over the singular values normalised to
-// sum 1, those <= 1e-10 left out.
+// The reference analysis's effective_rank (OutputProjectionAnalyzer): exp(-sum p ln(p + 1e-10))
+// over the singular values normalised to sum 1, those <= 1e-10 left out.
 double effective_rank(const at::Tensor& matrix) {
   at::Tensor s = at::linalg_svdvals(matrix);
   s = s / s.sum();

@@ -225,8 +225,8 @@ bool MhaModel::ProjectHeads(const ForwardInputs& in, bool explicit_path, at::Ten
   at::Tensor query = to_compute(in.query), q, k, v;
   const bool packed = !in.key.defined() && in_proj_weight_.defined();
   // The explicit path of plain self-attention on CUDA: q (scaled), k, v in heads layout in one
-  // pass (docs/gpu_leases.md). Not on the CPU: LibTorch 1.13's CPU kernel made BM_Forward 2x
-  // slower.
+  // pass, as PyTorch's _transform_bias_rescale_qkv (docs/gpu.md). Not on the CPU: LibTorch 1.13's
+  // CPU kernel made BM_Forward 2x slower.
   if (device_.is_cuda() && packed && explicit_path && !options_.add_bias_kv &&
       !options_.add_zero_attn) {
     QkvHeads qkv = project_qkv_heads(query, in_proj_weight_, in_proj_bias_, heads);

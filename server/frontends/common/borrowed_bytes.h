@@ -1,4 +1,4 @@
-// Responses whose big tensor bytes go to gRPC without a copy (issue 26: "no copy of tensor bytes
+// Responses whose big tensor bytes go to gRPC without a copy ("no copy of tensor bytes
 // that a borrow or a direct write into the response buffer can avoid"; Triton's response
 // allocator idea). The message is serialized without those bytes, then followed by the bytes as
 // their own slice of the grpc::ByteBuffer, pointing into the tensor's memory; the buffer holds a

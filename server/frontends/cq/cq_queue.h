@@ -4,7 +4,7 @@
 // Leader and followers: one thread at a time (the leader) waits in Next and runs what it takes;
 // the others (followers) wait for the lead. Two threads waiting on one queue would hand each event
 // from the one that polled to the other (epoll1 wakes a second waiter for it: 3.5 switches a call
-// against 1, docs/host_floor.md), and two queues would each have a thread polling. A handler about
+// against 1, docs/performance.md), and two queues would each have a thread polling. A handler about
 // to block (a pass of its own) first calls BeforeBlocking() on the CallerThread it got from
 // Caller() (server/serving/caller_thread.h), which hands the lead to a follower; serving gets that
 // CallerThread with the call (InferenceRequest::caller and the session calls).

@@ -18,7 +18,7 @@ CqStreamCall::CqStreamCall(CqStreamMethod* method)
 
 void CqStreamCall::OnEvent(Event event, bool ok) {
   if (event == Event::kStart) {
-    if (!ok) {  // the queue shuts down: no call came, and no done event will (gRPC issue 10136)
+    if (!ok) {  // the queue shuts down: no call came, and no done event will (grpc/grpc#10136)
       delete this;
       return;
     }

@@ -41,7 +41,7 @@ void CqCall::StartFinish(const grpc::Status& status) {
 
 void CqCall::OnEvent(Event event, bool ok) {
   if (event == Event::kMain && !started_.load(std::memory_order_acquire)) {
-    if (!ok) {  // the queue shuts down: no call came, and no done tag will (gRPC issue 10136)
+    if (!ok) {  // the queue shuts down: no call came, and no done tag will (grpc/grpc#10136)
       delete this;
       return;
     }

@@ -4,8 +4,8 @@
 // runs its handler. Every method of mha-server is served this way (streams: cq_stream.h), so that
 // gRPC starts no callback-queue or synchronous-server threads of its own.
 //
-// Why (issue 46, docs/host_floor.md): Debian's gRPC 1.51 runs every callback-API handler and
-// reaction on its executor threads, 6–7 thread hand-offs per call at c=1, against one for a
+// Why (docs/performance.md, "The host floor"): Debian's gRPC 1.51 runs every callback-API handler
+// and reaction on its executor threads, 6–7 thread hand-offs per call at c=1, against one for a
 // thread that drains its own queue. A handler here may also do a small pass itself
 // (CqCall::may_block) instead of handing it to a worker and back: before it blocks, the leader
 // hands the queue to a follower (CqQueue::Caller(), server/serving/caller_thread.h).

@@ -31,7 +31,7 @@ struct GrpcFrontendOptions {
 namespace internal {
 using gen = v1::AttentionService;
 // Every method raw, on the completion-queue API (none synchronous, none on the callback API: either
-// would start gRPC threads of their own polling beside the queue's, docs/host_floor.md). A new RPC
+// would start gRPC threads of their own polling beside the queue's, docs/performance.md). A new RPC
 // in attention.proto is added here and served in the constructor (without it the method would
 // answer UNIMPLEMENTED).
 using AttentionServiceBase = gen::WithRawMethod_ForwardStream<
@@ -71,8 +71,8 @@ class AttentionServiceImpl final : public internal::AttentionServiceBase {
                       v1::ModelInfo* response);
   void HandleGetModelStatistics(const UnaryCall& call, const v1::ModelStatisticsRequest* request,
                                 v1::ModelStatisticsResponse* response);
-  // Seed 001's head analysis (computed on the version's first call, on this gRPC thread: four
-  // SVDs of [E, E] in float64; cached for the version's lifetime after that).
+  // The W^O head analysis (docs/heads.md) (computed on the version's first call, on this gRPC
+  // thread: four SVDs of [E, E] in float64; cached for the version's lifetime after that).
   void HandleAnalyzeModel(const UnaryCall& call, const v1::AnalyzeModelRequest* request,
                           v1::ModelAnalysis* response);
   // Decoding sessions (session_service.cc). OpenSession answers on the gRPC thread: a
@@ -85,7 +85,7 @@ class AttentionServiceImpl final : public internal::AttentionServiceBase {
                          v1::ForkSessionResponse* response);
   void HandleTruncateSession(const UnaryCall& call, const v1::TruncateSessionRequest* request,
                              v1::TruncateSessionResponse* response);
-  // The per-layer step stream of multi-layer models (layer_steps.h, docs/afd_stream.md).
+  // The per-layer step stream of multi-layer models (layer_steps.h, docs/afd.md).
   CqBidiBase* HandleLayerSteps(std::unique_ptr<CqStreamCall> call);
 
  private:

@@ -1,4 +1,4 @@
-// LayerSteps (mha.v1, docs/afd_stream.md): the ordered stream reactor (common/ordered_stream.h) on
+// LayerSteps (mha.v1, docs/afd.md): the ordered stream reactor (common/ordered_stream.h) on
 // the per-layer step messages of multi-layer models. Messages are decoded one at a time and each
 // is submitted (ServerCore::StepLayer) before the next is read, so a session's steps reach the core
 // in stream order; up to `stream_window` messages of one stream are in the core at once; answers

@@ -1,7 +1,7 @@
 // grpc.health.v1.Health on the completion-queue API (the app's CqQueue): Check and Watch, answered
 // as gRPC's default health service answers them. mha-server does not use that one: it is served on
 // the callback API, whose threads wait on the process's one epoll set beside the queue's leader
-// and take its calls' events from it (a hand-off per call, docs/host_floor.md).
+// and take its calls' events from it (a hand-off per call, docs/performance.md).
 //
 // Services known: "" (the whole server) and every name given to SetServingStatus. Check answers
 // SERVING or NOT_SERVING, NOT_FOUND for a name it does not know; Watch sends the status at once

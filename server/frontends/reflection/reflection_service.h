@@ -1,7 +1,7 @@
 // gRPC server reflection (grpc.reflection.v1alpha.ServerReflection, what grpcurl and Postman ask
 // when they have no .proto files) on the completion-queue API (the app's CqQueue). Debian's gRPC
 // has the service only as a synchronous one, whose threads wait on the process's epoll set beside
-// the queue's leader and take its calls' events (docs/host_floor.md); this one answers the same
+// the queue's leader and take its calls' events (docs/performance.md); this one answers the same
 // from protobuf's generated descriptor pool: the services served, a file by name or by a symbol it
 // defines (with every file it imports), extensions. A name that is not there is answered in the
 // stream with NOT_FOUND (ErrorResponse), as gRPC's service does; the stream goes on.

@@ -46,7 +46,7 @@ const std::vector<double>& CountBounds();       // requests / rows per pass
 const std::vector<double>& TokenBounds();       // 16 .. 2^20 tokens per pass
 const std::vector<double>& EfficiencyBounds();  // real / padded tokens
 
-// Where a computed request's time goes on the server (issue 26's breakdown; Triton's
+// Where a computed request's time goes on the server (docs/performance.md's breakdown; Triton's
 // compute_input/compute_infer/compute_output, finer): decode (the front end received it -> the
 // scheduler has it: decoding tensors, validating), queue, merge (a merged pass's inputs), forward,
 // split (its outputs), handoff (the worker's answer -> the completion thread), respond (the front
@@ -83,8 +83,8 @@ struct StatsSnapshot {
   uint64_t Calls(StatusCode code) const;  // over every protocol
 };
 
-// The branching sessions of a version (issue 45): its pool's shared blocks and copies on write,
-// and its spill store.
+// The branching sessions of a version (fork, truncate, spill): its pool's shared blocks and copies
+// on write, and its spill store.
 struct SessionBranching {
   int64_t shared_blocks = 0, copies_on_write = 0, spilled_sessions = 0, spilled_bytes = 0;
 };

@@ -18,7 +18,7 @@ struct BatcherOptions {
   bool batching = true;
   int64_t max_batch_rows = 64;  // sum of the requests' B in one pass
   // Padded tokens of one pass (CountTokens); one task may exceed it. Bigger CPU passes fall off a
-  // cliff (docs/benchmarks.md); raise it on a GPU.
+  // cliff (docs/batching.md); raise it on a GPU.
   int64_t max_batch_tokens = 2048;
   // How long the oldest task may wait for company. 0, as Triton's default: a request is never held
   // back while an instance is free; under load batches form anyway from what queued during the

@@ -1,5 +1,5 @@
-// BlasPassPolicy: how many OpenBLAS threads a forward pass gets (issue 26). OpenBLAS threads every
-// GEMM over all cores by itself, and after each threaded GEMM its helper threads spin
+// BlasPassPolicy: how many OpenBLAS threads a forward pass gets (docs/performance.md). OpenBLAS
+// threads every GEMM over all cores by itself, and after each threaded GEMM its helper threads spin
 // (sched_yield) for ~0.1 s before they sleep: under load they take a core from the gRPC threads
 // and the other passes, so a request costs far more CPU than its math. Run at 1 thread a GEMM
 // wakes no helper. The auto policy threads a pass only when it is the only work there is: no other

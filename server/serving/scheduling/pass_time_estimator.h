@@ -1,4 +1,4 @@
-// How long a model's next pass of N padded tokens will take, from the passes it ran (issue 26
+// How long a model's next pass of N padded tokens will take, from the passes it ran (
 // item 4: no work for answers nobody will read). An exponentially weighted moving average of the
 // measured pass times per power-of-two bucket of padded tokens, forward passes and session-step
 // passes apart. The estimate leans low, so that a request is never refused on a guess: a bucket

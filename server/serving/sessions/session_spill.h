@@ -1,4 +1,4 @@
-// What both session kinds share for issue 45's branching sessions: the version's spill store under
+// What both session kinds share for branching sessions: the version's spill store under
 // --kv-cache-full-policy spill, the startup check of --kv-spill-dir, and the checks of a fork's or
 // a truncate's token count.
 #pragma once

@@ -17,7 +17,7 @@ TEST(AttentionOpsTest, SplitHeadsShapesAndLayout) {
   at::Tensor x = at::randn({2, 4, 8});
   at::Tensor heads = split_heads(x, 2);
   ASSERT_EQ(heads.sizes(), (std::vector<int64_t>{2, 2, 4, 4}));
-  // Head 1 of token 3 is features 4..7 of token 3 (seed 003's worked example).
+  // Head 1 of token 3 is features 4..7 of token 3 (the worked example of split_heads).
   EXPECT_TRUE(at::equal(heads[1][1][3], x[1][3].slice(0, 4, 8)));
 }
 

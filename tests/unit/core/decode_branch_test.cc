@@ -1,4 +1,4 @@
-// Decode steps over branched KV caches (issue 45; mha/kv_cache.h's Fork, TruncateTo, Spill and
+// Decode steps over branched KV caches ( mha/kv_cache.h's Fork, TruncateTo, Spill and
 // Restore) on pages filled with NaN first: every branch's every step equals the model's one
 // causal forward of that branch's own whole sequence (<= 1e-5 in float32; the forward equals
 // PyTorch's, model_test.cc), in each StepAttention mode (per session: pages read in place and

@@ -32,7 +32,7 @@ std::shared_ptr<KvBlockPool> Pool(int64_t blocks) {
   return pool.ok() ? *pool : nullptr;
 }
 
-// [rows, T, H * D] -> [rows, H, T, D], as the seeds' split_heads.
+// [rows, T, H * D] -> [rows, H, T, D], as split_heads.
 at::Tensor SplitHeads(const at::Tensor& x) {
   return x.view({x.size(0), x.size(1), kHeads, kHeadDim}).transpose(1, 2);
 }

@@ -117,7 +117,7 @@ TEST(LlamaConfig, RopeParametersAndSlidingWindow) {
 }
 
 TEST(LlamaConfig, KvBytesPerTokenOfGqaAreAQuarterOfMha) {
-  // issue 37's goal row: E=1024, H=16; KV=4 vs KV=16 at the same E, float32.
+  // docs/afd.md's KV sizing row: E=1024, H=16; KV=4 vs KV=16 at the same E, float32.
   auto gqa = LlamaConfigFromJson(
       Config({{"hidden_size", 1024}, {"num_attention_heads", 16}, {"num_key_value_heads", 4}}),
       "c");

@@ -1,4 +1,4 @@
-// LlamaSessionCache's branches (issue 45: Fork, TruncateTo, Spill, Restore) stepped by
+// LlamaSessionCache's branches (Fork, TruncateTo, Spill, Restore) stepped by
 // StepSessions on a 4-layer stack (tests/fixtures/llama/stack4_sessions), on pages filled with
 // NaN first: every layer's every step equals the stack's causal forward of that layer over the
 // branch's own whole sequence (<= 1e-5 in float32; the forward equals PyTorch's,

@@ -98,7 +98,7 @@ TEST_P(PagedAttentionGqaTest, EqualsCausalAttentionOverRepeatedKvHeads) {
 INSTANTIATE_TEST_SUITE_P(Groups, PagedAttentionGqaTest,
                          ::testing::Values(GqaCase{8, 8, 64, 16},   // H / KV = 1 (MHA)
                                            GqaCase{8, 4, 12, 5},    // 2, a head of 8 + 4 floats
-                                           GqaCase{16, 4, 64, 16},  // 4: issue 46's shape
+                                           GqaCase{16, 4, 64, 16},  // 4: the roofline row's shape
                                            GqaCase{8, 2, 40, 3},    // 4, 32 + 8 floats
                                            GqaCase{8, 1, 16, 4},    // H (one K/V head)
                                            GqaCase{4, 4, 7, 2}),    // 1, no full vector

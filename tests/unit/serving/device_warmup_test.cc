@@ -1,4 +1,4 @@
-// The default device warm-up on a CUDA device (issue 46); every test skips without one. WarmUp
+// The default device warm-up on a CUDA device; every test skips without one. WarmUp
 // runs the plan (kinds/multihead/warmup_plan.h) on a version whose config.json has no "warmup", and
 // the plan's graph buckets are captured once per version: merged passes of every bucket from other
 // threads (each worker thread has its own pool stream, as the instances do) replay them, no

@@ -274,7 +274,7 @@ TEST(DynamicBatcherTest, ShortDeadlineDoesNotWaitForCompany) {
   ExpectAnswerFor(results, 1, 4);
 }
 
-// Issue 26 item 4: no work for answers nobody will read. With a fake pass-time estimate (an hour
+// No work for answers nobody will read. With a fake pass-time estimate (an hour
 // for a pass of more than 4 tokens, nothing up to 4), a task whose pass alone would outlast its
 // deadline is DEADLINE_EXCEEDED before compute, and a task joins a merged pass only while the
 // pass fits every deadline in it. Nothing depends on speed: deadlines are minutes away, the

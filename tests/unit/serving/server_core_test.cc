@@ -199,7 +199,7 @@ class CoreFixture {
   std::unique_ptr<ServerCore> core_;
 };
 
-// Issue 26 item 5: every model is warm before health says SERVING. The built-in default model
+// Every model is warm before health says SERVING. The built-in default model
 // (no repository) and a model whose config.json has no "warmup" key run the default warmup (a
 // cross-attention model with key and value of its kdim/vdim); "warmup": [] turns it off.
 TEST(ServerCoreTest, EveryModelRunsItsWarmupBeforeItIsReady) {
@@ -337,7 +337,7 @@ TEST(ServerCoreTest, RecordsEachAnsweredRequestOnce) {
   EXPECT_EQ(f.Sample(R"(mha_model_loaded{model="self_basic"})"), 1);
 }
 
-// Issue 26's breakdown: every computed request's stages are counted once; refused ones are not;
+// The stage breakdown: every computed request's stages are counted once; refused ones are not;
 // the stages before the answer fit in the time the server counts for the request (it stops the
 // clock before the front end's respond stage).
 TEST(ServerCoreTest, RecordsWhereEachComputedRequestSpendsItsTime) {

@@ -61,7 +61,7 @@ class MhaServable final : public Servable {
       : model_(std::move(model)), info_(std::move(info)) {}
 
   // On the CPU: a small pass and a pass with weights, so that the first request does not pay for
-  // BLAS's thread start, ATen's first allocations and lazy initialisation (issue 26: 11.9 ms vs
+  // BLAS's thread start, ATen's first allocations and lazy initialisation (11.9 ms vs
   // ~0.5 ms). On a device: the merge's shapes and the graph buckets (warmup_plan.h), then the pass
   // with weights.
   DefaultWarmupPasses DefaultWarmup(const BatcherOptions& scheduler) const override {

@@ -1,8 +1,9 @@
-// The default warm-up of a model on a CUDA device (issue 46): the passes that make every shape the
-// merge will form pay its first-time cost (a CUDA graph capture, a cuBLAS heuristic, a kernel's
-// first launch) before READY rather than under load (Triton's model_warmup). Computed without a
-// device from the version's scheduler options and its CUDA-graph limits, so it is unit-tested on
-// any host. config.json's "warmup" replaces it; on the CPU the kind's small default runs instead.
+// The default warm-up of a model on a CUDA device (docs/configuration.md): the passes that make
+// every shape the merge will form pay its first-time cost (a CUDA graph capture, a cuBLAS
+// heuristic, a kernel's first launch) before READY rather than under load (Triton's model_warmup).
+// Computed without a device from the version's scheduler options and its CUDA-graph limits, so it
+// is unit-tested on any host. config.json's "warmup" replaces it; on the CPU the kind's small
+// default runs instead.
 //
 // The grid: query lengths T at the merge's length-bucket edges (LengthBucket: 8, 16, ..., 64) up
 // to max_seq; for each T, first the CUDA-graph buckets (padded B = 1, 2, 4, ... that a merged pass

@@ -1,4 +1,4 @@
-// The merge and split of the commonest merged pass without a LibTorch op per request (issue 46's
+// The merge and split of the commonest merged pass without a LibTorch op per request (the
 // host cost per small request): plain self-attention queries on the host of one T, merged by one
 // memcpy per request into one tensor; a pass's output
 // sliced back by memcpy into buffers of each request's own. MergeInputs and SplitOutputs
