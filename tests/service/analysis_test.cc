@@ -78,5 +78,5 @@ TEST(AnalyzeModel, EqualsTheSeedsOutputProjectionAnalyzer) {
   shared.Stop();
 }
 
-}  // namespace
+}  // namespace analysis_test
 }  // namespace mha::testing

@@ -113,5 +113,5 @@ TEST(ServerConfig, FlagsFromEnvironmentAndConfigFileWithJsonLogs) {
   EXPECT_TRUE(saw_failure_line) << "no log line for the failed request:\n" << server.log();
 }
 
-}  // namespace
+}  // namespace config_test
 }  // namespace mha::testing

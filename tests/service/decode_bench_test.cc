@@ -136,5 +136,5 @@ TEST(DecodeBenchErrors, StatelessStepsSendTheWholePrefix) {
   EXPECT_EQ(s.Metric("mha_kv_cache_blocks_used"), 0);
 }
 
-}  // namespace
+}  // namespace decode_bench_test
 }  // namespace mha::testing

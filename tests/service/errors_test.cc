@@ -219,5 +219,5 @@ TEST_F(ErrorServer, EmptyStreamEndsOk) {
   EXPECT_TRUE(responses.empty());
 }
 
-}  // namespace
+}  // namespace errors_test
 }  // namespace mha::testing

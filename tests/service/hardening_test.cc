@@ -286,5 +286,5 @@ TEST(Hardening, ConfigValuesAreCheckedAndNoAbsolutePathLeaks) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-}  // namespace
+}  // namespace hardening_test
 }  // namespace mha::testing

@@ -186,5 +186,5 @@ TEST(HeadsBudget, SelectedWeightsAreWhatTheResponseBudgetCounts) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-}  // namespace
+}  // namespace heads_test
 }  // namespace mha::testing

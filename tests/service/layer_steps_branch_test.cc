@@ -118,5 +118,5 @@ TEST_F(LayerStepsBranchTest, SpillUnderAPoolOfOneSessionKeepsEveryLayerExact) {
       ScrapeMetric(server_.metrics_port, "mha_sessions_spilled{model=\"llama\",version=\"1\"}"), 2);
 }
 
-}  // namespace
+}  // namespace layer_steps_branch_test
 }  // namespace mha::testing

@@ -315,5 +315,5 @@ TEST_F(LayerStepsTest, TheAfdDriverThroughSharedMemoryGetsTheInBandOutputs) {
       << refused.status().ToString();
 }
 
-}  // namespace
+}  // namespace layer_steps_test
 }  // namespace mha::testing

@@ -253,5 +253,5 @@ TEST(ServiceLifecycle, ServerReflectionListsTheAttentionService) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-}  // namespace
+}  // namespace lifecycle_test
 }  // namespace mha::testing

@@ -156,5 +156,5 @@ TEST_F(LlamaServer, SessionsAreStacksOfOneSequence) {
   EXPECT_EQ(client_->CloseSession("ffn-7:a.b").status().code(), StatusCode::kNotFound);
 }
 
-}  // namespace
+}  // namespace llama_forward_test
 }  // namespace mha::testing

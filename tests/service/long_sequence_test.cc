@@ -76,5 +76,5 @@ TEST_F(LongSequenceServer, WeightsOfTheSamePassAreStillRefusedByTheEstimate) {
       << response.status().message();
 }
 
-}  // namespace
+}  // namespace long_sequence_test
 }  // namespace mha::testing

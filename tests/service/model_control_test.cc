@@ -258,5 +258,5 @@ TEST(ModelControl, BadControlFlagsStopTheServerAtStart) {
       << unknown.log();
 }
 
-}  // namespace
+}  // namespace model_control_test
 }  // namespace mha::testing

@@ -237,5 +237,5 @@ TEST(ModelVersions, StatisticsEqualTheRequestsSent) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-}  // namespace
+}  // namespace model_versions_test
 }  // namespace mha::testing

@@ -169,5 +169,5 @@ TEST_F(OipHeads, BadParametersAndContradictoryOutputsAreInvalidArgument) {
       (std::vector<int64_t>{2, 4, 5}));
 }
 
-}  // namespace
+}  // namespace oip_heads_test
 }  // namespace mha::testing

@@ -214,5 +214,5 @@ TEST_F(OipServer, StreamAnswersInOrderAndABadRequestDoesNotEndIt) {
   EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
-}  // namespace
+}  // namespace oip_parity_test
 }  // namespace mha::testing

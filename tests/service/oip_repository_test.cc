@@ -177,5 +177,5 @@ TEST(OipRepository, TheAdminTokenGuardsTheRepositoryCallsAndNotInference) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-}  // namespace
+}  // namespace oip_repository_test
 }  // namespace mha::testing

@@ -238,5 +238,5 @@ TEST_F(ParityServer, GetModelReportsShapesFormatAndSource) {
   EXPECT_TRUE(fallback->is_default());
 }
 
-}  // namespace
+}  // namespace parity_test
 }  // namespace mha::testing

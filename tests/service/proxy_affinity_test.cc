@@ -345,5 +345,5 @@ TEST_F(ProxyAffinity, CliDecodeReportsNoErrorWithAReplicaKilled) {
       << text.str() << "(the killed replica held " << held << ")";
 }
 
-}  // namespace
+}  // namespace proxy_affinity_test
 }  // namespace mha::testing

@@ -134,5 +134,5 @@ TEST(RepositoryPoll, AChangeKeepingSizeAndMtimeIsFound) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-}  // namespace
+}  // namespace repository_poll_test
 }  // namespace mha::testing

@@ -257,5 +257,5 @@ TEST(RestRepository, IndexLoadAndUnloadNeedTheAdminToken) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-}  // namespace
+}  // namespace rest_errors_test
 }  // namespace mha::testing

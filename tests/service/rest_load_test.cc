@@ -115,5 +115,5 @@ TEST(RestLoad, ReadinessAnswersWithinOneSecondUnderLoadAndSlowClients) {
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
-}  // namespace
+}  // namespace rest_load_test
 }  // namespace mha::testing

@@ -251,5 +251,5 @@ TEST_F(RestServer, HealthMetadataConfigAndStatistics) {
   EXPECT_GT(all.json["model_stats"].size(), 1u);
 }
 
-}  // namespace
+}  // namespace rest_test
 }  // namespace mha::testing

@@ -133,5 +133,5 @@ TEST_F(Sequences, GrpcPrefillAndStepsEqualOneCausalForward) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
 }
 
-}  // namespace
+}  // namespace sequence_test
 }  // namespace mha::testing

@@ -147,5 +147,5 @@ TEST(SessionBatching, ConcurrentSessionsMergeIntoOnePassWithExactResults) {
   EXPECT_EQ(s.server.Stop(), 0);
 }
 
-}  // namespace
+}  // namespace session_lifetime_test
 }  // namespace mha::testing

@@ -167,5 +167,5 @@ TEST(SessionBranch, AnUnwritableSpillDirRefusesToStart) {
   EXPECT_TRUE(Contains(s.server.log(), "--kv-spill-dir: spill dir " + file + "/spill"));
 }
 
-}  // namespace
+}  // namespace sessions_branch_test
 }  // namespace mha::testing

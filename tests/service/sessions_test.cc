@@ -252,5 +252,5 @@ TEST_F(SessionServer, OpenSessionChecksModelLimitsAndKeyValue) {
   EXPECT_TRUE(Contains(wrong.status().message(), "key: expected floating [1, S, 12]"));
 }
 
-}  // namespace
+}  // namespace sessions_test
 }  // namespace mha::testing

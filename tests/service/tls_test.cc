@@ -223,5 +223,5 @@ TEST_F(Tls, ClientLibraryRefusesUnreadableFilesInsteadOfFallingBackToPlaintext) 
   EXPECT_THROW(client::AttentionClient{options}, std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace tls_test
 }  // namespace mha::testing

@@ -90,5 +90,5 @@ TEST(Plot, AnalysisIsAPngAndBadInputIsRefused) {
   EXPECT_FALSE(plot::PlotWeights(at::zeros({1, 2, 2}), {}, dir.File("no/such/dir.png")).ok());
 }
 
-}  // namespace
+}  // namespace plot_test
 }  // namespace mha::testing

@@ -64,5 +64,5 @@ TEST(StandInFfn, TheSameSeedGivesTheSameMatrix) {
   EXPECT_NE(a, c);
 }
 
-}  // namespace
+}  // namespace stand_in_ffn_test
 }  // namespace mha::client

@@ -254,5 +254,5 @@ TEST(AttentionBlockRows, RowsWhoseScoresFitTheBudget) {
   EXPECT_EQ(AttentionBlockRows(int64_t{1} << 40, 1 << 20, 4096, int64_t{1} << 40, 4, 1 << 20), 1);
 }
 
-}  // namespace
+}  // namespace attention_blocks_test
 }  // namespace mha::testing

@@ -78,5 +78,5 @@ TEST(AttentionOpsTest, FusedCausalIsTopLeftAligned) {
   EXPECT_EQ(weights[0][0][0][1].item<float>(), 0.0f);  // row 0 sees key 0 only
 }
 
-}  // namespace
+}  // namespace attention_ops_test
 }  // namespace mha

@@ -182,5 +182,5 @@ TEST(CudaGraphCache, OneGraphPerBucketForEveryStream) {
   EXPECT_EQ(graphed->cuda_graph_cache()->captures(), graphs);
 }
 
-}  // namespace
+}  // namespace cuda_graphs_test
 }  // namespace mha

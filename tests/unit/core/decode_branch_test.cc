@@ -224,5 +224,5 @@ INSTANTIATE_TEST_SUITE_P(Modes, DecodeBranchTest,
                                            BranchParam{StepAttention::kPadded, "Padded"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
-}  // namespace
+}  // namespace decode_branch_test
 }  // namespace mha

@@ -194,5 +194,5 @@ TEST(DecodePadded, APassesWorkDoesNotGrowWithItsSessions) {
   }
 }
 
-}  // namespace
+}  // namespace decode_padded_test
 }  // namespace mha

@@ -209,5 +209,5 @@ TEST(KvCachePages, AppendsReadBackExactlyThroughTheBlockGather) {
   EXPECT_TRUE(at::equal(cache.Keys(), split_heads(k.narrow(1, 0, 6), 4)));
 }
 
-}  // namespace
+}  // namespace decode_paged_test
 }  // namespace mha

@@ -308,5 +308,5 @@ TEST(DecodeValidation, ShapesNameTheFieldAndTheNumbers) {
   EXPECT_TRUE(testing::Contains(s.message(), "sequence lengths differ (6 vs 5)"));
 }
 
-}  // namespace
+}  // namespace decode_test
 }  // namespace mha

@@ -361,5 +361,5 @@ TEST(DeviceStreamCudaTest, DeviceQueriesReturnQueuedAndOrderedOnTheCallersStream
 #endif
 }
 
-}  // namespace
+}  // namespace device_stream_test
 }  // namespace mha

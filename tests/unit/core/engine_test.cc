@@ -104,5 +104,5 @@ TEST(Engine, SessionCallsOnHostTensors) {
   EXPECT_EQ(CheckSessionStep(*model, cache, true, step).code(), StatusCode::kInvalidArgument);
 }
 
-}  // namespace
+}  // namespace engine_test
 }  // namespace mha

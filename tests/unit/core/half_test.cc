@@ -92,5 +92,5 @@ TEST(BFloat16, FloatToBitsMatchesC10AtValuesTiesAndRandomFloats) {
   }
 }
 
-}  // namespace
+}  // namespace half_test
 }  // namespace mha

@@ -114,5 +114,5 @@ TEST(AnalyzeHeads, KnownBlocksOfWO) {
   EXPECT_NEAR(a->query.head_importance[0], 0.5, 1e-12);  // W^Q = I: two equal blocks
 }
 
-}  // namespace
+}  // namespace head_ops_test
 }  // namespace mha::testing

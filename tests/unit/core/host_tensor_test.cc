@@ -74,5 +74,5 @@ TEST(ElementTypes, NamesSizesAndTheFloatingOnes) {
   EXPECT_FALSE(ToDType(ElementType::kBool).has_value());
 }
 
-}  // namespace
+}  // namespace host_tensor_test
 }  // namespace mha

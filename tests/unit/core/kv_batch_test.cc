@@ -100,5 +100,5 @@ TEST(KvBatch, RowsThatDoNotMatchTheCachesThrowWithNothingAppended) {
   EXPECT_EQ(c.all[1]->length(), 3);
 }
 
-}  // namespace
+}  // namespace kv_batch_test
 }  // namespace mha

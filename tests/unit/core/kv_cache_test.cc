@@ -318,5 +318,5 @@ TEST(KvCacheTest, TruncateToGivesWholeBlocksBackAndRefusesOutOfRange) {
   EXPECT_EQ(pool->used_blocks(), 0);
 }
 
-}  // namespace
+}  // namespace kv_cache_test
 }  // namespace mha

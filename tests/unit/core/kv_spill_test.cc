@@ -247,5 +247,5 @@ TEST_P(KvCacheSpillTest, ASpilledForkLeavesTheSharedBlocksToItsSourceAndReleaseE
 INSTANTIATE_TEST_SUITE_P(Stores, KvCacheSpillTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Files" : "HostMemory"; });
 
-}  // namespace
+}  // namespace kv_spill_test
 }  // namespace mha

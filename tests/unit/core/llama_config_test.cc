@@ -134,5 +134,5 @@ TEST(LlamaConfig, TellsALlamaConfigFromAnMhaOne) {
   EXPECT_FALSE(IsLlamaConfig(nlohmann::json::array()));
 }
 
-}  // namespace
+}  // namespace llama_config_test
 }  // namespace mha

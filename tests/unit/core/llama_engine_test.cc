@@ -193,5 +193,5 @@ TEST(LlamaEngine, ARefusedStepLeavesEveryCacheAsItWas) {
   EXPECT_EQ((*a)->length(1), 2);
 }
 
-}  // namespace
+}  // namespace llama_engine_test
 }  // namespace mha

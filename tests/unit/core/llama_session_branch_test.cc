@@ -291,5 +291,5 @@ INSTANTIATE_TEST_SUITE_P(Modes, LlamaSessionBranchTest,
                            }
                          });
 
-}  // namespace
+}  // namespace llama_session_branch_test
 }  // namespace mha

@@ -322,5 +322,5 @@ TEST_F(LlamaSessionCacheTest, MemoryIsAccountedPerKeyValueHead) {
             stack_->config().kv_bytes_per_token(/*element_bytes=*/4));
 }
 
-}  // namespace
+}  // namespace llama_session_test
 }  // namespace mha

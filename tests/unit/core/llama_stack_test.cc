@@ -199,5 +199,5 @@ TEST(LlamaStack, KvLayoutHoldsKeyValueHeadsOnly) {
   EXPECT_EQ(stack->parameter_count(), 2 * (64 * 64 * 2 + 2 * 16 * 64));
 }
 
-}  // namespace
+}  // namespace llama_stack_test
 }  // namespace mha

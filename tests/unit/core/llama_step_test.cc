@@ -263,5 +263,5 @@ TEST_F(LlamaStepCheckTest, AFailedStepLeavesEveryCacheAtItsLength) {
   EXPECT_EQ(out1.sizes().vec(), (std::vector<int64_t>{2, 64}));
 }
 
-}  // namespace
+}  // namespace llama_step_test
 }  // namespace mha

@@ -151,5 +151,5 @@ TEST(LlamaWeights, AttentionTensorNames) {
   EXPECT_FALSE(IsLlamaAttentionTensor("model.layers.1.self_attn.q_proj.weight.extra"));
 }
 
-}  // namespace
+}  // namespace llama_weights_test
 }  // namespace mha

@@ -361,5 +361,5 @@ TEST(LoaderConfig, NestingDeeperThan64LevelsIsRefusedBeforeParsing) {
       << loaded.status().message();
 }
 
-}  // namespace
+}  // namespace loader_test
 }  // namespace mha

@@ -107,5 +107,5 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, HalfPrecisionTest, ::testing::ValuesIn(HalfCase
                                   std::get<1>(info.param);
                          });
 
-}  // namespace
+}  // namespace model_test
 }  // namespace mha

@@ -167,5 +167,5 @@ TEST(ModelForwardTest, InputsInOtherDtypesAreCast) {
   EXPECT_TRUE(at::allclose(fp32.output, from_double.output));
 }
 
-}  // namespace
+}  // namespace model_validation_test
 }  // namespace mha

@@ -161,5 +161,5 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 5, 16, 2, false, true}, Case{7, 1, 64, 4, false, true}),
     [](const auto& info) { return Name(info.param); });
 
-}  // namespace
+}  // namespace packed_attention_test
 }  // namespace mha

@@ -108,5 +108,5 @@ INSTANTIATE_TEST_SUITE_P(Groups, PagedAttentionGqaTest,
                            return name.str();
                          });
 
-}  // namespace
+}  // namespace paged_attention_test
 }  // namespace mha

@@ -80,5 +80,5 @@ TEST(LinearTTest, MatchesAddmmWithAndWithoutPanels) {
   if (before > 0) SetBlasThreads(before);
 }
 
-}  // namespace
+}  // namespace panel_gemm_test
 }  // namespace mha

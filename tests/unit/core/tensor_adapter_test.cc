@@ -74,5 +74,5 @@ TEST(TensorAdapter, TypesTheWireLacksAreNamed) {
   EXPECT_EQ(ToScalarType(ElementType::kInt64), at::kLong);
 }
 
-}  // namespace
+}  // namespace tensor_adapter_test
 }  // namespace mha

@@ -156,5 +156,5 @@ TEST(TorchSaveFormat, BrokenPicklesAndStoragesAreErrors) {
   EXPECT_TRUE(Contains(tensors.status().message(), "data/0"));
 }
 
-}  // namespace
+}  // namespace weights_io_test
 }  // namespace mha

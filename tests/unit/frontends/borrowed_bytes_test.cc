@@ -91,5 +91,5 @@ TEST(BorrowedBytesTest, NestedAndTopLevelFieldsAndEmptyBytes) {
   EXPECT_EQ(0, std::memcmp(parsed.data().data(), big.data_ptr(), 20000));
 }
 
-}  // namespace
+}  // namespace borrowed_bytes_test
 }  // namespace mha::serve

@@ -154,5 +154,5 @@ TEST_F(CqQueueTest, AnOperationStartsOnlyUntilShutdownBegins) {
   EXPECT_EQ(started, 1);
 }
 
-}  // namespace
+}  // namespace cq_queue_test
 }  // namespace mha::serve

@@ -171,5 +171,5 @@ TEST_F(CqUnaryMethodTest, MayBlockSaysWhetherAnotherThreadWasFreeToTakeCalls) {
   EXPECT_EQ(may_block, (std::vector<bool>{true, false}));
 }
 
-}  // namespace
+}  // namespace cq_unary_method_test
 }  // namespace mha::serve

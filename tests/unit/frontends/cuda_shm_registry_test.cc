@@ -123,5 +123,5 @@ TEST(CudaShmRegistry, DeviceViewsCarryTheirDevice) {
   EXPECT_FALSE(place.defined());  // answers go to the host unless a CUDA region is named
 }
 
-}  // namespace
+}  // namespace cuda_shm_registry_test
 }  // namespace mha::serve

@@ -203,5 +203,5 @@ TEST_F(CudaShmTest, RefusesABadHandleAndADeviceOutOfRange) {
 TEST_F(CudaShmTest, SkipsWithoutCuda) {}
 #endif
 
-}  // namespace
+}  // namespace cuda_shm_test
 }  // namespace mha::serve

@@ -96,5 +96,5 @@ TEST(FakeCoreTest, AMovedHoldReleasesOnceWhenItsLastOwnerGoes) {
   EXPECT_FLOAT_EQ(First(GetWithin(held)), 2.0f);
 }
 
-}  // namespace
+}  // namespace fake_core_test
 }  // namespace mha::serve

@@ -136,5 +136,5 @@ TEST_F(GrpcFrontendTest, StreamEndsWithTheFirstFailingMessageAfterTheAnswersBefo
   EXPECT_EQ(responses.size(), 2u);
 }
 
-}  // namespace
+}  // namespace grpc_frontend_test
 }  // namespace mha::serve

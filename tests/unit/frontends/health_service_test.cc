@@ -103,5 +103,5 @@ TEST_F(HealthServiceTest, WatchOfAnUnknownServiceSaysSoAndStaysOpen) {
   EXPECT_EQ(w->reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
-}  // namespace
+}  // namespace health_service_test
 }  // namespace mha::serve

@@ -164,5 +164,5 @@ TEST_F(InferShm, AnOutputRegionTooSmallIsRefused) {
                                      "small for the output's 96 bytes (shape [2, 3, 4] FP32)"));
 }
 
-}  // namespace
+}  // namespace infer_shm_test
 }  // namespace mha::serve::oip

@@ -146,5 +146,5 @@ TEST(LayerStepWire, ALlamaVersionDescribesItsStack) {
   EXPECT_EQ(info.device(), "cpu");
 }
 
-}  // namespace
+}  // namespace layer_step_wire_test
 }  // namespace mha::serve

@@ -178,5 +178,5 @@ TEST_F(OipFrontendTest, TheClientsOipProtocolRoundTripsAForwardRequest) {
   EXPECT_EQ(core_.Last().inputs.weights_selection.top_k, 0);  // neither reached the server
 }
 
-}  // namespace
+}  // namespace oip_frontend_test
 }  // namespace mha::serve

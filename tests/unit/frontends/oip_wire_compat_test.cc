@@ -311,5 +311,5 @@ TEST(OipWireCompat, MalformedRequestsNameTheField) {
             "outputs: attn_weights requested but parameters.need_weights is false");
 }
 
-}  // namespace
+}  // namespace oip_wire_compat_test
 }  // namespace mha::testing

@@ -389,5 +389,5 @@ INSTANTIATE_TEST_SUITE_P(Apis, OrderedStreamReactorTest, ::testing::Bool(),
                            return info.param ? "CompletionQueue" : "Callback";
                          });
 
-}  // namespace
+}  // namespace ordered_stream_reactor_test
 }  // namespace mha::serve

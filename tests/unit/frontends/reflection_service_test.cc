@@ -119,5 +119,5 @@ TEST(ReflectionServiceTest, AStreamAnswersEachRequestInOrder) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
-}  // namespace
+}  // namespace reflection_service_test
 }  // namespace mha::serve

@@ -22,5 +22,5 @@ TEST(RestHttpStatus, OneConverterForEveryCode) {
   EXPECT_EQ(ErrorBody(NotFound("model 'a\"b' not found")), R"({"error":"model 'a\"b' not found"})");
 }
 
-}  // namespace
+}  // namespace rest_http_status_test
 }  // namespace mha::serve::rest

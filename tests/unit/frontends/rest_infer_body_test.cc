@@ -118,5 +118,5 @@ TEST(RestInferBody, HostileBodiesAreRefusedNotParsed) {
   EXPECT_EQ(ok->request.raw_input_contents(0).size(), 400000u);
 }
 
-}  // namespace
+}  // namespace rest_infer_body_test
 }  // namespace mha::serve::rest

@@ -69,5 +69,5 @@ TEST(RestInferResponse, NonFiniteValuesAreWrittenAsPythonDoes) {
   EXPECT_EQ(out.body.find("null"), std::string::npos) << out.body;
 }
 
-}  // namespace
+}  // namespace rest_infer_response_test
 }  // namespace mha::serve::rest

@@ -112,5 +112,5 @@ TEST(RestJsonBody, BoundsHoldWithTheTokens) {
   EXPECT_FALSE(Parse(std::string(100, '[') + "NaN" + std::string(100, ']')).ok());
 }
 
-}  // namespace
+}  // namespace rest_json_body_test
 }  // namespace mha::serve::rest

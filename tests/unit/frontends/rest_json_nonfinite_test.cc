@@ -67,5 +67,5 @@ TEST(RestNonFiniteTokens, ValuesAndTokens) {
   EXPECT_EQ(NonFiniteToken(3.4e38f), nullptr);
 }
 
-}  // namespace
+}  // namespace rest_json_nonfinite_test
 }  // namespace mha::serve::rest

@@ -29,5 +29,5 @@ TEST(RestProtoJson, Int64AsNumbersEnumsByNameMapsAsObjects) {
   EXPECT_FALSE(c.contains("dynamic_batching"));  // unset messages are left out
 }
 
-}  // namespace
+}  // namespace rest_proto_json_test
 }  // namespace mha::serve::rest

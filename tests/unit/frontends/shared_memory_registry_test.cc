@@ -180,5 +180,5 @@ TEST(SharedMemoryRegistry, ATruncatedObjectIsAnErrorNotACrash) {
   EXPECT_THAT(registry.Acquire("query", "r", 0, 8).status().message(), HasSubstr("page faulted"));
 }
 
-}  // namespace
+}  // namespace shared_memory_registry_test
 }  // namespace mha::serve

@@ -79,5 +79,5 @@ TEST(ShmFaultGuardDeathTest, AFaultOutsideEveryRangeKeepsTheDefaultAction) {
   ShmFaultGuard::Unwatch(*slot);
 }
 
-}  // namespace
+}  // namespace shm_fault_guard_test
 }  // namespace mha::serve

@@ -177,5 +177,5 @@ TEST_F(TensorShm, ALayerStepEntryReadsAndWritesItsRegions) {
                         "tensor's 24 x 4 bytes"));
 }
 
-}  // namespace
+}  // namespace tensor_shm_test
 }  // namespace mha::serve

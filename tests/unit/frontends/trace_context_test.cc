@@ -18,5 +18,5 @@ TEST(TraceContext, ValidTraceparentsOnly) {
   EXPECT_EQ(TraceIdOf(""), "");
 }
 
-}  // namespace
+}  // namespace trace_context_test
 }  // namespace mha::serve

@@ -276,5 +276,5 @@ TEST(BatchAssemblyTest, ThroughTheBatcherAnswersEqualUnbatched) {
   EXPECT_GT(merged_passes.load(), 0);
 }
 
-}  // namespace
+}  // namespace batch_assembly_test
 }  // namespace mha::serve

@@ -102,5 +102,5 @@ TEST(BlasPassPolicyTest, BatcherSetsOpenBlasPerPass) {
   EXPECT_EQ(seen[3], std::make_pair(int64_t{1}, 3));
 }
 
-}  // namespace
+}  // namespace blas_policy_test
 }  // namespace mha::serve

@@ -104,5 +104,5 @@ TEST(EstimatePassCost, WeightsAreOneWholeCopyAndStillRefusedWhenTooBig) {
       << refused.message();
 }
 
-}  // namespace
+}  // namespace budget_test
 }  // namespace mha::serve

@@ -30,5 +30,5 @@ TEST(CallerThreadTest, AWorkerHasNoHookAndRunsNoPassOfACallers) {
   EXPECT_EQ(runs, 1);
 }
 
-}  // namespace
+}  // namespace caller_thread_test
 }  // namespace mha::serve

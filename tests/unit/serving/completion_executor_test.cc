@@ -137,5 +137,5 @@ TEST(CompletionExecutorTest, EveryCallbackRunsExactlyOnceUnderLoad) {
   for (const auto& [id, n] : calls) EXPECT_EQ(n, 1) << "completion " << id;
 }
 
-}  // namespace
+}  // namespace completion_executor_test
 }  // namespace mha::serve

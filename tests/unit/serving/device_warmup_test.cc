@@ -111,5 +111,5 @@ TEST(DeviceWarmup, GraphsAreCapturedOncePerVersionForEveryStream) {
   EXPECT_EQ(cache->size(), plan.graph_passes);
 }
 
-}  // namespace
+}  // namespace device_warmup_test
 }  // namespace mha::serve

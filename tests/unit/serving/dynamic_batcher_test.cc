@@ -320,5 +320,5 @@ TEST(DynamicBatcherTest, MergesOnlyWhatTheEstimatedPassTimeAllows) {
   for (int id : {1, 2, 3, 4, 100}) EXPECT_EQ(results.Callbacks(id), 1) << id;
 }
 
-}  // namespace
+}  // namespace dynamic_batcher_test
 }  // namespace mha::serve

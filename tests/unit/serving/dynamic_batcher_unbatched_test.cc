@@ -210,5 +210,5 @@ TEST(DynamicBatcherUnbatchedTest, BigOutputsCompleteOnTheCompletionThread) {
   EXPECT_NE(worker_thread, completion_thread);
 }
 
-}  // namespace
+}  // namespace dynamic_batcher_unbatched_test
 }  // namespace mha::serve

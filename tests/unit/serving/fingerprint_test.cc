@@ -31,5 +31,5 @@ TEST(FingerprintTest, FollowsTheBytesNotSizeOrTime) {
             StatusCode::kNotFound);
 }
 
-}  // namespace
+}  // namespace fingerprint_test
 }  // namespace mha::testing

@@ -161,5 +161,5 @@ TEST(HostMerge, EveryOtherOutputIsLeftToSplitOutputs) {
   EXPECT_TRUE(outs.empty());
 }
 
-}  // namespace
+}  // namespace host_merge_test
 }  // namespace mha::serve

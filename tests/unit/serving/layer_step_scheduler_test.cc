@@ -350,5 +350,5 @@ TEST_F(LayerStepSchedulerTest, StatelessForwardsShareTheQueueAndRunAlone) {
   EXPECT_EQ(gate_.entered(), 3);
 }
 
-}  // namespace
+}  // namespace layer_step_scheduler_test
 }  // namespace mha::serve

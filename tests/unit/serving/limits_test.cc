@@ -34,5 +34,5 @@ TEST(CheckPassBytes, NamesTheEstimateTheLimitWhatAndHow) {
   EXPECT_FALSE(Contains(both.message(), "--max-work-bytes")) << "the response is checked first";
 }
 
-}  // namespace
+}  // namespace limits_test
 }  // namespace mha::serve

@@ -295,5 +295,5 @@ TEST_F(LlamaSessionsTest, SpillUnderATinyPoolRestoresEveryLayerExactly) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
-}  // namespace
+}  // namespace llama_sessions_test
 }  // namespace mha::serve

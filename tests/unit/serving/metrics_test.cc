@@ -243,5 +243,5 @@ TEST(StatsAggregatorTest, ConcurrentRecordingAddsUpExactly) {
   EXPECT_EQ(s.inflight, 0);
 }
 
-}  // namespace
+}  // namespace metrics_test
 }  // namespace mha::serve

@@ -270,5 +270,5 @@ TEST(ModelLifecycleTest, TheLoadMetricsCoverTheWarmup) {
       1.0);
 }
 
-}  // namespace
+}  // namespace model_lifecycle_test
 }  // namespace mha::serve

@@ -193,5 +193,5 @@ TEST(ModelRepositoryTest, LoadingAnEntryMakesItReadyOrFailed) {
   EXPECT_FALSE(enc[0].error.empty());
 }
 
-}  // namespace
+}  // namespace model_repository_test
 }  // namespace mha::serve

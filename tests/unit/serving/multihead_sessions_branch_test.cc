@@ -241,5 +241,5 @@ TEST(MultiheadSessionsBranch, ACrossAttentionSessionForksWholeAndIsNotTruncated)
                   f.c.expected_output.narrow(1, 2, t - 2), 1e-5));
 }
 
-}  // namespace
+}  // namespace multihead_sessions_branch_test
 }  // namespace mha::serve

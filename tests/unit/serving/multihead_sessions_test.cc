@@ -152,5 +152,5 @@ TEST(MultiheadSessions, DestroyingTheStoreEndsItsSessionsWithTheReason) {
   EXPECT_TRUE(Contains(directory->NotFoundFor("s-x").message(), "is unknown"));
 }
 
-}  // namespace
+}  // namespace multihead_sessions_test
 }  // namespace mha::serve

@@ -103,5 +103,5 @@ TEST(PassRunner, AFailedPassOfStepsLeavesEveryCacheAtItsLength) {
       testing::TensorsNear(ToTensor(outs.back().output), c->expected_output.narrow(1, 0, 2), 1e-5));
 }
 
-}  // namespace
+}  // namespace pass_runner_test
 }  // namespace mha::serve

@@ -25,5 +25,5 @@ TEST(PassTimeEstimatorTest, AveragesPerBucketAndLeansLowElsewhere) {
   EXPECT_DOUBLE_EQ(e.EstimateUs(false, 100), 1000 + PassTimeEstimator::kAlpha * 1000);
 }
 
-}  // namespace
+}  // namespace pass_time_estimator_test
 }  // namespace mha::serve

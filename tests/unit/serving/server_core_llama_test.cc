@@ -342,5 +342,5 @@ TEST_F(ServerCoreLlamaTest, ALayerStepsWorkIsBoundedByMaxWorkBytes) {
   EXPECT_TRUE(Contains(big.message(), "over --max-work-bytes 1048576")) << big.message();
 }
 
-}  // namespace
+}  // namespace server_core_llama_test
 }  // namespace mha::serve

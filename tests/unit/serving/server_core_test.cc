@@ -363,5 +363,5 @@ TEST(ServerCoreTest, RecordsWhereEachComputedRequestSpendsItsTime) {
       << "request durations are whole microseconds; the stages nanoseconds";
 }
 
-}  // namespace
+}  // namespace server_core_test
 }  // namespace mha::serve

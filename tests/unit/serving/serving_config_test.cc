@@ -94,5 +94,5 @@ TEST(ServingConfigTest, AVersionFileOverridesTheModelsKeyByKey) {
       << failed.status().message();
 }
 
-}  // namespace
+}  // namespace serving_config_test
 }  // namespace mha::testing

@@ -129,5 +129,5 @@ TEST(SessionDirectoryTest, NewSessionIdsAreValidAndDistinct) {
   EXPECT_EQ(ids.size(), 1000u);
 }
 
-}  // namespace
+}  // namespace session_directory_test
 }  // namespace mha::serve

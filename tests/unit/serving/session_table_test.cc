@@ -221,5 +221,5 @@ TEST_F(SessionTableTest, AFullSpillStoreEvictsWithTheReason) {
   EXPECT_EQ(stats_.Read().session_evictions, 1u);
 }
 
-}  // namespace
+}  // namespace session_table_test
 }  // namespace mha::serve

@@ -95,5 +95,5 @@ TEST_F(StepGateTest, ClosingASessionDropsItsWaitingTurnsAndTheTurnsBehindThemMov
   EXPECT_FALSE(a_.held() || b_.held());
 }
 
-}  // namespace
+}  // namespace step_gate_test
 }  // namespace mha::serve

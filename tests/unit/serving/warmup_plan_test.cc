@@ -171,5 +171,5 @@ TEST(PlanDeviceWarmup, TheInstancesShareOnePlan) {
             Passes(PlanDeviceWarmup(four, GraphLimits{})));
 }
 
-}  // namespace
+}  // namespace warmup_plan_test
 }  // namespace mha::serve

@@ -317,5 +317,5 @@ TEST(WorkQueueTest, InlineAndWorkerPassesTogetherNeverExceedTheInstances) {
   EXPECT_GE(log->most_running.load(), 1);
 }
 
-}  // namespace
+}  // namespace work_queue_test
 }  // namespace mha::serve

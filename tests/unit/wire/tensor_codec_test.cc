@@ -75,5 +75,5 @@ TEST(TensorCodec, BorrowedDecodingSharesTheRequestBytes) {
   EXPECT_NE(copied->owner(), nullptr);
 }
 
-}  // namespace
+}  // namespace tensor_codec_test
 }  // namespace mha::testing
