@@ -117,6 +117,8 @@ bool ReadOipTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* comput
 }
 
 void BenchTally::Record(const grpc::Status& s, double latency_us, grpc::ByteBuffer* response) {
+  const double done_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   int64_t queue_us = 0, compute_us = 0;
   const bool timings = !s.ok() || !response ||
                        (oip_ ? ReadOipTimings(response, &queue_us, &compute_us)
@@ -128,6 +130,7 @@ void BenchTally::Record(const grpc::Status& s, double latency_us, grpc::ByteBuff
   } else if (s.ok()) {
     ++report_.ok;
     latencies_.push_back(latency_us);
+    done_s_.push_back(done_s);
     if (response) {
       queue_us_.push_back(static_cast<double>(queue_us));
       compute_us_.push_back(static_cast<double>(compute_us));
@@ -147,6 +150,8 @@ BenchReport BenchTally::Finish(double seconds) {
   BenchReport r = report_;
   r.seconds = seconds;
   r.throughput = seconds > 0 ? r.ok / seconds : 0;
+  r.sample_latency_us = latencies_;  // before sorting: each stays beside its answer time
+  r.sample_done_s = done_s_;
   std::sort(latencies_.begin(), latencies_.end());
   if (!latencies_.empty()) {
     r.latency_mean_us = Mean(latencies_);

@@ -50,17 +50,16 @@ class Stepper {
   v1::ForwardResponse response_;
 };
 
-// Sends one step and keeps its latency (us); false, with the error tallied, when it fails.
+// Sends one step and keeps its latency; false, with the error tallied, when it fails.
 bool TimedStep(Stepper& stepper, const v1::ForwardRequest& step, Tally* tally,
-               std::vector<double>* latencies) {
+               StepSamples* samples) {
   const auto start = std::chrono::steady_clock::now();
   const Status s = stepper.Step(step);
-  const auto end = std::chrono::steady_clock::now();
   if (!s.ok()) {
     tally->Error(s);
     return false;
   }
-  latencies->push_back(std::chrono::duration<double, std::micro>(end - start).count());
+  samples->Add(start);
   return true;
 }
 
@@ -75,7 +74,7 @@ void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t 
     for (size_t b = 0; b < rows.size(); ++b) rows[b] += q.data().substr(b * row_bytes, row_bytes);
   };
   if (o.prefill > 0) append(o.prefill);
-  std::vector<double> mine;
+  StepSamples mine = tally->Samples();
   v1::ForwardRequest step;
   step.set_model(o.model);
   step.set_model_version(o.model_version);
@@ -95,7 +94,7 @@ void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t 
   }
   if (Status s = stepper.Finish(); !s.ok()) tally->Error(s);
   std::lock_guard<std::mutex> lock(tally->mu);
-  tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
+  tally->MergeLocked(mine);
 }
 
 // One session's whole life through the client library's DecodingSession (a client-chosen id sent
@@ -117,20 +116,22 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
   if (!session.ok()) return tally->Error(session.status());
   DecodingSession& s = **session;
   v1::ForwardRequest step;
-  step.set_need_weights(o.need_weights);
-  std::vector<double> mine;
+  SetWeightsOptions(o, &step);
+  StepSamples mine = tally->Samples();
   Status failed;
   if (o.prefill > 0) {
     *step.mutable_query() = RandomQuery(o.batch, o.prefill, e, &rng);
     failed = s.Step(step).status();
   }
-  mine.reserve(static_cast<size_t>(o.tokens));
+  v1::ForwardResponse last;  // session 0 keeps its last answer's weights for the tally
   for (int64_t i = 0; failed.ok() && i < o.tokens; ++i) {
     *step.mutable_query() = RandomQuery(o.batch, 1, e, &rng);
     const auto start = std::chrono::steady_clock::now();
-    failed = s.Step(step).status();
-    const auto end = std::chrono::steady_clock::now();
-    if (failed.ok()) mine.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+    auto answer = s.Step(step);
+    failed = answer.status();
+    if (!failed.ok()) break;
+    mine.Add(start);
+    if (index == 0 && o.need_weights) last = std::move(answer.value());
   }
   if (!failed.ok()) tally->Error(failed);
   auto closed = s.Close();
@@ -144,7 +145,11 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
   tally->resumes += s.stats().resumes;
   tally->replay_ms.insert(tally->replay_ms.end(), s.stats().replay_ms.begin(),
                           s.stats().replay_ms.end());
-  tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
+  tally->MergeLocked(mine);
+  if (last.has_attn_weights()) {
+    tally->last_step_weights = std::move(*last.mutable_attn_weights());
+    tally->last_step_tokens = last.session_tokens();
+  }
 }
 
 }  // namespace
@@ -170,6 +175,7 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
     cpu_before = ReadServerCpuSeconds(o.server_cpu);
   }
   const auto start = std::chrono::steady_clock::now();
+  tally.start = start;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(o.sessions));
   for (int i = 0; i < o.sessions; ++i) {
@@ -191,6 +197,10 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
       report.server_cpu.cpu_s = after.value() - cpu_before.value();
     }
   }
+  report.sample_latency_us = tally.latencies;  // before sorting: each beside its answer time
+  report.sample_done_s = tally.done_s;
+  report.last_step_weights = std::move(tally.last_step_weights);
+  report.last_step_tokens = tally.last_step_tokens;
   std::sort(tally.latencies.begin(), tally.latencies.end());
   const auto& l = tally.latencies;
   report.steps = static_cast<int64_t>(l.size());
