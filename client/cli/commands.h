@@ -31,7 +31,8 @@ struct ForwardCommand {
   CLI::App* cmd = nullptr;
   ShapeFlags shape;
   std::string output_file, plot_file;
-  bool shm = false;  // --shm: query/key/value and output through shared memory (mha.v1)
+  int64_t plot_row = 0;  // --plot-row: the batch row drawn
+  bool shm = false;      // --shm: query/key/value and output through shared memory (mha.v1)
 };
 
 struct BenchCommand {
@@ -45,6 +46,7 @@ struct BenchCommand {
   std::string arrival = "poisson";
   int64_t seq_min = 0, seq_max = 0;
   bool shm = false;  // --shm: tensors through shared memory (client/shm_regions.h)
+  std::string plot_file;
 };
 
 // decode --tokens N --sessions M: the decoding-session load generator (client/decode_bench.h).
@@ -55,6 +57,8 @@ struct DecodeCommand {
   CLI::App* cmd = nullptr;
   DecodeBenchOptions options;
   bool json = false;
+  std::string plot_file;
+  int64_t plot_row = 0;
 };
 
 struct LocalBenchCommand {
