@@ -152,6 +152,43 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
   }
 }
 
+// The report's counts, samples, percentiles and rates from the finished run's tally (its
+// latencies end up sorted). The caller has set r->seconds and r->server_cpu.
+void Summarize(const DecodeBenchOptions& o, Tally* t, DecodeBenchReport* r) {
+  r->sample_latency_us = t->latencies;  // before sorting: each beside its answer time
+  r->sample_done_s = t->done_s;
+  r->last_step_weights = std::move(t->last_step_weights);
+  r->last_step_tokens = t->last_step_tokens;
+  std::sort(t->latencies.begin(), t->latencies.end());
+  const auto& l = t->latencies;
+  r->steps = static_cast<int64_t>(l.size());
+  r->errors = t->errors;
+  r->first_error = t->first_error;
+  r->kv_blocks = t->kv_blocks;
+  r->kv_block_tokens = t->kv_block_tokens;
+  r->cached_tokens = t->cached_tokens;
+  r->resumed = t->resumes;
+  if (!t->replay_ms.empty()) {
+    std::sort(t->replay_ms.begin(), t->replay_ms.end());
+    r->replay_ms_p50 = Percentile(t->replay_ms, 50);
+    r->replay_ms_max = t->replay_ms.back();
+  }
+  if (r->server_cpu.measured && r->steps > 0) {
+    r->server_cpu.cpu_us_per_request = r->server_cpu.cpu_s * 1e6 / r->steps;
+  }
+  r->steps_per_s = r->seconds > 0 ? r->steps / r->seconds : 0;
+  r->tokens_per_s = r->steps_per_s * o.batch;
+  if (!l.empty()) {
+    double sum = 0;
+    for (double x : l) sum += x;
+    r->mean_us = sum / l.size();
+    r->p50_us = Percentile(l, 50);
+    r->p90_us = Percentile(l, 90);
+    r->p99_us = Percentile(l, 99);
+    r->max_us = l.back();
+  }
+}
+
 }  // namespace
 
 StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const DecodeBenchOptions& o) {
@@ -197,38 +234,7 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
       report.server_cpu.cpu_s = after.value() - cpu_before.value();
     }
   }
-  report.sample_latency_us = tally.latencies;  // before sorting: each beside its answer time
-  report.sample_done_s = tally.done_s;
-  report.last_step_weights = std::move(tally.last_step_weights);
-  report.last_step_tokens = tally.last_step_tokens;
-  std::sort(tally.latencies.begin(), tally.latencies.end());
-  const auto& l = tally.latencies;
-  report.steps = static_cast<int64_t>(l.size());
-  report.errors = tally.errors;
-  report.first_error = tally.first_error;
-  report.kv_blocks = tally.kv_blocks;
-  report.kv_block_tokens = tally.kv_block_tokens;
-  report.cached_tokens = tally.cached_tokens;
-  report.resumed = tally.resumes;
-  if (!tally.replay_ms.empty()) {
-    std::sort(tally.replay_ms.begin(), tally.replay_ms.end());
-    report.replay_ms_p50 = Percentile(tally.replay_ms, 50);
-    report.replay_ms_max = tally.replay_ms.back();
-  }
-  if (report.server_cpu.measured && report.steps > 0) {
-    report.server_cpu.cpu_us_per_request = report.server_cpu.cpu_s * 1e6 / report.steps;
-  }
-  report.steps_per_s = report.seconds > 0 ? report.steps / report.seconds : 0;
-  report.tokens_per_s = report.steps_per_s * o.batch;
-  if (!l.empty()) {
-    double sum = 0;
-    for (double x : l) sum += x;
-    report.mean_us = sum / l.size();
-    report.p50_us = Percentile(l, 50);
-    report.p90_us = Percentile(l, 90);
-    report.p99_us = Percentile(l, 99);
-    report.max_us = l.back();
-  }
+  Summarize(o, &tally, &report);
   return report;
 }
 

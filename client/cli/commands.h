@@ -6,7 +6,6 @@
 #include <string>
 
 #include "client/bench/bench_runner.h"
-#include "client/bench/decode_bench.h"
 #include "client/cli/cli_util.h"
 #include "local_bench.h"
 
@@ -47,18 +46,6 @@ struct BenchCommand {
   int64_t seq_min = 0, seq_max = 0;
   bool shm = false;  // --shm: tensors through shared memory (client/shm_regions.h)
   std::string plot_file;
-};
-
-// decode --tokens N --sessions M: the decoding-session load generator (client/decode_bench.h).
-struct DecodeCommand {
-  void Add(CLI::App& app);
-  int Run(AttentionClient& client, std::chrono::milliseconds timeout);
-
-  CLI::App* cmd = nullptr;
-  DecodeBenchOptions options;
-  bool json = false;
-  std::string plot_file;
-  int64_t plot_row = 0;
 };
 
 struct LocalBenchCommand {

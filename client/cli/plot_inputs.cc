@@ -295,28 +295,29 @@ CLI::Option* AddPlotOption(CLI::App* cmd, std::string* path, const std::string& 
           ""));
 }
 
-Status WritePlot(const std::string& path, const std::vector<const plot::Figure*>& figures) {
+Status WritePlot(const std::string& path, const std::vector<const plot::Figure*>& figures,
+                 FILE* out) {
   auto written = plot::WriteFigures(path, "--plot", figures);
   if (!written.ok()) return written.status();
   auto format = plot::FormatOfPath(path, "--plot");
   const char* name = *format == plot::ImageFormat::kPng   ? "PNG"
                      : *format == plot::ImageFormat::kSvg ? "SVG"
                                                           : "PDF";
-  std::printf("wrote %s (%d x %d %s)\n", path.c_str(), written->width, written->height, name);
+  std::fprintf(out, "wrote %s (%d x %d %s)\n", path.c_str(), written->width, written->height, name);
   return Status::Ok();
 }
 
 Status PlotLoad(const std::string& path, plot::LatencySamples samples, const std::string& title,
-                const std::string& note) {
+                const std::string& note, FILE* out) {
   samples.title = title;
   samples.notes = {note};
   auto figure = plot::LatencyFigure::Make(std::move(samples));
   if (!figure.ok()) return figure.status();
-  return WritePlot(path, {&figure.value()});
+  return WritePlot(path, {&figure.value()}, out);
 }
 
 Status PlotDecode(const std::string& path, const DecodeBenchOptions& o, const DecodeBenchReport& r,
-                  int64_t row) {
+                  int64_t row, FILE* out) {
   const char* mode = o.stateless       ? " (stateless)"
                      : o.stream        ? " (stream)"
                      : o.fork > 0      ? " (fork)"
@@ -344,11 +345,11 @@ Status PlotDecode(const std::string& path, const DecodeBenchOptions& o, const De
     step = std::move(figure.value());
     figures.push_back(&*step);
   } else if (o.need_weights) {
-    std::printf(
-        "note: --plot draws the last step's weights of plain sessions only (not with "
-        "--stateless, --fork or --speculate)\n");
+    std::fprintf(out,
+                 "note: --plot draws the last step's weights of plain sessions only (not with "
+                 "--stateless, --fork or --speculate)\n");
   }
-  return WritePlot(path, figures);
+  return WritePlot(path, figures, out);
 }
 
 }  // namespace mha::client::cli

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -47,16 +48,18 @@ plot::LatencySamples DecodeSamples(const DecodeBenchReport& report);
 // extension is not .png, .svg or .pdf fails the parse of the command line, before anything runs.
 CLI::Option* AddPlotOption(CLI::App* cmd, std::string* path, const std::string& what);
 
-// Writes `figures` (stacked) to `path` and prints "wrote PATH (W x H PNG/SVG/PDF)".
-Status WritePlot(const std::string& path, const std::vector<const plot::Figure*>& figures);
+// Writes `figures` (stacked) to `path` and prints "wrote PATH (W x H PNG/SVG/PDF)" to `out`.
+Status WritePlot(const std::string& path, const std::vector<const plot::Figure*>& figures,
+                 FILE* out = stdout);
 
 // bench --plot: the run's latency figure titled `title` with the line `note` under it.
 Status PlotLoad(const std::string& path, plot::LatencySamples samples, const std::string& title,
-                const std::string& note);
+                const std::string& note, FILE* out);
 
 // decode --plot: the steps' latency figure and, when the report holds them (need_weights, plain
-// sessions), session 0's last step's weights of batch row `row` below it.
+// sessions), session 0's last step's weights of batch row `row` below it; a note on `out` when
+// weights were asked but not kept.
 Status PlotDecode(const std::string& path, const DecodeBenchOptions& options,
-                  const DecodeBenchReport& report, int64_t row);
+                  const DecodeBenchReport& report, int64_t row, FILE* out);
 
 }  // namespace mha::client::cli

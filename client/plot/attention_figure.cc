@@ -90,8 +90,9 @@ void AttentionFigure::Layout() {
   const size_t columns = std::min<size_t>(panels, kMaxColumns);
   const size_t grid_rows = (panels + columns - 1) / columns;
   for (size_t p = 0; p < panels; ++p) {
-    maps_rect_.push_back({kMargin + (p % columns) * panel_w + left,
-                          header_h_ + (p / columns) * panel_h + kPanelTitle, map_w, map_h});
+    const size_t grid_row = p / columns, grid_column = p % columns;  // the panel's place
+    maps_rect_.push_back({kMargin + grid_column * panel_w + left,
+                          header_h_ + grid_row * panel_h + kPanelTitle, map_w, map_h});
   }
   const double bar_h = std::max(map_h, 120.0);
   width_ = kMargin + columns * panel_w + ColourBarWidth(scale_) + kMargin;

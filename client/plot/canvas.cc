@@ -9,6 +9,19 @@
 #include <cmath>
 
 namespace mha::plot {
+
+struct Canvas::Cairo {
+  cairo_surface_t* surface;
+  cairo_t* cr;
+  explicit Cairo(cairo_surface_t* s) : surface(s), cr(cairo_create(s)) {}
+  ~Cairo() {
+    cairo_destroy(cr);
+    cairo_surface_destroy(surface);
+  }
+  Cairo(const Cairo&) = delete;
+  Cairo& operator=(const Cairo&) = delete;
+};
+
 namespace {
 
 constexpr const char* kFontFamily = "DejaVu Sans";
@@ -85,13 +98,13 @@ StatusOr<std::unique_ptr<Canvas>> Canvas::Create(const std::string& path, const 
     cairo_surface_destroy(surface);
     return Internal(flag + ": cannot write '" + path + "': " + cairo_status_to_string(s));
   }
-  return std::unique_ptr<Canvas>(new Canvas(surface, *format, path, width, height));
+  return std::unique_ptr<Canvas>(
+      new Canvas(std::make_unique<Cairo>(surface), *format, path, width, height));
 }
 
-Canvas::Canvas(cairo_surface_t* surface, ImageFormat format, std::string path, int width,
+Canvas::Canvas(std::unique_ptr<Cairo> cairo, ImageFormat format, std::string path, int width,
                int height)
-    : surface_(surface),
-      cr_(cairo_create(surface)),
+    : cairo_(std::move(cairo)),
       format_(format),
       path_(std::move(path)),
       width_(width),
@@ -99,84 +112,81 @@ Canvas::Canvas(cairo_surface_t* surface, ImageFormat format, std::string path, i
   Fill({0, 0, static_cast<double>(width), static_cast<double>(height)}, kWhite);
 }
 
-Canvas::~Canvas() {
-  cairo_destroy(cr_);
-  cairo_surface_destroy(surface_);
-}
+Canvas::~Canvas() = default;
 
 void Canvas::Fill(const Rect& r, const Rgb& colour) {
-  SetColour(cr_, colour);
-  cairo_rectangle(cr_, r.x, r.y, r.w, r.h);
-  cairo_fill(cr_);
+  SetColour(cairo_->cr, colour);
+  cairo_rectangle(cairo_->cr, r.x, r.y, r.w, r.h);
+  cairo_fill(cairo_->cr);
 }
 
 void Canvas::Stroke(const Rect& r, const Rgb& colour, double line_width) {
-  SetColour(cr_, colour);
-  cairo_set_line_width(cr_, line_width);
-  cairo_rectangle(cr_, r.x, r.y, r.w, r.h);
-  cairo_stroke(cr_);
+  SetColour(cairo_->cr, colour);
+  cairo_set_line_width(cairo_->cr, line_width);
+  cairo_rectangle(cairo_->cr, r.x, r.y, r.w, r.h);
+  cairo_stroke(cairo_->cr);
 }
 
 void Canvas::Line(double x0, double y0, double x1, double y1, const Rgb& colour, double line_width,
                   bool dashed) {
-  SetColour(cr_, colour);
-  cairo_set_line_width(cr_, line_width);
+  SetColour(cairo_->cr, colour);
+  cairo_set_line_width(cairo_->cr, line_width);
   const double dash[] = {4, 3};
-  cairo_set_dash(cr_, dash, dashed ? 2 : 0, 0);
-  cairo_move_to(cr_, x0, y0);
-  cairo_line_to(cr_, x1, y1);
-  cairo_stroke(cr_);
-  cairo_set_dash(cr_, nullptr, 0, 0);
+  cairo_set_dash(cairo_->cr, dash, dashed ? 2 : 0, 0);
+  cairo_move_to(cairo_->cr, x0, y0);
+  cairo_line_to(cairo_->cr, x1, y1);
+  cairo_stroke(cairo_->cr);
+  cairo_set_dash(cairo_->cr, nullptr, 0, 0);
 }
 
 void Canvas::Hatch(const Rect& r) {
   Fill(r, {0.86, 0.86, 0.86});
-  cairo_save(cr_);
-  cairo_rectangle(cr_, r.x, r.y, r.w, r.h);
-  cairo_clip(cr_);
-  SetColour(cr_, {0.35, 0.35, 0.35});
-  cairo_set_line_width(cr_, 1);
+  cairo_save(cairo_->cr);
+  cairo_rectangle(cairo_->cr, r.x, r.y, r.w, r.h);
+  cairo_clip(cairo_->cr);
+  SetColour(cairo_->cr, {0.35, 0.35, 0.35});
+  cairo_set_line_width(cairo_->cr, 1);
   constexpr double kGap = 5;
   for (double d = -r.h; d < r.w; d += kGap) {  // lines of slope 1 crossing the rectangle
-    cairo_move_to(cr_, r.x + d, r.bottom());
-    cairo_line_to(cr_, r.x + d + r.h, r.y);
+    cairo_move_to(cairo_->cr, r.x + d, r.bottom());
+    cairo_line_to(cairo_->cr, r.x + d + r.h, r.y);
   }
-  cairo_stroke(cr_);
-  cairo_restore(cr_);
+  cairo_stroke(cairo_->cr);
+  cairo_restore(cairo_->cr);
 }
 
 void Canvas::Text(double x, double y, const std::string& text, const TextStyle& s) {
   if (text.empty()) return;
   texts_.push_back(text);
-  SelectFont(cr_, s.size, s.bold);
+  SelectFont(cairo_->cr, s.size, s.bold);
   cairo_text_extents_t e, digit;
-  cairo_text_extents(cr_, text.c_str(), &e);
-  cairo_text_extents(cr_, "0", &digit);
+  cairo_text_extents(cairo_->cr, text.c_str(), &e);
+  cairo_text_extents(cairo_->cr, "0", &digit);
   const double along = s.h == Align::kStart    ? 0
                        : s.h == Align::kCentre ? -e.x_advance / 2
                                                : -e.x_advance;
   const double across = s.v == Align::kStart    ? digit.height
                         : s.v == Align::kCentre ? digit.height / 2
                                                 : 0;
-  cairo_save(cr_);
-  cairo_translate(cr_, x, y);
-  if (s.vertical) cairo_rotate(cr_, -M_PI / 2);
-  SetColour(cr_, s.colour);
-  cairo_move_to(cr_, along, across);
-  cairo_show_text(cr_, text.c_str());
-  cairo_restore(cr_);
+  cairo_save(cairo_->cr);
+  cairo_translate(cairo_->cr, x, y);
+  if (s.vertical) cairo_rotate(cairo_->cr, -M_PI / 2);
+  SetColour(cairo_->cr, s.colour);
+  cairo_move_to(cairo_->cr, along, across);
+  cairo_show_text(cairo_->cr, text.c_str());
+  cairo_restore(cairo_->cr);
 }
 
 Status Canvas::Finish() {
   if (finished_) return Status::Ok();
   finished_ = true;
-  cairo_status_t s = cairo_status(cr_);
+  cairo_status_t s = cairo_status(cairo_->cr);
   if (s == CAIRO_STATUS_SUCCESS && format_ == ImageFormat::kPng) {
-    cairo_surface_flush(surface_);
-    s = cairo_surface_write_to_png(surface_, path_.c_str());
+    cairo_surface_flush(cairo_->surface);
+    s = cairo_surface_write_to_png(cairo_->surface, path_.c_str());
   }
-  cairo_surface_finish(surface_);  // SVG/PDF: writes the rest of the file and closes it
-  if (s == CAIRO_STATUS_SUCCESS) s = cairo_surface_status(surface_);
+  cairo_surface_finish(cairo_->surface);  // SVG/PDF: writes the rest of the file and closes it
+  if (s == CAIRO_STATUS_SUCCESS) s = cairo_surface_status(cairo_->surface);
   if (s != CAIRO_STATUS_SUCCESS) {
     return Internal("cannot write '" + path_ + "': " + cairo_status_to_string(s));
   }

@@ -11,9 +11,6 @@
 
 #include "mha/status.h"
 
-typedef struct _cairo cairo_t;
-typedef struct _cairo_surface cairo_surface_t;
-
 namespace mha::plot {
 
 enum class ImageFormat { kPng, kSvg, kPdf };
@@ -101,10 +98,10 @@ class Canvas {
   Status Finish();
 
  private:
-  Canvas(cairo_surface_t* surface, ImageFormat format, std::string path, int width, int height);
+  struct Cairo;  // the surface and its context (canvas.cc: cairo stays out of this header)
+  Canvas(std::unique_ptr<Cairo> cairo, ImageFormat format, std::string path, int width, int height);
 
-  cairo_surface_t* surface_;
-  cairo_t* cr_;
+  std::unique_ptr<Cairo> cairo_;
   ImageFormat format_;
   std::string path_;
   int width_, height_;
