@@ -11,6 +11,7 @@
 #include "client/cli/afd_command.h"
 #include "client/cli/commands.h"
 #include "client/cli/control_commands.h"
+#include "client/cli/decode_command.h"
 #include "client/cli/head_commands.h"
 #include "client/cli/tls_flags.h"
 

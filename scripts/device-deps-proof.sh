@@ -52,7 +52,7 @@ for tool in pkg-config pkgconf protoc grpc_cpp_plugin; do
     echo "proof: the root has $tool outside the bundle; the proof would be weak" >&2; exit 1
   fi
 done
-for h in grpcpp/grpcpp.h google/protobuf/message.h spdlog/spdlog.h gtest/gtest.h httplib.h png.h; do
+for h in grpcpp/grpcpp.h google/protobuf/message.h spdlog/spdlog.h gtest/gtest.h httplib.h cairo/cairo.h; do
   [ ! -e "$root/usr/include/$h" ] || { echo "proof: the root has /usr/include/$h" >&2; exit 1; }
 done
 

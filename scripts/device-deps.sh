@@ -13,7 +13,7 @@
 # What is carried and why:
 #   * every -dev package the CMake build finds (gRPC, protobuf, absl, re2, c-ares, openssl, zlib,
 #     spdlog, fmt, prometheus-cpp + civetweb + curl (its config finds CURL), cpp-httplib + brotli,
-#     CLI11, nlohmann-json, libpng, gtest/gmock, benchmark) and their shared libraries;
+#     CLI11, nlohmann-json, cairo, gtest/gmock, benchmark) and their shared libraries;
 #   * civetweb (the program): civetweb-targets.cmake imports bin/civetweb and CMake checks it exists;
 #   * protoc + libprotoc and grpc_cpp_plugin / grpc_python_plugin (client/python/gen_stubs.sh);
 #   * pkgconf: server/ finds cpp-httplib and gRPC's Findre2 finds re2 through pkg-config, which a
@@ -42,8 +42,10 @@ pkgs=(
   libcivetweb-dev libcivetweb1 civetweb libcurl4-openssl-dev libcurl4
   libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1
   libcli11-dev nlohmann-json3-dev
-  # mha-client's pictures (client/plot: find_package(PNG REQUIRED)); zlib1g-dev above is its dep
-  libpng-dev libpng16-16
+  # mha-client's pictures (client/plot: cairo.h and libcairo, found without pkg-config) and the
+  # libraries libcairo.so.2 loads (X11's client libraries among them; no X server is needed)
+  libcairo2-dev libcairo2 libpixman-1-0 libfontconfig1 libfreetype6 libpng16-16 libexpat1
+  libxcb1 libxcb-render0 libxcb-shm0 libxrender1 libx11-6 libx11-data libxext6 libxau6 libxdmcp6
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian
   # pkg-config (pkgconf)

@@ -11,10 +11,11 @@ build_pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libtorch-dev libopenblas0-pthread libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libpng-dev
+  libcairo2-dev
 )
+# poppler-utils: pdftotext / pdfinfo read the PDFs of mha-client's pictures back in mha_plot_tests.
 test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps python3-yaml
-  clang-format clang-tidy python3-jsonschema nginx python3-requests ccache)
+  clang-format clang-tidy python3-jsonschema nginx python3-requests ccache poppler-utils)
 # kubectl (kustomize) for tests/deploy, unless one is installed already: dpkg refuses a second
 # owner of /usr/bin/kubectl.
 command -v kubectl >/dev/null || test_pkgs+=(kubernetes-client)

@@ -4,8 +4,9 @@
 #
 # The test command (scripts/test.sh) runs `format` before the build and `tidy` after it. Plain
 # `tidy` checks the translation units that include neither ATen nor the generated protos' heaviest
-# users: mha_base, proto/wire and the torch-free client library (~1.5 min on 2 cores); `tidy all`
-# checks every project translation unit (~30+ min on 2 cores: run it before a large change lands).
+# users: mha_base, proto/wire, the torch-free client library and its pictures (~2 min on 2
+# cores); `tidy all` checks every project translation unit (~30+ min on 2 cores: run it before a
+# large change lands).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-format}
@@ -29,7 +30,9 @@ case "$mode" in
         proto/wire/dtype_table.cc proto/wire/tensor_header.cc proto/wire/status_convert.cc
         client/channel.cc client/credentials.cc client/mha_client.cc client/oip_translate.cc
         client/bench/bench_runner.cc client/bench/bench_tally.cc client/bench/decode_bench.cc
-        client/bench/server_cpu.cc)
+        client/bench/server_cpu.cc client/plot/canvas.cc client/plot/colour.cc client/plot/axes.cc
+        client/plot/figure.cc client/plot/attention_figure.cc client/plot/analysis_figure.cc
+        client/plot/latency_figure.cc)
     fi
     jobs=${MHA_TIDY_JOBS:-$(nproc)}
     out=$(mktemp)

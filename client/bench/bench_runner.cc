@@ -79,6 +79,7 @@ class ClosedLoop {
 
   BenchReport Run() {
     start_ = Clock::now();
+    tally_.Start();
     end_ = start_ + std::chrono::microseconds(static_cast<int64_t>(options_.duration_s * 1e6));
     active_ = static_cast<int>(lanes_.size());
     for (auto& lane : lanes_) Issue(&lane);
@@ -172,6 +173,7 @@ class OpenLoop {
     std::mt19937_64 rng(options_.seed);
     std::exponential_distribution<double> gap_s(options_.rate);
     const auto start = Clock::now();
+    tally_.Start();
     const auto end =
         start + std::chrono::microseconds(static_cast<int64_t>(options_.duration_s * 1e6));
     double offset_s = 0;

@@ -50,6 +50,9 @@ struct BenchReport {
   LatencyStats server_queue, server_compute;
   double offered_rate = 0;  // open loop: requests sent per second (0 = closed loop)
   ServerCpuReport server_cpu;
+  // Every successful call in the order answered: its latency and when it was answered (seconds
+  // since the timed run's start). For pictures (mha-client bench --plot); not in the text or JSON.
+  std::vector<double> sample_latency_us, sample_done_s;
 };
 
 BenchReport RunBench(AttentionClient& client, const std::vector<v1::ForwardRequest>& requests,

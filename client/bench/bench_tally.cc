@@ -100,6 +100,8 @@ bool ReadOipTimings(grpc::ByteBuffer* buffer, int64_t* queue_us, int64_t* comput
 }
 
 void BenchTally::Record(const grpc::Status& s, double latency_us, grpc::ByteBuffer* response) {
+  const double done_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   int64_t queue_us = 0, compute_us = 0;
   const bool timings = !s.ok() || !response ||
                        (oip_ ? ReadOipTimings(response, &queue_us, &compute_us)
@@ -111,6 +113,7 @@ void BenchTally::Record(const grpc::Status& s, double latency_us, grpc::ByteBuff
   } else if (s.ok()) {
     ++report_.ok;
     latencies_.push_back(latency_us);
+    done_s_.push_back(done_s);
     if (response) {
       queue_us_.push_back(static_cast<double>(queue_us));
       compute_us_.push_back(static_cast<double>(compute_us));
@@ -130,6 +133,8 @@ BenchReport BenchTally::Finish(double seconds) {
   BenchReport r = report_;
   r.seconds = seconds;
   r.throughput = seconds > 0 ? r.ok / seconds : 0;
+  r.sample_latency_us = latencies_;  // in answer order: each stays beside its answer time
+  r.sample_done_s = done_s_;
   r.latency = SummarizeLatencies(latencies_);
   r.server_queue = SummarizeLatencies(queue_us_);
   r.server_compute = SummarizeLatencies(compute_us_);

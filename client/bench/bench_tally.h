@@ -6,6 +6,7 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/status.h>
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -25,15 +26,18 @@ class BenchTally {
  public:
   // `oip`: the responses are inference.ModelInferResponse, else mha.v1 ForwardResponse.
   explicit BenchTally(bool oip = false) : oip_(oip) {}
+  // The timed run starts now: answers are timed from here (BenchReport::sample_done_s).
+  void Start() { start_ = std::chrono::steady_clock::now(); }
   // One finished call; `response` is null for GetModel pings. Thread-safe.
   void Record(const grpc::Status& status, double latency_us, grpc::ByteBuffer* response);
   BenchReport Finish(double seconds);
 
  private:
   const bool oip_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::mutex mu_;
   BenchReport report_;
-  std::vector<double> latencies_, queue_us_, compute_us_;
+  std::vector<double> latencies_, done_s_, queue_us_, compute_us_;
 };
 
 }  // namespace mha::client

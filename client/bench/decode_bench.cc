@@ -49,17 +49,16 @@ class Stepper {
   v1::ForwardResponse response_;
 };
 
-// Sends one step and keeps its latency (us); false, with the error tallied, when it fails.
+// Sends one step and keeps its latency; false, with the error tallied, when it fails.
 bool TimedStep(Stepper& stepper, const v1::ForwardRequest& step, Tally* tally,
-               std::vector<double>* latencies) {
+               StepSamples* samples) {
   const auto start = std::chrono::steady_clock::now();
   const Status s = stepper.Step(step);
-  const auto end = std::chrono::steady_clock::now();
   if (!s.ok()) {
     tally->Error(s);
     return false;
   }
-  latencies->push_back(std::chrono::duration<double, std::micro>(end - start).count());
+  samples->Add(start);
   return true;
 }
 
@@ -74,7 +73,7 @@ void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t 
     for (size_t b = 0; b < rows.size(); ++b) rows[b] += q.data().substr(b * row_bytes, row_bytes);
   };
   if (o.prefill > 0) append(o.prefill);
-  std::vector<double> mine;
+  StepSamples mine = tally->Samples();
   v1::ForwardRequest step;
   step.set_model(o.model);
   step.set_model_version(o.model_version);
@@ -93,7 +92,8 @@ void RunStateless(AttentionClient& client, const DecodeBenchOptions& o, int64_t 
     if (!TimedStep(stepper, step, tally, &mine)) break;
   }
   if (Status s = stepper.Finish(); !s.ok()) tally->Error(s);
-  tally->AddLatencies(mine);
+  std::lock_guard<std::mutex> lock(tally->mu);
+  tally->MergeLocked(mine);
 }
 
 // One session's whole life through the client library's DecodingSession (a client-chosen id sent
@@ -115,20 +115,22 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
   if (!session.ok()) return tally->Error(session.status());
   DecodingSession& s = **session;
   v1::ForwardRequest step;
-  step.set_need_weights(o.need_weights);
-  std::vector<double> mine;
+  SetWeightsOptions(o, &step);
+  StepSamples mine = tally->Samples();
   Status failed;
   if (o.prefill > 0) {
     *step.mutable_query() = RandomQuery(o.batch, o.prefill, e, &rng);
     failed = s.Step(step).status();
   }
-  mine.reserve(static_cast<size_t>(o.tokens));
+  v1::ForwardResponse last;  // session 0 keeps its last answer's weights for the tally
   for (int64_t i = 0; failed.ok() && i < o.tokens; ++i) {
     *step.mutable_query() = RandomQuery(o.batch, 1, e, &rng);
     const auto start = std::chrono::steady_clock::now();
-    failed = s.Step(step).status();
-    const auto end = std::chrono::steady_clock::now();
-    if (failed.ok()) mine.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+    auto answer = s.Step(step);
+    failed = answer.status();
+    if (!failed.ok()) break;
+    mine.Add(start);
+    if (index == 0 && o.need_weights) last = std::move(answer.value());
   }
   if (!failed.ok()) tally->Error(failed);
   auto closed = s.Close();
@@ -142,7 +144,35 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
   tally->resumes += s.stats().resumes;
   tally->replay_ms.insert(tally->replay_ms.end(), s.stats().replay_ms.begin(),
                           s.stats().replay_ms.end());
-  tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
+  tally->MergeLocked(mine);
+  if (last.has_attn_weights()) {
+    tally->last_step_weights = std::move(*last.mutable_attn_weights());
+    tally->last_step_tokens = last.session_tokens();
+  }
+}
+
+// The report's counts, samples, percentiles and rates from the finished run's tally, with the
+// server's CPU over the run from `cpu`. The caller has set r->seconds.
+void Summarize(const DecodeBenchOptions& o, const ServerCpuMeter& cpu, Tally* t,
+               DecodeBenchReport* r) {
+  r->sample_latency_us = t->latencies;  // in merge order: each beside its answer time
+  r->sample_done_s = t->done_s;
+  r->last_step_weights = std::move(t->last_step_weights);
+  r->last_step_tokens = t->last_step_tokens;
+  r->latency = SummarizeLatencies(std::move(t->latencies));
+  r->steps = r->latency.count;
+  r->server_cpu = cpu.Finish(r->steps);
+  r->errors = t->errors;
+  r->first_error = t->first_error;
+  r->kv_blocks = t->kv_blocks;
+  r->kv_block_tokens = t->kv_block_tokens;
+  r->cached_tokens = t->cached_tokens;
+  r->resumed = t->resumes;
+  const LatencyStats replay = SummarizeLatencies(std::move(t->replay_ms));
+  r->replay_ms_p50 = replay.p50_us;  // the same summary, in milliseconds here
+  r->replay_ms_max = replay.max_us;
+  r->steps_per_s = r->seconds > 0 ? r->steps / r->seconds : 0;
+  r->tokens_per_s = r->steps_per_s * o.batch;
 }
 
 }  // namespace
@@ -164,6 +194,7 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   Tally tally;
   const ServerCpuMeter cpu(o.server_cpu);
   const auto start = std::chrono::steady_clock::now();
+  tally.start = start;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(o.sessions));
   for (int i = 0; i < o.sessions; ++i) {
@@ -175,20 +206,7 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   }
   for (auto& t : threads) t.join();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  report.latency = SummarizeLatencies(std::move(tally.latencies));
-  report.steps = report.latency.count;
-  report.server_cpu = cpu.Finish(report.steps);
-  report.errors = tally.errors;
-  report.first_error = tally.first_error;
-  report.kv_blocks = tally.kv_blocks;
-  report.kv_block_tokens = tally.kv_block_tokens;
-  report.cached_tokens = tally.cached_tokens;
-  report.resumed = tally.resumes;
-  const LatencyStats replay = SummarizeLatencies(std::move(tally.replay_ms));
-  report.replay_ms_p50 = replay.p50_us;  // the same summary, in milliseconds here
-  report.replay_ms_max = replay.max_us;
-  report.steps_per_s = report.seconds > 0 ? report.steps / report.seconds : 0;
-  report.tokens_per_s = report.steps_per_s * o.batch;
+  Summarize(o, cpu, &tally, &report);
   return report;
 }
 

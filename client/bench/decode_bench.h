@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "client/bench/bench_runner.h"
 #include "client/mha_client.h"
@@ -22,6 +23,7 @@ struct DecodeBenchOptions {
   int64_t prefill = 0;   // tokens of a first step (not timed); 0 = none
   int64_t batch = 1;     // rows per session
   bool need_weights = false;
+  bool per_head = false;  // with need_weights: per-head weights (average_attn_weights false)
   // No session: every step sends the whole prefix [B, i + 1, E] with is_causal and keeps the
   // last row (the baseline a session replaces).
   bool stateless = false;
@@ -58,6 +60,12 @@ struct DecodeBenchReport {
   int64_t resumed = 0;
   double replay_ms_p50 = 0, replay_ms_max = 0;
   ServerCpuReport server_cpu;  // per step; FLOPs and efficiency filled by the caller
+  // Every answered step (as BenchReport's samples), for pictures (mha-client decode --plot).
+  std::vector<double> sample_latency_us, sample_done_s;
+  // need_weights, plain sessions: the weights of session 0's last answered step ([B, 1, L] or
+  // [B, H, 1, L]; unset otherwise) and the session's tokens L after it.
+  v1::Tensor last_step_weights;
+  int64_t last_step_tokens = 0;
 };
 
 std::string DecodeBenchReportJson(const DecodeBenchReport& report);  // one JSON object

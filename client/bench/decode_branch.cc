@@ -11,11 +11,6 @@
 namespace mha::client {
 namespace {
 
-double MicrosSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
 // Opens a session of `max_tokens` and sends its prefill: its id, or "" with the error tallied.
 std::string OpenAndPrefill(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
                            int64_t max_tokens, std::mt19937_64* rng, Tally* tally) {
@@ -73,10 +68,10 @@ void RunForkedSession(AttentionClient& client, const DecodeBenchOptions& o, int6
   for (size_t f = 0; f < forks.size(); ++f) {
     threads.emplace_back([&, f] {
       std::mt19937_64 mine_rng(rng() + f);
-      std::vector<double> mine;
+      StepSamples mine = tally->Samples();
       v1::ForwardRequest step;
       step.set_session_id(forks[f]);
-      step.set_need_weights(o.need_weights);
+      SetWeightsOptions(o, &step);
       for (int64_t i = 0; i < o.tokens; ++i) {
         *step.mutable_query() = RandomQuery(o.batch, 1, e, &mine_rng);
         const auto start = std::chrono::steady_clock::now();
@@ -85,9 +80,10 @@ void RunForkedSession(AttentionClient& client, const DecodeBenchOptions& o, int6
           tally->Error(r.status());
           break;
         }
-        mine.push_back(MicrosSince(start));
+        mine.Add(start);
       }
-      tally->AddLatencies(mine);
+      std::lock_guard<std::mutex> lock(tally->mu);
+      tally->MergeLocked(mine);
     });
   }
   for (auto& t : threads) t.join();
@@ -102,10 +98,10 @@ void RunSpeculativeSession(AttentionClient& client, const DecodeBenchOptions& o,
   const std::string id = OpenAndPrefill(client, o, e, o.prefill + o.tokens * k, &rng, tally);
   if (id.empty()) return;
   std::uniform_int_distribution<int64_t> rejected(0, k);
-  std::vector<double> mine;
+  StepSamples mine = tally->Samples();
   v1::ForwardRequest step;
   step.set_session_id(id);
-  step.set_need_weights(o.need_weights);
+  SetWeightsOptions(o, &step);
   for (int64_t round = 0; round < o.tokens; ++round) {
     *step.mutable_query() = RandomQuery(o.batch, k, e, &rng);
     const auto start = std::chrono::steady_clock::now();
@@ -122,9 +118,12 @@ void RunSpeculativeSession(AttentionClient& client, const DecodeBenchOptions& o,
         break;
       }
     }
-    mine.push_back(MicrosSince(start));
+    mine.Add(start);
   }
-  tally->AddLatencies(mine);
+  {
+    std::lock_guard<std::mutex> lock(tally->mu);
+    tally->MergeLocked(mine);
+  }
   CloseInto(client, id, o, tally);
 }
 

@@ -10,6 +10,7 @@
 
 #include "client/cli/efficiency.h"
 #include "client/cli/head_commands.h"
+#include "client/cli/plot_inputs.h"
 #include "client/oip_translate.h"
 #include "client/shm_regions.h"
 #include "client/tensor_client.h"
@@ -51,8 +52,10 @@ void ForwardCommand::Add(CLI::App& app) {
   cmd = app.add_subcommand("forward", "One forward pass; prints shapes and stats");
   AddShapeFlags(cmd, &shape);
   cmd->add_option("-o,--output", output_file, "Write output (+attn_weights) as safetensors");
-  cmd->add_option("--plot", plot_file,
-                  "Draw the returned weights of batch row 0 as heatmaps, one panel per head (PNG)");
+  AddPlotOption(cmd, &plot_file,
+                "Draw the returned weights of one batch row (--plot-row) as heat maps, one per "
+                "head with --per-head, masked positions and heads hatched");
+  cmd->add_option("--plot-row", plot_row, "The batch row --plot draws")->capture_default_str();
   cmd->add_flag("--shm", shm,
                 "Inputs and the output through shared-memory regions (mha.v1; the server needs "
                 "--allow-client-shm=true; docs/shared-memory.md)");
@@ -131,7 +134,8 @@ int ForwardCommand::Run(AttentionClient& client) {
   PrintHeadStats(*result);
   std::printf("response: %zu bytes\n", wire_bytes);
   if (!plot_file.empty()) {
-    if (const Status s = PlotForward(*result, *request, plot_file); !s.ok()) return Fail(s);
+    const Status s = PlotForward(*result, *request, plot_row, plot_file);
+    if (!s.ok()) return Fail(s);
   }
   if (!output_file.empty()) {
     TensorMap tensors{{"output", result->output}};
@@ -193,6 +197,8 @@ void BenchCommand::Add(CLI::App& app) {
                 "Inputs and the output through shared-memory regions, over mha.v1 or --protocol "
                 "oip (the server needs --allow-client-shm=true; docs/shared-memory.md)");
   AddServerCpuFlags(cmd, &options.server_cpu);
+  AddPlotOption(cmd, &plot_file,
+                "Draw the latency distribution (p50/p90/p99 marked) and the throughput over time");
 }
 
 // One request per query length in [seq-min, seq-max] (or just --seq); each call picks one.
@@ -218,6 +224,33 @@ StatusOr<std::vector<v1::ForwardRequest>> BenchRequests(AttentionClient& client,
   }
   return requests;
 }
+
+namespace {
+
+// The text report's first line, the picture's title: "bench: B=8 T=128 S=T need_weights=0
+// concurrency=2".
+std::string BenchLine(const std::vector<v1::ForwardRequest>& requests, int64_t seq_min,
+                      int64_t seq_max, const BenchOptions& options, const std::string& arrival) {
+  const v1::ForwardRequest& first = requests.front();
+  const std::string t = requests.size() > 1
+                            ? std::to_string(seq_min) + ".." + std::to_string(seq_max)
+                            : std::to_string(first.query().shape(1));
+  char what[192];
+  std::snprintf(what, sizeof(what), "bench: B=%lld T=%s S=%s need_weights=%d ",
+                (long long)first.query().shape(0), t.c_str(),
+                first.has_key() ? std::to_string(first.key().shape(1)).c_str() : "T",
+                first.need_weights());
+  std::string line = what;
+  if (options.rate > 0) {
+    std::snprintf(what, sizeof(what), "rate=%g/s %s", options.rate, arrival.c_str());
+  } else {
+    std::snprintf(what, sizeof(what), "concurrency=%d", options.concurrency);
+  }
+  line += what;
+  return line;
+}
+
+}  // namespace
 
 int BenchCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout) {
   auto requests = BenchRequests(client, shape, &seq_min, &seq_max);
@@ -252,21 +285,18 @@ int BenchCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout
                    MeasureMatmulFlopsPerCpuSecond());
   }
   const v1::ForwardRequest& first = requests->front();
+  const std::string line = BenchLine(*requests, seq_min, seq_max, options, arrival);
   if (json) {
     std::printf("%s\n", BenchReportJson(report).c_str());
   } else {
-    const std::string t = requests->size() > 1
-                              ? std::to_string(seq_min) + ".." + std::to_string(seq_max)
-                              : std::to_string(first.query().shape(1));
-    char load[96];
-    if (options.rate > 0) {
-      std::snprintf(load, sizeof(load), "rate=%g/s %s", options.rate, arrival.c_str());
-    } else {
-      std::snprintf(load, sizeof(load), "concurrency=%d", options.concurrency);
-    }
-    std::printf("bench: B=%lld T=%s S=%s need_weights=%d %s\n%s", (long long)first.query().shape(0),
-                t.c_str(), first.has_key() ? std::to_string(first.key().shape(1)).c_str() : "T",
-                first.need_weights(), load, BenchReportText(report).c_str());
+    std::printf("%s\n%s", line.c_str(), BenchReportText(report).c_str());
+  }
+  if (!plot_file.empty()) {
+    const Status s = PlotLoad(plot_file, BenchSamples(report), line,
+                              "model " + (first.model().empty() ? "(default)" : first.model()) +
+                                  "; each request's latency as the client saw it",
+                              json ? stderr : stdout);  // --json: stdout holds the one JSON object
+    if (!s.ok()) return Fail(s);
   }
   return report.ok > 0 && report.errors == 0 ? 0 : 1;
 }
@@ -314,55 +344,6 @@ int LocalBenchCommand::Run() {
                 options.threads, BenchReportText(report).c_str());
   }
   return report.ok > 0 && report.errors == 0 ? 0 : 1;
-}
-
-void DecodeCommand::Add(CLI::App& app) {
-  cmd = app.add_subcommand(
-      "decode",
-      "Decoding sessions: open M sessions, step each N times (one token per step); "
-      "reports steps/s and step latency p50/p99");
-  AddModelFlags(cmd, &options.model, &options.model_version);
-  cmd->add_option("--tokens", options.tokens, "Decode steps per session")->capture_default_str();
-  cmd->add_option("--sessions", options.sessions, "Sessions decoding at once (a thread each)")
-      ->capture_default_str();
-  cmd->add_option("--prefill", options.prefill, "Tokens of a first (untimed) prefill step")
-      ->capture_default_str();
-  cmd->add_option("-b,--batch", options.batch, "Rows per session")->capture_default_str();
-  cmd->add_flag("-w,--need-weights", options.need_weights, "Ask for the attention weights");
-  cmd->add_option("--seed", options.seed, "Random queries' seed")->capture_default_str();
-  cmd->add_flag("--stateless", options.stateless,
-                "Baseline without sessions: each step sends the whole prefix with is_causal");
-  cmd->add_flag("--stream", options.stream,
-                "Each session's steps as messages of one ForwardStream (not a Forward call each)");
-  cmd->add_flag("!--no-resume", options.resume,
-                "A session lost with its replica fails its step (default: re-open the same id "
-                "and replay its tokens, counted as resumed)");
-  cmd->add_option("--fork", options.fork,
-                  "Fork N continuations of each session after its prefill (ForkSession: KV "
-                  "blocks shared); each continuation steps --tokens times")
-      ->capture_default_str();
-  cmd->add_option("--speculate", options.speculate,
-                  "Speculative decoding: each of --tokens rounds appends K tokens in one step, "
-                  "then truncates back a random 0..K of them (TruncateSession)")
-      ->capture_default_str();
-  AddServerCpuFlags(cmd, &options.server_cpu);
-  cmd->add_flag("--json", json, "Print one JSON object");
-}
-
-int DecodeCommand::Run(AttentionClient& client, std::chrono::milliseconds timeout) {
-  options.timeout = timeout;
-  auto report = RunDecodeBench(client, options);
-  if (!report.ok()) return Fail(report.status());
-  if (report->server_cpu.measured) {
-    FillEfficiency(&report->server_cpu, DecodeStepFlops(options, report->embed_dim),
-                   MeasureMatmulFlopsPerCpuSecond());
-  }
-  if (json) {
-    std::printf("%s\n", DecodeBenchReportJson(*report).c_str());
-  } else {
-    std::printf("%s", DecodeBenchReportText(options, *report).c_str());
-  }
-  return report->errors == 0 ? 0 : 1;
 }
 
 }  // namespace mha::client::cli

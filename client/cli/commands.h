@@ -6,7 +6,6 @@
 #include <string>
 
 #include "client/bench/bench_runner.h"
-#include "client/bench/decode_bench.h"
 #include "client/cli/cli_util.h"
 #include "local_bench.h"
 
@@ -31,7 +30,8 @@ struct ForwardCommand {
   CLI::App* cmd = nullptr;
   ShapeFlags shape;
   std::string output_file, plot_file;
-  bool shm = false;  // --shm: query/key/value and output through shared memory (mha.v1)
+  int64_t plot_row = 0;  // --plot-row: the batch row drawn
+  bool shm = false;      // --shm: query/key/value and output through shared memory (mha.v1)
 };
 
 struct BenchCommand {
@@ -45,16 +45,7 @@ struct BenchCommand {
   std::string arrival = "poisson";
   int64_t seq_min = 0, seq_max = 0;
   bool shm = false;  // --shm: tensors through shared memory (client/shm_regions.h)
-};
-
-// decode --tokens N --sessions M: the decoding-session load generator (client/decode_bench.h).
-struct DecodeCommand {
-  void Add(CLI::App& app);
-  int Run(AttentionClient& client, std::chrono::milliseconds timeout);
-
-  CLI::App* cmd = nullptr;
-  DecodeBenchOptions options;
-  bool json = false;
+  std::string plot_file;
 };
 
 struct LocalBenchCommand {

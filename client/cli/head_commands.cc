@@ -2,19 +2,13 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
 #include <cstdio>
-#include <vector>
 
 #include "client/cli/cli_util.h"
-#include "client/plot/plot.h"
+#include "client/cli/plot_inputs.h"
 
 namespace mha::client::cli {
 namespace {
-
-std::vector<double> Values(const google::protobuf::RepeatedField<double>& f) {
-  return {f.begin(), f.end()};
-}
 
 void PrintBars(const char* title, const v1::ProjectionAnalysis& p) {
   std::printf("%s head importance (Frobenius norm share), effective rank %.2f / %lld:\n", title,
@@ -49,34 +43,13 @@ void PrintCorrelation(const v1::ProjectionAnalysis& p) {
 
 }  // namespace
 
-Status PlotForward(const ForwardResult& r, const v1::ForwardRequest& request,
+Status PlotForward(const ForwardResult& r, const v1::ForwardRequest& request, int64_t row,
                    const std::string& path) {
-  at::Tensor w = r.attn_weights;
-  if (r.topk_values.defined()) {  // scattered onto zeros: the k largest per row stand out
-    const int64_t keys =
-        std::max<int64_t>(request.has_key() ? request.key().shape(1) : request.query().shape(1),
-                          r.topk_indices.max().item<int64_t>() + 1);
-    std::vector<int64_t> shape = r.topk_values.sizes().vec();
-    shape.back() = keys;
-    w = at::zeros(shape, at::kFloat)
-            .scatter_(-1, r.topk_indices.to(at::kLong), r.topk_values.to(at::kFloat));
-  }
-  if (!w.defined()) return InvalidArgument("--plot: the answer has no weights (use -w)");
-  w = w[0];  // batch row 0
-  std::vector<int64_t> labels;
-  if (w.dim() == 2) {
-    w = w.unsqueeze(0);  // averaged: one panel, untitled
-  } else {
-    for (int64_t h = 0; h < w.size(0); ++h) {
-      labels.push_back(request.weights_heads_size() > 0 ? request.weights_heads(h) : h);
-    }
-  }
-  auto layout = plot::PlotWeights(w, labels, path);
-  if (!layout.ok()) return layout.status();
-  std::printf("wrote %s (%dx%d: %d panels of %lldx%lld weights)\n", path.c_str(), layout->width,
-              layout->height, layout->panels, static_cast<long long>(w.size(1)),
-              static_cast<long long>(w.size(2)));
-  return Status::Ok();
+  auto maps = ForwardMaps(r, request, row);
+  if (!maps.ok()) return maps.status();
+  auto figure = plot::AttentionFigure::Make(std::move(maps.value()));
+  if (!figure.ok()) return figure.status();
+  return WritePlot(path, {&figure.value()});
 }
 
 void PrintHeadStats(const ForwardResult& r) {
@@ -95,7 +68,8 @@ void AnalyzeCommand::Add(CLI::App& app) {
                            "The head analysis of a model's W^O (and W^Q/K/V): docs/heads.md");
   cmd->add_option("model", model, "Model name ('' = default)");
   cmd->add_option("--model-version", version, "Version ('' = newest READY)");
-  cmd->add_option("--plot", plot_file, "Draw importance bars and the correlation matrix (PNG)");
+  AddPlotOption(cmd, &plot_file,
+                "Draw W^O's head importance, effective rank per head and head correlation");
 }
 
 int AnalyzeCommand::Run(AttentionClient& client) {
@@ -110,11 +84,9 @@ int AnalyzeCommand::Run(AttentionClient& client) {
   PrintBars("W^K", a->key_projection());
   PrintBars("W^V", a->value_projection());
   if (!plot_file.empty()) {
-    const Status s =
-        plot::PlotAnalysis(Values(a->output_projection().head_importance()),
-                           Values(a->output_projection().head_correlation()), plot_file);
-    if (!s.ok()) return Fail(s);
-    std::printf("wrote %s\n", plot_file.c_str());
+    auto figure = plot::AnalysisFigure::Make(AnalysisData(*a));
+    if (!figure.ok()) return Fail(figure.status());
+    if (const Status s = WritePlot(plot_file, {&figure.value()}); !s.ok()) return Fail(s);
   }
   return 0;
 }

@@ -1,6 +1,6 @@
-// mha-client's head pictures and analysis (docs/heads.md): `forward ... --plot FILE.png` draws the
-// returned weights, `analyze [MODEL] [--plot FILE.png]` prints (and draws) the W^O head analysis
-// (docs/heads.md).
+// mha-client's head pictures and analysis (docs/heads.md): `forward -w ... --plot FILE` draws the
+// returned weights, `analyze [MODEL] [--plot FILE]` prints (and draws) the head analysis; FILE is
+// a .png, .svg or .pdf.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,8 +11,8 @@
 
 namespace mha::client::cli {
 
-// The weights of batch row 0 as heatmap panels (dense, or top-k scattered onto zeros).
-Status PlotForward(const ForwardResult& result, const v1::ForwardRequest& request,
+// The weights of batch row `row` as heat maps, one per head (plot_inputs.h: ForwardMaps).
+Status PlotForward(const ForwardResult& result, const v1::ForwardRequest& request, int64_t row,
                    const std::string& path);
 
 // Head statistics, when returned: per head, the mean entropy and mean max weight over rows.

@@ -1,11 +1,14 @@
 // `mha-client decode`'s load generator (client/decode_bench.h) against a real mha-server: every
 // step it reports was answered, the server's KV cache accounting it reports at CloseSession is
 // the one the block size implies, the sessions are closed afterwards, `--stream` steps go over
-// ForwardStream (the server's log names the method), and a refused step is reported, not counted.
+// ForwardStream (the server's log names the method), every step's latency and time is kept with
+// session 0's last per-head weights (what --plot draws), and a refused step is reported, not
+// counted.
 #include "client/bench/decode_bench.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "session_test_util.h"
@@ -77,6 +80,43 @@ TEST_P(DecodeBench, ReportsEveryStepAndTheCacheTheBlocksImply) {
   const std::string text = client::DecodeBenchReportText(o, *report);
   EXPECT_NE(text.find("steps: 15 ok, 0 errors"), std::string::npos) << text;
   EXPECT_NE(text.find("12 blocks x 4 tokens for 42 tokens cached"), std::string::npos) << text;
+}
+
+TEST_P(DecodeBench, KeepsEveryStepsSampleAndSessionZerosLastWeights) {
+  OwnServer s;
+  ASSERT_TRUE(s.Start({}));
+  client::DecodeBenchOptions o = Options(GetParam());
+  o.need_weights = true;
+  o.per_head = true;
+  auto report = client::RunDecodeBench(*s.Client(), o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->errors, 0) << report->first_error;
+  ASSERT_EQ(report->sample_latency_us.size(), 3u * 5u);
+  ASSERT_EQ(report->sample_done_s.size(), 3u * 5u);
+  double largest = 0;
+  for (size_t i = 0; i < report->sample_done_s.size(); ++i) {
+    EXPECT_GT(report->sample_done_s[i], 0.0);
+    EXPECT_LE(report->sample_done_s[i], report->seconds);
+    largest = std::max(largest, report->sample_latency_us[i]);
+  }
+  EXPECT_EQ(largest, report->max_us);
+  // Session 0's last step, per head: [B=2, H, 1, prefill 2 + 5 tokens], each row a distribution.
+  const v1::Tensor& w = report->last_step_weights;
+  ASSERT_EQ(w.shape_size(), 4);
+  const int64_t heads = w.shape(1);
+  EXPECT_EQ(heads, Case("decode_causal").meta["expect"]["num_heads"].get<int64_t>());
+  EXPECT_EQ(w.shape(0), 2);
+  EXPECT_EQ(w.shape(2), 1);
+  EXPECT_EQ(w.shape(3), 7);
+  EXPECT_EQ(report->last_step_tokens, 7);
+  ASSERT_EQ(w.dtype(), v1::FLOAT32);
+  ASSERT_EQ(w.data().size(), static_cast<size_t>(2 * heads * 7) * sizeof(float));
+  const auto* p = reinterpret_cast<const float*>(w.data().data());
+  for (int64_t row = 0; row < 2 * heads; ++row) {
+    double sum = 0;
+    for (int64_t k = 0; k < 7; ++k) sum += p[row * 7 + k];
+    EXPECT_NEAR(sum, 1.0, 1e-5) << row;
+  }
 }
 
 TEST_P(DecodeBench, ARefusedStepIsReportedAndEndsItsSession) {

@@ -9,7 +9,7 @@
 #include <vector>
 
 namespace mha::client {
-namespace {
+namespace latency_stats_test {
 
 TEST(LatencyStats, SummarizesSamplesInAnyOrderByNearestRank) {
   std::vector<double> values;
@@ -48,5 +48,5 @@ TEST(LatencyStats, JsonNamesEachFigureWithTheSuffixAndTheCountWhenAsked) {
   EXPECT_FALSE(named.contains("p50"));
 }
 
-}  // namespace
+}  // namespace latency_stats_test
 }  // namespace mha::client

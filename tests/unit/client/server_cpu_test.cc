@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 namespace mha::client {
-namespace {
+namespace server_cpu_test {
 
 // Spins until this process's CPU seconds (as /proc reports them) have moved past `start`.
 void BurnPast(double start) {
@@ -80,5 +80,5 @@ TEST(PrometheusSample, ReadsTheUnlabelledSampleOfTheNameOnly) {
   EXPECT_FALSE(PrometheusSample(text, "absent_total").ok());
 }
 
-}  // namespace
+}  // namespace server_cpu_test
 }  // namespace mha::client
