@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Container tier steps (ctest -L container; tests/container/CMakeLists.txt runs them in order):
-#   tier.sh setup              own dockerd (dockerd.sh) + base images debian:12(-slim) (base_images.sh)
+#   tier.sh setup              own dockerd (dockerd.sh) + base images debian:12(-slim) (base_images.sh);
+#                              a second setup waits for the first (a lock), then finds them
 #   tier.sh build legacy|buildkit   docker build of ./Dockerfile with that builder
 #   tier.sh image IMAGE [--quick]   check_image.py        (needs MHA_CLIENT_BIN)
 #   tier.sh scale-out IMAGE         check_scale_out.py    (needs MHA_CLIENT_BIN)
@@ -157,6 +158,11 @@ build_buildkit() {
 step=${1:-}
 case "$step" in
   setup)
+    # One setup at a time: scripts/test.sh starts one beside the build (it downloads while the
+    # compiler works); container.setup then waits for it and finds everything in place.
+    mkdir -p "$MHA_DOCKER_ROOT"
+    exec 9>"$MHA_DOCKER_ROOT/setup.lock"
+    flock 9
     "$here/dockerd.sh" start
     nice -n 19 "$here/base_images.sh"
     ;;

@@ -99,7 +99,7 @@ TEST_P(DecodeBench, KeepsEveryStepsSampleAndSessionZerosLastWeights) {
     EXPECT_LE(report->sample_done_s[i], report->seconds);
     largest = std::max(largest, report->sample_latency_us[i]);
   }
-  EXPECT_EQ(largest, report->max_us);
+  EXPECT_EQ(largest, report->latency.max_us);
   // Session 0's last step, per head: [B=2, H, 1, prefill 2 + 5 tokens], each row a distribution.
   const v1::Tensor& w = report->last_step_weights;
   ASSERT_EQ(w.shape_size(), 4);
