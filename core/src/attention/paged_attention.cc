@@ -6,13 +6,45 @@
 #include <algorithm>
 
 #include "attention/paged_kernel.h"
+#include "mha/kv_layout.h"
 
 namespace mha {
 namespace {
 
 using internal::Pages;
+using internal::PageType;
 using internal::Scratch;
 using internal::Unit;
+
+Pages PagesOf(const KvBlockPool& pool, int64_t query_heads) {
+  Pages pages;
+  pages.keys = pool.keys().data_ptr();
+  pages.values = pool.values().data_ptr();
+  switch (pool.keys().scalar_type()) {
+    case at::kBFloat16:
+      pages.type = PageType::kBFloat16;
+      break;
+    case at::kHalf:
+      pages.type = PageType::kFloat16;
+      break;
+    case at::kChar:
+      pages.type = PageType::kInt8;
+      pages.key_scales = pool.key_scales().data_ptr<float>();
+      pages.value_scales = pool.value_scales().data_ptr<float>();
+      break;
+    default:
+      pages.type = PageType::kFloat32;
+      break;
+  }
+  pages.element = static_cast<int64_t>(pool.keys().element_size());
+  pages.block_tokens = pool.block_tokens();
+  pages.head_dim = pool.head_dim();
+  pages.embed = query_heads * pool.head_dim();
+  pages.heads = query_heads;
+  pages.kv_embed = pool.heads() * pool.head_dim();
+  pages.group = query_heads / pool.heads();
+  return pages;
+}
 
 // Units split into contiguous runs of about equal work, one run per thread.
 void RunUnits(const std::vector<Unit>& units, const Pages& pages) {
@@ -40,7 +72,10 @@ void RunUnits(const std::vector<Unit>& units, const Pages& pages) {
 }  // namespace
 
 bool PagedPoolSupported(const KvBlockPool& pool) {
-  return pool.keys().is_cpu() && pool.keys().scalar_type() == at::kFloat;
+  if (!pool.keys().is_cpu() || pool.layout().dtype != at::kFloat) return false;
+  const at::ScalarType stored = pool.keys().scalar_type();
+  return stored == at::kFloat || stored == at::kBFloat16 || stored == at::kHalf ||
+         stored == at::kChar;
 }
 
 bool PagedAttentionApplies(const MhaModel& model, const std::vector<StepItem>& items) {
@@ -71,21 +106,14 @@ at::Tensor PagedAttention(const MhaModel& model, const std::vector<StepItem>& it
 at::Tensor PagedAttention(const KvBlockPool& pool, int64_t query_heads,
                           const std::vector<PagedItem>& items, const at::Tensor& q_all) {
   const int64_t kv_heads = pool.heads(), d = pool.head_dim(), e = query_heads * d;
-  TORCH_CHECK(PagedPoolSupported(pool), "PagedAttention: float32 CPU pages");
+  TORCH_CHECK(PagedPoolSupported(pool), "PagedAttention: CPU pages of a float32 model");
   TORCH_CHECK(query_heads % kv_heads == 0, "PagedAttention: ", query_heads,
               " query heads for pages of ", kv_heads, " heads");
   TORCH_CHECK(q_all.scalar_type() == at::kFloat && q_all.is_cpu() && q_all.dim() == 2 &&
                   q_all.size(1) == e && q_all.stride(1) == 1,
               "PagedAttention: float32 CPU queries [N, ", e, "] with unit column stride, got ",
               q_all.sizes());
-  const Pages pages{pool.keys().data_ptr<float>(),
-                    pool.values().data_ptr<float>(),
-                    pool.block_tokens(),
-                    e,
-                    query_heads,
-                    d,
-                    kv_heads * d,
-                    query_heads / kv_heads};
+  const Pages pages = PagesOf(pool, query_heads);
   at::Tensor out = at::empty({q_all.size(0), e}, q_all.options());
   std::vector<Unit> units;
   int64_t offset = 0;
@@ -95,9 +123,17 @@ at::Tensor PagedAttention(const KvBlockPool& pool, int64_t query_heads,
     for (int64_t r = 0; r < cache.rows(); ++r, offset += item.tokens) {
       TORCH_CHECK(offset + item.tokens <= q_all.size(0), "PagedAttention: more rows than the ",
                   q_all.size(0), " queries");
-      units.push_back(Unit{&cache.table(r), cache.length(), item.tokens, item.causal,
-                           q_all.data_ptr<float>() + offset * q_all.stride(0), q_all.stride(0),
-                           out.data_ptr<float>() + offset * e});
+      Unit u;
+      u.table = &cache.table(r);
+      u.keys = cache.length();
+      u.tokens = item.tokens;
+      u.causal = item.causal;
+      u.q = q_all.data_ptr<float>() + offset * q_all.stride(0);
+      u.q_stride = q_all.stride(0);
+      u.out = out.data_ptr<float>() + offset * e;
+      u.kv_begin = 0;
+      u.kv_end = kv_heads;
+      units.push_back(u);
     }
   }
   TORCH_CHECK(offset == q_all.size(0), "PagedAttention: ", offset, " query rows expected, got ",
