@@ -1,12 +1,13 @@
 #include "mha/paged_attention.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 
 #include "attention/paged_kernel.h"
+#include "attention/task_pool.h"
 #include "mha/kv_layout.h"
+#include "mha/runtime.h"
 
 namespace mha {
 namespace {
@@ -46,26 +47,33 @@ Pages PagesOf(const KvBlockPool& pool, int64_t query_heads) {
   return pages;
 }
 
-// Units split into contiguous runs of about equal work, one run per thread.
+// Every unit (a sequence, all its K/V heads) attended, on PassThreads() threads when the pass is
+// big enough to share: then each unit is split into its K/V heads, tasks a shared counter hands
+// out. Each (sequence, K/V head) is computed whole by one thread with the same arithmetic as the
+// one-thread pass, so the answer is the same bit for bit however many threads run it.
 void RunUnits(const std::vector<Unit>& units, const Pages& pages) {
-  constexpr int64_t kMinWorkPerThread = int64_t{1} << 20;  // key/value floats read
-  std::vector<int64_t> work;
-  int64_t total = 0;
-  for (const Unit& u : units) work.push_back(total += u.keys * u.tokens * pages.kv_embed + 1);
-  const int64_t runs = std::clamp<int64_t>(total / kMinWorkPerThread, 1, at::get_num_threads());
-  std::vector<size_t> bounds{0};
-  for (int64_t r = 1; r < runs; ++r) {
-    const int64_t target = total * r / runs;
-    bounds.push_back(
-        static_cast<size_t>(std::lower_bound(work.begin(), work.end(), target) - work.begin()));
-  }
-  bounds.push_back(units.size());
-  at::parallel_for(0, runs, 1, [&](int64_t begin, int64_t end) {
+  constexpr int64_t kMinWorkPerThread = int64_t{1} << 20;  // key/value values read
+  int64_t work = 0;
+  for (const Unit& u : units) work += u.keys * u.tokens * pages.kv_embed + 1;
+  const int threads = static_cast<int>(
+      std::clamp<int64_t>(work / kMinWorkPerThread, 1, std::max(1, PassThreads())));
+  if (threads == 1) {
     thread_local Scratch scratch;
-    for (int64_t r = begin; r < end; ++r) {
-      for (size_t i = bounds[r]; i < bounds[r + 1]; ++i)
-        internal::AttendUnit(units[i], pages, &scratch);
+    for (const Unit& u : units) internal::AttendUnit(u, pages, &scratch);
+    return;
+  }
+  std::vector<Unit> tasks;
+  tasks.reserve(units.size() * static_cast<size_t>(pages.kv_heads()));
+  for (const Unit& u : units) {
+    for (int64_t kv = u.kv_begin; kv < u.kv_end; ++kv) {
+      tasks.push_back(u);
+      tasks.back().kv_begin = kv;
+      tasks.back().kv_end = kv + 1;
     }
+  }
+  internal::RunTasks(threads, static_cast<int64_t>(tasks.size()), [&](int64_t i) {
+    thread_local Scratch scratch;
+    internal::AttendUnit(tasks[static_cast<size_t>(i)], pages, &scratch);
   });
 }
 
