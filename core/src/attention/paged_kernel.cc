@@ -185,7 +185,7 @@ MHA_INLINE void Scores(const Unit& u, const Pages& pages, const float* q, float*
   const int64_t d = pages.head_dim, s = u.keys, g = pages.group;
   const int64_t heads = (u.kv_end - u.kv_begin) * g, q_row = heads * d;
   ForEachBlock(u, pages, pages.keys, u.Visible(u.tokens - 1),
-               [&](int64_t p, int64_t n, int64_t first, const Ahead& ahead) {
+               [&](int64_t p, int64_t n, int64_t first, const Ahead& ahead) MHA_LAMBDA_INLINE {
                  for (int64_t kv = u.kv_begin; kv < u.kv_end; ++kv) {
                    ahead.Part(kv - u.kv_begin, u.kv_end - u.kv_begin);
                    const Rows k =
@@ -212,7 +212,7 @@ MHA_INLINE void Mix(const Unit& u, const Pages& pages, const float* probs, float
     std::fill(u.out + t * pages.embed + col, u.out + t * pages.embed + col + heads * d, 0.0f);
   }
   ForEachBlock(u, pages, pages.values, u.Visible(u.tokens - 1),
-               [&](int64_t p, int64_t n, int64_t first, const Ahead& ahead) {
+               [&](int64_t p, int64_t n, int64_t first, const Ahead& ahead) MHA_LAMBDA_INLINE {
                  for (int64_t kv = u.kv_begin; kv < u.kv_end; ++kv) {
                    ahead.Part(kv - u.kv_begin, u.kv_end - u.kv_begin);
                    const Rows v =
