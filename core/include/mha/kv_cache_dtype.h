@@ -12,8 +12,10 @@
 // Torch-free: the serving layer parses the names (--kv-cache-dtype, config.json kv_cache_dtype).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
+#include "mha/options.h"
 #include "mha/status.h"
 
 namespace mha {
@@ -29,5 +31,15 @@ std::string KvCacheDtypeChoices();
 StatusOr<KvCacheDtype> ParseKvCacheDtype(const std::string& name, const std::string& field);
 // Whether the cache keeps a scale and a zero per token and K/V head beside the values.
 bool KvCacheDtypeScaled(KvCacheDtype dtype);
+
+// kModel as what a model computing in `compute` stores (fp32, fp16, bf16); the others as they are.
+KvCacheDtype ResolveKvCacheDtype(KvCacheDtype dtype, DType compute);
+// What a pool of `resolved` (a dtype ResolveKvCacheDtype gave) stores per token for `heads` K/V
+// heads of `head_dim`: 2 * heads * head_dim * its size, + 2 * heads * 8 bytes of scales when
+// scaled (KvBlockPool::bytes_per_token, before a pool exists).
+int64_t KvCacheBytesPerToken(KvCacheDtype resolved, int64_t heads, int64_t head_dim);
+// OK when a pool of `dtype` can be made on `device` ("cpu", "cuda:0"); else FAILED_PRECONDITION
+// saying why (fp8_e4m3 off a CUDA device, or with a LibTorch without float8).
+Status CheckKvCacheDtype(KvCacheDtype dtype, const std::string& device);
 
 }  // namespace mha
