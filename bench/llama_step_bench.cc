@@ -10,7 +10,9 @@
 //   BM_CopyRate: one core's copy bandwidth (memcpy of 256 MiB to another 256 MiB, bytes copied per
 //     second), the roofline's memory term (bench/run_all.py's roofline row).
 // MHA_LLAMA_CHECKPOINT=DIR runs the same on a checkpoint (gen_fixtures.py --llama-checkpoint DIR)
-// instead of random weights; MHA_LLAMA_KV_HEADS=N another number of K/V heads (16 = MHA).
+// instead of random weights; MHA_LLAMA_KV_HEADS=N another number of K/V heads (16 = MHA);
+// MHA_KV_CACHE_DTYPE=int8 (bf16, fp16...) the caches in that dtype (docs/kv_cache_dtypes.md);
+// MHA_PASS_THREADS=N the attention on N threads (mha/runtime.h PassThreads; default 1).
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
@@ -24,6 +26,7 @@
 #include "llama_bench_util.h"
 #include "mha/llama_step.h"
 #include "mha/paged_attention.h"
+#include "mha/runtime.h"
 
 namespace {
 
@@ -63,8 +66,27 @@ const mha::LlamaAttentionStack& Stack() {
 }
 
 std::shared_ptr<mha::KvBlockPool> Pool() {
-  static auto pool = Stack().CreateKvPool({int64_t{1} << 30, 16}).value();
+  static auto pool = [] {
+    const char* name = std::getenv("MHA_KV_CACHE_DTYPE");
+    auto dtype = mha::ParseKvCacheDtype(name != nullptr ? name : "model", "MHA_KV_CACHE_DTYPE");
+    auto made = dtype.ok() ? Stack().CreateKvPool({int64_t{1} << 30, 16, *dtype})
+                           : mha::StatusOr<std::shared_ptr<mha::KvBlockPool>>(dtype.status());
+    if (!made.ok()) {
+      std::fprintf(stderr, "%s\n", made.status().ToString().c_str());
+      std::abort();
+    }
+    std::fprintf(stderr, "KV cache dtype %s: %lld bytes per token\n",
+                 mha::KvCacheDtypeName((*made)->cache_dtype()),
+                 static_cast<long long>((*made)->bytes_per_token()));
+    return *made;
+  }();
   return pool;
+}
+
+// MHA_PASS_THREADS, 1 unless set.
+int PassThreadsFromEnv() {
+  const char* n = std::getenv("MHA_PASS_THREADS");
+  return n != nullptr ? std::atoi(n) : 1;
 }
 
 // A layer cache of kCache tokens (random keys/values: the cost does not depend on them).
@@ -94,6 +116,7 @@ void Run(benchmark::State& state, int64_t sessions, int64_t tokens, mha::StepAtt
     items.push_back({caches.back().get(), at::randn({tokens, Stack().config().hidden_size}),
                      &outs[static_cast<size_t>(i)]});
   }
+  mha::ScopedPassThreads threads(PassThreadsFromEnv());
   for (auto _ : state) {
     if (!mha::LlamaLayerStep(Stack(), 0, items, attention).ok()) std::abort();
     for (auto& c : caches) c->Truncate(kCache);
@@ -127,11 +150,12 @@ void BM_LlamaPagedAttention(benchmark::State& state) {
     items.push_back(mha::PagedItem{caches.back().get(), 1, true});
   }
   const at::Tensor q = at::randn({state.range(0), c.q_dim()});
+  mha::ScopedPassThreads threads(PassThreadsFromEnv());
   for (auto _ : state) {
     at::Tensor out = mha::PagedAttention(*Pool(), c.num_attention_heads, items, q);
     benchmark::DoNotOptimize(out.data_ptr());
   }
-  const double bytes = 2.0 * static_cast<double>(state.range(0) * kCache * c.kv_dim()) * 4;
+  const double bytes = static_cast<double>(state.range(0) * kCache * Pool()->bytes_per_token());
   state.counters["bytes/s"] =
       benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
 }

@@ -173,12 +173,13 @@ void PrintModel(const v1::ModelInfo& m) {
   std::printf(
       ": E=%lld H=%lld head_dim=%lld kdim=%lld vdim=%lld bias=%d add_bias_kv=%d "
       "add_zero_attn=%d dtype=%s compute=%s device=%s format=%s layout=%s params=%lld\n"
-      "    source %s\n",
+      "    kv_cache=%s kv_bytes_per_token=%lld source %s\n",
       (long long)m.embed_dim(), (long long)m.num_heads(), (long long)m.head_dim(),
       (long long)m.kdim(), (long long)m.vdim(), m.bias(), m.add_bias_kv(), m.add_zero_attn(),
       mha::codec::DataTypeName(m.dtype()).c_str(),
       mha::codec::DataTypeName(m.compute_dtype()).c_str(), m.device().c_str(), m.format().c_str(),
-      m.layout().c_str(), (long long)m.parameter_count(), m.source().c_str());
+      m.layout().c_str(), (long long)m.parameter_count(), m.kv_cache_dtype().c_str(),
+      (long long)m.kv_bytes_per_token(), m.source().c_str());
   if (m.architecture() == "llama") {
     std::printf(
         "    llama stack: layers=%lld kv_heads=%lld max_positions=%lld rope_theta=%g "

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "mha/kv_cache_dtype.h"
 #include "mha/options.h"
 #include "server/serving/sessions/session_spill.h"
 
@@ -73,6 +74,9 @@ StatusOr<ServerCoreOptions> CoreOptionsFrom(const ServerConfig& c) {
     o.overrides.dtype = *dtype;
   }
   if (!c.device.empty()) o.overrides.device = c.device;
+  auto kv_dtype = ParseKvCacheDtype(c.kv_cache_dtype, "--kv-cache-dtype");
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  o.overrides.kv_cache_dtype = *kv_dtype;
   if (c.deprecated_workers >= 0) {
     spdlog::warn(
         "--workers (MHA_WORKERS) is deprecated: use --instances (MHA_INSTANCES), the same "
@@ -261,6 +265,11 @@ void AddSessionFlags(CLI::App& app, ServerConfig* c) {
       "Decoding sessions: bytes of each model version's KV cache pool (keys + values of every "
       "block; allocated at the version's first OpenSession)")
       ->check(CLI::Range(int64_t{1} << 10, int64_t{1} << 50));
+  Add(app, "--kv-cache-dtype", &c->kv_cache_dtype,
+      "Decoding sessions: how each model version's KV cache stores keys and values, unless its "
+      "config.json says (kv_cache_dtype): model (its compute dtype), fp32, bf16, fp16, int8 (a "
+      "scale and zero per token and K/V head: ~3.5x the tokens of fp32 per byte at head_dim 64), "
+      "fp8_e4m3 (CUDA, LibTorch >= 2.1); docs/kv_cache_dtypes.md gives the accuracy of each");
   Add(app, "--kv-block-tokens", &c->core.sessions.pool.block_tokens,
       "Decoding sessions: tokens per KV cache block (a session grows block by block)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -24,6 +24,9 @@ struct ServerConfig {
   std::string grpc_address = "0.0.0.0:8500";
   std::string device;  // "" = each model's config.json (else "auto")
   std::string dtype;   // "" = each model's config.json (else float32)
+  // The KV cache dtype of the versions whose config.json has no "kv_cache_dtype"
+  // (mha/kv_cache_dtype.h); parsed by CoreOptionsFrom, so that a bad name exits with code 2.
+  std::string kv_cache_dtype = "model";
   int intra_op_threads = 1;
   int inter_op_threads = 1;
   std::string device_wait = "spin";  // mha/runtime.h DeviceWait: spin or block

@@ -23,9 +23,7 @@ namespace {
 const auto Mul = &SaturatingMul;
 const auto Add = &SaturatingAdd;
 
-}  // namespace
-
-int64_t PassWorkBytes(const PassShape& p) {
+int64_t AttentionWorkBytes(const PassShape& p) {
   const int64_t c = p.compute_bytes, keys = Add(p.s, p.extra_keys);
   // Projections q, k, v and their head-split copies, the attention output and W^O's output.
   const int64_t projections = Mul({p.rows, Add(Mul({3, p.t}), Mul({4, p.s})), p.embed_dim, c});
@@ -46,6 +44,12 @@ int64_t PassWorkBytes(const PassShape& p) {
                             : Mul({AttentionBlockRows(1, 1, p.t, keys, c, p.block_bytes), keys, c});
   const int64_t heads = Mul({p.rows, Add(p.t, Mul({2, p.s})), p.embed_dim, c});
   return Add(Add(projections, heads), Add(Mul({3, block}), weights));
+}
+
+}  // namespace
+
+int64_t PassWorkBytes(const PassShape& p) {
+  return Add(AttentionWorkBytes(p), Mul({p.rows, p.s, p.cache_bytes_per_key}));
 }
 
 }  // namespace mha::serve

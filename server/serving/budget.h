@@ -29,11 +29,17 @@ struct PassShape {
   bool on_device = false;     // a CUDA device
   int64_t mask_heads = 0;     // on a device: the whole additive mask's heads (0 none, 1, or H)
   int64_t block_bytes = kDefaultAttentionBlockBytes;  // MhaOptions::attention_block_bytes
+  // A session step over a KV cache stored in another dtype than the compute one
+  // (mha/kv_cache_dtype.h): the stored bytes of one key of one row (keys, values, scales) that a
+  // gather copies before decoding them. 0 for a cache in the compute dtype (its gather is the
+  // head-split copy counted with the projections).
+  int64_t cache_bytes_per_key = 0;
 };
 // The peak working memory of the pass: projections and outputs, plus on the CPU three blocks of
 // scores (scores, mask, softmax; a block's rows from AttentionBlockRows, the function the core
 // uses, as mha/attention_blocks.h chooses them) and on a device either the whole scores or the
-// fused kernel's mask and row statistics.
+// fused kernel's mask and row statistics. A session step's gather of a cache stored in another
+// dtype adds its stored bytes (cache_bytes_per_key).
 int64_t PassWorkBytes(const PassShape& pass);
 
 }  // namespace mha::serve

@@ -8,11 +8,14 @@
 // KvSpillStore (mha/kv_spill.h) and give every block back, then restore them.
 //
 // Storage: one keys tensor and one values tensor per pool, [blocks * block_tokens, H, head_dim]
-// (a "slot" is one token of one sequence), in the model's compute dtype on its device. H is the
-// number of heads the cache stores: an MhaModel's num_heads, or a grouped-query model's K/V heads
-// (mha/llama_stack.h). Appends write the projected [B, T, H * head_dim] rows (before split_heads)
-// into their slots; a gather over the block table gives the split_heads layout
-// [B, H, S, head_dim].
+// (a "slot" is one token of one sequence), in the pool's cache dtype (mha/kv_cache_dtype.h: the
+// model's compute dtype by default; bf16, fp16, int8...) on the model's device, and for a scaled
+// dtype (int8, fp8_e4m3) a (scale, zero) pair per slot and head beside each ([slots, H, 2]
+// float32). H is the number of heads the cache stores: an MhaModel's num_heads, or a grouped-query
+// model's K/V heads (mha/llama_stack.h). Appends write the projected [B, T, H * head_dim] rows
+// (before split_heads) into their slots, encoded there; a gather over the block table gives the
+// split_heads layout [B, H, S, head_dim] decoded to the compute dtype. A block's bytes are
+// its values and its scales: copies (copy-on-write) and spills move both, never re-encoding.
 #pragma once
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "mha/kv_cache_dtype.h"
 #include "mha/status.h"
 
 namespace at {
@@ -33,17 +37,19 @@ namespace mha {
 class MhaModel;
 
 struct KvPoolOptions {
-  int64_t capacity_bytes = int64_t{256} << 20;  // keys + values of every block (--kv-cache-bytes)
+  int64_t capacity_bytes = int64_t{256} << 20;  // keys + values (+ scales) of every block
   int64_t block_tokens = 16;                    // tokens per block (--kv-block-tokens)
+  KvCacheDtype dtype = KvCacheDtype::kModel;    // how keys and values are stored (--kv-cache-dtype)
 };
 
 struct KvLayout;  // mha/kv_layout.h (LibTorch types): what one token of one sequence stores
 
 class KvBlockPool {
  public:
-  // A pool for `model`'s heads, in its compute dtype on its device: capacity_bytes / block_bytes()
-  // blocks, allocated at once (on the CPU the pages are touched only as blocks are written).
-  // INVALID_ARGUMENT when block_tokens < 1 or not one block fits, naming the numbers.
+  // A pool for `model`'s heads, in options.dtype (its compute dtype for kModel) on its device:
+  // capacity_bytes / block_bytes() blocks, allocated at once (on the CPU the pages are touched
+  // only as blocks are written). INVALID_ARGUMENT when block_tokens < 1 or not one block fits,
+  // naming the numbers; FAILED_PRECONDITION for fp8_e4m3 where LibTorch or the device lacks it.
   static StatusOr<std::shared_ptr<KvBlockPool>> Create(const KvPoolOptions& options,
                                                        const MhaModel& model);
   // The same for any layout (a grouped-query model's K/V heads: LlamaAttentionStack::CreateKvPool).
@@ -57,8 +63,9 @@ class KvBlockPool {
   void Share(const std::vector<int64_t>& blocks);
   // One reference less to each of `blocks`; a block whose count reaches 0 is free again.
   void Release(const std::vector<int64_t>& blocks);
-  // Copies the keys and values of every slot of block `from` into block `to`; counted in
-  // copies_on_write() (KvCache::Reserve's copy of a shared block is its only caller).
+  // Copies the keys and values (and scales) of every slot of block `from` into block `to`, as
+  // bytes; counted in copies_on_write() (KvCache::Reserve's copy of a shared block is its only
+  // caller).
   void CopyBlock(int64_t from, int64_t to);
 
   int64_t total_blocks() const { return total_blocks_; }
@@ -69,27 +76,39 @@ class KvBlockPool {
   int64_t SharedAmong(const std::vector<int64_t>& blocks) const;  // how many have count > 1
   int64_t free_blocks() const { return total_blocks_ - used_blocks(); }
   int64_t block_tokens() const { return block_tokens_; }
-  int64_t block_bytes() const { return block_bytes_; }  // keys + values of one block
-  int64_t bytes_per_token() const { return block_bytes_ / block_tokens_; }  // 2 * H * D * dtype
+  int64_t block_bytes() const { return block_bytes_; }  // keys + values + scales of one block
+  // 2 * H * D * the cache dtype's size, + 2 * H * 8 bytes of scales for a scaled dtype.
+  int64_t bytes_per_token() const { return block_bytes_ / block_tokens_; }
   int64_t heads() const { return heads_; }        // heads stored per token
   int64_t head_dim() const { return head_dim_; }  // D
+  // options.dtype resolved: kModel only for a compute dtype without a name of its own (float64).
+  KvCacheDtype cache_dtype() const { return cache_dtype_; }
+  bool scaled() const { return KvCacheDtypeScaled(cache_dtype_); }  // scales beside the values
+  // What a reader gets: heads, head_dim, the model's compute dtype, the pool's device.
+  const KvLayout& layout() const;
 
-  // [total_blocks * block_tokens, H, head_dim]; writers own disjoint slots (their blocks).
+  // [total_blocks * block_tokens, H, head_dim] in the cache dtype; writers own disjoint slots
+  // (their blocks).
   const at::Tensor& keys() const;
   const at::Tensor& values() const;
+  // [total_blocks * block_tokens, H, 2] float32, each slot's (scale, zero) per head, for a scaled
+  // dtype; undefined tensors otherwise.
+  const at::Tensor& key_scales() const;
+  const at::Tensor& value_scales() const;
 
  private:
   KvBlockPool() = default;
-  // `per_token` explains the bytes per token in the error when not one block fits.
+  // `heads_words` names the heads ("8 KV heads") in the error when not one block fits.
   static StatusOr<std::shared_ptr<KvBlockPool>> Make(const KvPoolOptions& options,
                                                      const KvLayout& layout,
-                                                     const std::string& per_token);
+                                                     const std::string& heads_words);
 
   int64_t total_blocks_ = 0;
   int64_t block_tokens_ = 0;
   int64_t block_bytes_ = 0;
   int64_t heads_ = 0, head_dim_ = 0;
-  struct Storage;  // the keys and values tensors (kv_cache.cc)
+  KvCacheDtype cache_dtype_ = KvCacheDtype::kModel;
+  struct Storage;  // the tensors and the layout (kv_pool.cc)
   std::shared_ptr<Storage> storage_;
   mutable std::mutex mu_;
   std::vector<int64_t> free_;  // guarded by mu_; a stack: the last freed block is reused first
@@ -133,8 +152,9 @@ class KvCache {
   // misuse (a write into a shared block included). On the CPU each token's row is copied
   // straight into its slot of the page.
   void Append(const at::Tensor& k, const at::Tensor& v);
-  // The cached keys / values in split_heads layout [rows, H, length(), head_dim]: one gather of
-  // whole blocks (one index per block), narrowed to length().
+  // The cached keys / values in split_heads layout [rows, H, length(), head_dim], in the model's
+  // compute dtype: one gather of whole blocks (one index per block), narrowed to length(), then
+  // decoded from the cache dtype.
   at::Tensor Keys() const;
   at::Tensor Values() const;
   // Rollback of a failed step: forgets the tokens after `length` (its appends); their blocks
@@ -155,8 +175,9 @@ class KvCache {
   // shared one just loses this cache's reference): a speculative decoder's rewind.
   Status TruncateTo(int64_t tokens);
 
-  // Copies the tokens (every row, length() of them: keys then values, [2, rows, H, length, D]
-  // contiguous) into `store` under `key`, then gives every block back; length() stays. The store's
+  // Copies the tokens' bytes as the pool stores them (every row, length() of them: keys, values,
+  // then for a scaled pool their scales; rows * length() * bytes_per_token() bytes) into `store`
+  // under `key`, then gives every block back; length() stays. The store's
   // error (RESOURCE_EXHAUSTED over its bound) with nothing changed; FAILED_PRECONDITION when
   // spilled already. The cache keeps `store` until it is restored or released.
   Status Spill(std::shared_ptr<KvSpillStore> store, const std::string& key);
@@ -188,9 +209,17 @@ class KvCache {
   void SlotIds(int64_t begin, int64_t count, std::vector<int64_t>* out) const;
   // The same as a tensor: [rows * count], int64 on the pool's device.
   at::Tensor Slots(int64_t begin, int64_t count) const;
-  at::Tensor Gather(const at::Tensor& store) const;
-  // CPU: x [rows, T, E] at positions [begin, begin + T) of every row, one memcpy per token.
-  void WriteRows(const at::Tensor& x, const at::Tensor& store, int64_t begin) const;
+  // [rows, blocks, block_tokens, H, x] of `store` ([slots, H, x]): the rows' first `blocks` blocks.
+  at::Tensor GatherBlocks(const at::Tensor& store, int64_t blocks) const;
+  // The keys (or values) decoded, [rows, H, length(), head_dim].
+  at::Tensor Gather(bool values) const;
+  // CPU: x [rows, T, E] at positions [begin, begin + T) of every row, one memcpy per token (one
+  // encode per token and head for int8).
+  void WriteRows(const at::Tensor& x, const at::Tensor& store, const at::Tensor& scales,
+                 int64_t begin) const;
+  // Any device: x [rows, T, E] encoded by tensor ops and copied into the slots.
+  void WriteIndexed(const at::Tensor& x, const at::Tensor& store, const at::Tensor& scales,
+                    int64_t begin) const;
 
   std::shared_ptr<KvBlockPool> pool_;
   int64_t rows_ = 0;

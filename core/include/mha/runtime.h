@@ -44,6 +44,24 @@ Status ConfigureThreads(const ThreadingOptions& options);
 bool SetBlasThreads(int threads);
 int BlasThreads();
 
+// The threads the CPU attention of a pass run on the calling thread may use (the paged kernel
+// splits its sessions x K/V heads over them, mha/paged_attention.h): 1 unless set. ATen's intra-op
+// pool is not it (kept at 1, above): the serving layer sets this per pass as it sets BLAS's
+// threads, so that a pass that is the only work runs its attention on every core as its GEMMs.
+int PassThreads();
+// Sets PassThreads() on this thread for its lifetime (threads < 1 counts as 1), then puts back
+// what was there.
+class ScopedPassThreads {
+ public:
+  explicit ScopedPassThreads(int threads);
+  ~ScopedPassThreads();
+  ScopedPassThreads(const ScopedPassThreads&) = delete;
+  ScopedPassThreads& operator=(const ScopedPassThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
 // "LibTorch 1.13.0, CPU, 1 intra-op thread(s), OpenMP/OpenBLAS ..." for start-up logs.
 std::string RuntimeSummary();
 

@@ -29,14 +29,15 @@ struct LlamaStepItem {
 
 // INVALID_ARGUMENT naming the entry ("entry 2: ...", items[2]) and the numbers: layer in range, a
 // cache with one row from a pool of the stack's layout (heads, head_dim, dtype, device), hidden [t
-// >= 1, E] floating, an output, no cache twice in one step.
+// >= 1, E] floating, an output, no cache twice in one step. The pool's cache dtype may be any
+// (mha/kv_cache_dtype.h): its layout's dtype is the stack's compute dtype.
 Status CheckLlamaStep(const LlamaAttentionStack& stack, int64_t layer,
                       const std::vector<LlamaStepItem>& items);
 
-// Whether a step of `items` reads the pages in place (mha/paged_attention.h): float32 pages on the
-// CPU, one pool, at most kMaxPagedTokens new tokens per item; any number of query heads per K/V
-// head (each K/V row of a block is met by its whole group while in L1: bench/llama_step_bench.cc,
-// docs/performance.md, the Llama step's roofline). Other steps gather each cache.
+// Whether a step of `items` reads the pages in place (mha/paged_attention.h): CPU pages of a
+// float32 stack (PagedPoolSupported), one pool, at most kMaxPagedTokens new tokens per item; any
+// number of query heads per K/V head (each K/V row of a block is met by its whole group while in
+// L1: bench/llama_step_bench.cc, docs/performance.md, the Llama step's roofline). Other steps gather each cache.
 bool LlamaPagedApplies(const LlamaConfig& config, const std::vector<LlamaStepItem>& items);
 
 // Whether a step of `items` may attend padded (mha/decode.h's kPadded): at least two items of one

@@ -7,7 +7,9 @@
 // Exact in the sense of the rest of mha_core: fp32 throughout, the same math as
 // attention_with_weights (softmax(q k^T / sqrt(D)) v) with the bottom-right-aligned causal
 // visibility of mha/decode.h; only the summation order differs (covered by
-// tests/unit/core/decode_paged_test.cc against PyTorch fixtures, <= 1e-5).
+// tests/unit/core/decode_paged_test.cc against PyTorch fixtures, <= 1e-5). Pages in a smaller
+// cache dtype (mha/kv_cache_dtype.h) are decoded as they are read: the answer is the attention
+// over the decoded keys and values (KvCache::Keys / Values), within the same 1e-5.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,7 +27,8 @@ namespace mha {
 // vs gather): 1 token 389 vs 667 us, 4 tokens 1115 vs 1366 us, 8 tokens 1550 vs 1288 us.
 constexpr int64_t kMaxPagedTokens = 4;
 
-// Whether `pool`'s pages can be read in place: float32 on the CPU.
+// Whether `pool`'s pages can be read in place: on the CPU, for a float32 model, in a cache dtype
+// the kernel decodes (float32, bfloat16, float16, int8).
 bool PagedPoolSupported(const KvBlockPool& pool);
 
 // Whether PagedAttention serves `items`: one CPU float32 pool for all, no add_bias_kv /

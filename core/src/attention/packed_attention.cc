@@ -78,6 +78,8 @@ at::Tensor PackedSelfAttention(const at::Tensor& query, int64_t heads, bool caus
     u.out = out + b * t * e;
     u.q_bias = bias;
     u.v_bias = bias ? bias + 2 * e : nullptr;
+    u.kv_begin = 0;
+    u.kv_end = heads;
     AttendUnit(u, pages, &scratch);
   }
   return Project(attended, w).view({batch, t, e});

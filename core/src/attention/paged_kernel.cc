@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "attention/kv_pages.h"
 #include "attention/simd.h"
 
 // AttendUnit twice (MHA_CPU_CLONES, simd.h): for x86-64-v3 and the baseline; the helpers below
@@ -102,77 +103,135 @@ MHA_INLINE void MixRows(const float* w, const float* rows, int64_t stride, int64
   }
 }
 
-// The next block's bytes, fetched in parts as the current block is computed (a burst of every
-// line at once fills the core's miss buffers and waits).
+// The next block's bytes of the unit's K/V heads, fetched in parts as the current block is
+// computed (a burst of every line at once fills the core's miss buffers and waits): `rows` rows of
+// `span` bytes, `stride` bytes apart (one row of every byte when the heads are the whole row).
 struct Ahead {
   const char* next = nullptr;
-  int64_t bytes = 0;
+  int64_t rows = 0, span = 0, stride = 0;
   // Part i of `parts` of the block.
   MHA_INLINE void Part(int64_t i, int64_t parts) const {
-    const int64_t end = bytes * (i + 1) / parts;
+    const int64_t bytes = rows * span, end = bytes * (i + 1) / parts;
     for (int64_t b = bytes * i / parts & ~int64_t{63}; b < end; b += 64) {
-      __builtin_prefetch(next + b);
+      __builtin_prefetch(next + b / span * stride + b % span);
     }
   }
 };
 
-// Calls f(first position, rows, the block's first row in `store`, the next block) for every block
-// of u's row holding positions [0, count).
+MHA_INLINE Ahead AheadOf(const Unit& u, const Pages& pages, const void* store, int64_t slot,
+                         int64_t rows) {
+  Ahead a;
+  a.stride = pages.kv_embed * pages.element;
+  a.span = (u.kv_end - u.kv_begin) * pages.head_dim * pages.element;
+  a.next = static_cast<const char*>(store) + slot * a.stride +
+           u.kv_begin * pages.head_dim * pages.element;
+  a.rows = rows;
+  if (a.span == a.stride) a.rows = 1, a.span = rows * a.stride;  // one contiguous run
+  return a;
+}
+
+// Calls f(first position, rows, the block's first slot, the next block) for every block of u's
+// row holding positions [0, count).
 template <typename F>
-MHA_INLINE void ForEachBlock(const Unit& u, const Pages& pages, const float* store, int64_t count,
+MHA_INLINE void ForEachBlock(const Unit& u, const Pages& pages, const void* store, int64_t count,
                              F&& f) {
-  const int64_t bt = pages.block_tokens, e = pages.kv_embed;
+  const int64_t bt = pages.block_tokens;
   for (int64_t block = 0, p = 0; p < count; ++block, p += bt) {
     Ahead ahead;
     if (p + bt < count) {
-      ahead.next = reinterpret_cast<const char*>(
-          store + (*u.table)[static_cast<size_t>(block + 1)] * bt * e);
-      ahead.bytes = std::min(bt, count - p - bt) * e * static_cast<int64_t>(sizeof(float));
+      ahead = AheadOf(u, pages, store, (*u.table)[static_cast<size_t>(block + 1)] * bt,
+                      std::min(bt, count - p - bt));
     }
-    const int64_t id = (*u.table)[static_cast<size_t>(block)];
-    f(p, std::min(bt, count - p), store + id * bt * e, ahead);
+    f(p, std::min(bt, count - p), (*u.table)[static_cast<size_t>(block)] * bt, ahead);
   }
 }
 
-// scores[t, h, p] = (q_t * scale) . k_p[h / group] for every visible key p, block by block: the
-// query heads of one K/V head one after the other while its rows of the block are in L1.
-MHA_INLINE void Scores(const Unit& u, const Pages& pages, const float* q, float* scores) {
-  const int64_t h_n = pages.heads, d = pages.head_dim, s = u.keys, g = pages.group;
+// Rows of K/V head `kv` of a block as floats: `rows` with `stride` floats between rows.
+struct Rows {
+  const float* rows;
+  int64_t stride;
+};
+
+// `n` rows of K/V head `kv` from slot `first` on of `store` (its slots' scales in `scales`): where
+// they lie for float32 pages, else decoded into buf ([n, D]).
+template <PageType P>
+MHA_INLINE Rows BlockRows(const Pages& pages, const void* store, const float* scales, int64_t first,
+                          int64_t n, int64_t kv, float* buf) {
+  const int64_t d = pages.head_dim, e = pages.kv_embed, kv_heads = pages.kv_heads();
+  if constexpr (P == PageType::kFloat32) {
+    return {static_cast<const float*>(store) + first * e + kv * d, e};
+  } else {
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t at = (first + r) * e + kv * d;
+      if constexpr (P == PageType::kInt8) {
+        DecodeInt8(static_cast<const int8_t*>(store) + at,
+                   scales + ((first + r) * kv_heads + kv) * 2, d, buf + r * d);
+      } else if constexpr (P == PageType::kBFloat16) {
+        DecodeBf16(static_cast<const uint16_t*>(store) + at, d, buf + r * d);
+      } else {
+        DecodeHalf(static_cast<const uint16_t*>(store) + at, d, buf + r * d);
+      }
+    }
+    return {buf, d};
+  }
+}
+
+// scores[t, h, p] = (q_t * scale) . k_p[h / group] for every visible key p and the unit's query
+// heads h (h counted from the unit's first), block by block: a K/V head's rows of the block decoded
+// (if need be) once, then met by every query head of its group while they are in L1.
+template <PageType P>
+MHA_INLINE void Scores(const Unit& u, const Pages& pages, const float* q, float* scores,
+                       float* buf) {
+  const int64_t d = pages.head_dim, s = u.keys, g = pages.group;
+  const int64_t heads = (u.kv_end - u.kv_begin) * g, q_row = heads * d;
   ForEachBlock(u, pages, pages.keys, u.Visible(u.tokens - 1),
-               [&](int64_t p, int64_t n, const float* base, const Ahead& ahead) {
-                 for (int64_t t = 0; t < u.tokens; ++t) {
-                   const int64_t rows = std::min(n, u.Visible(t) - p);
-                   if (rows <= 0) continue;
-                   for (int64_t h = 0; h < h_n; ++h) {
-                     if (t == 0) ahead.Part(h, h_n);
-                     DotRows(q + t * pages.embed + h * d, base + h / g * d, pages.kv_embed, rows, d,
-                             scores + (t * h_n + h) * s + p);
+               [&](int64_t p, int64_t n, int64_t first, const Ahead& ahead) MHA_LAMBDA_INLINE {
+                 for (int64_t kv = u.kv_begin; kv < u.kv_end; ++kv) {
+                   ahead.Part(kv - u.kv_begin, u.kv_end - u.kv_begin);
+                   const Rows k =
+                       BlockRows<P>(pages, pages.keys, pages.key_scales, first, n, kv, buf);
+                   for (int64_t t = 0; t < u.tokens; ++t) {
+                     const int64_t rows = std::min(n, u.Visible(t) - p);
+                     for (int64_t h = (kv - u.kv_begin) * g;
+                          rows > 0 && h < (kv - u.kv_begin + 1) * g; ++h) {
+                       DotRows(q + t * q_row + h * d, k.rows, k.stride, rows, d,
+                               scores + (t * heads + h) * s + p);
+                     }
                    }
                  }
                });
 }
 
-// out[t, h*D:(h+1)*D] = sum over visible p of probs[t, h, p] * v_p[h / group], block by block.
-MHA_INLINE void Mix(const Unit& u, const Pages& pages, const float* probs) {
-  const int64_t h_n = pages.heads, d = pages.head_dim, s = u.keys, g = pages.group;
-  std::fill(u.out, u.out + u.tokens * pages.embed, 0.0f);
+// out[t, h*D:(h+1)*D] = sum over visible p of probs[t, h, p] * v_p[h / group] for the unit's query
+// heads, block by block as Scores.
+template <PageType P>
+MHA_INLINE void Mix(const Unit& u, const Pages& pages, const float* probs, float* buf) {
+  const int64_t d = pages.head_dim, s = u.keys, g = pages.group;
+  const int64_t heads = (u.kv_end - u.kv_begin) * g, col = u.kv_begin * g * d;
+  for (int64_t t = 0; t < u.tokens; ++t) {
+    std::fill(u.out + t * pages.embed + col, u.out + t * pages.embed + col + heads * d, 0.0f);
+  }
   ForEachBlock(u, pages, pages.values, u.Visible(u.tokens - 1),
-               [&](int64_t p, int64_t n, const float* base, const Ahead& ahead) {
-                 for (int64_t t = 0; t < u.tokens; ++t) {
-                   const int64_t rows = std::min(n, u.Visible(t) - p);
-                   if (rows <= 0) continue;
-                   for (int64_t h = 0; h < h_n; ++h) {
-                     if (t == 0) ahead.Part(h, h_n);
-                     MixRows(probs + (t * h_n + h) * s + p, base + h / g * d, pages.kv_embed, rows,
-                             d, u.out + t * pages.embed + h * d);
+               [&](int64_t p, int64_t n, int64_t first, const Ahead& ahead) MHA_LAMBDA_INLINE {
+                 for (int64_t kv = u.kv_begin; kv < u.kv_end; ++kv) {
+                   ahead.Part(kv - u.kv_begin, u.kv_end - u.kv_begin);
+                   const Rows v =
+                       BlockRows<P>(pages, pages.values, pages.value_scales, first, n, kv, buf);
+                   for (int64_t t = 0; t < u.tokens; ++t) {
+                     const int64_t rows = std::min(n, u.Visible(t) - p);
+                     for (int64_t h = (kv - u.kv_begin) * g;
+                          rows > 0 && h < (kv - u.kv_begin + 1) * g; ++h) {
+                       MixRows(probs + (t * heads + h) * s + p, v.rows, v.stride, rows, d,
+                               u.out + t * pages.embed + col + h * d);
+                     }
                    }
                  }
                });
   // sum_p w_p (v_p + b) = sum_p w_p v_p + b: each row's weights sum to 1.
   if (u.v_bias) {
     for (int64_t t = 0; t < u.tokens; ++t) {
-      float* row = u.out + t * pages.embed;
-      for (int64_t i = 0; i < pages.embed; ++i) row[i] += u.v_bias[i];
+      float* row = u.out + t * pages.embed + col;
+      for (int64_t i = 0; i < heads * d; ++i) row[i] += u.v_bias[col + i];
     }
   }
 }
@@ -230,12 +289,12 @@ MHA_INLINE float ExpRowSum(float* row, int64_t n, float top) {
 }
 
 // Each (t, h) row of scores over its visible keys becomes its softmax (keys past them: 0).
-MHA_INLINE void Softmax(const Unit& u, const Pages& pages, float* scores) {
+MHA_INLINE void Softmax(const Unit& u, int64_t heads, float* scores) {
   const int64_t s = u.keys;
   for (int64_t t = 0; t < u.tokens; ++t) {
     const int64_t n = u.Visible(t);
-    for (int64_t h = 0; h < pages.heads; ++h) {
-      float* row = scores + (t * pages.heads + h) * s;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* row = scores + (t * heads + h) * s;
       const float inv = 1.0f / ExpRowSum(row, n, RowMax(row, n));
       for (int64_t p = 0; p < n; ++p) row[p] *= inv;
       std::fill(row + n, row + s, 0.0f);
@@ -243,27 +302,42 @@ MHA_INLINE void Softmax(const Unit& u, const Pages& pages, float* scores) {
   }
 }
 
+template <PageType P>
+MHA_INLINE void Attend(const Unit& u, const Pages& pages, Scratch* scratch) {
+  const int64_t d = pages.head_dim, heads = (u.kv_end - u.kv_begin) * pages.group;
+  const int64_t q_row = heads * d, col = u.kv_begin * pages.group * d;
+  scratch->q.resize(static_cast<size_t>(std::max<int64_t>(u.tokens * q_row, 1)));
+  scratch->scores.resize(static_cast<size_t>(std::max<int64_t>(u.tokens * heads * u.keys, 1)));
+  scratch->rows.resize(static_cast<size_t>(P == PageType::kFloat32 ? 1 : pages.block_tokens * d));
+  // PyTorch's order: the query scaled by 1/sqrt(D) before it meets the keys.
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  for (int64_t t = 0; t < u.tokens; ++t) {
+    const float* src = u.q + t * u.q_stride + col;
+    float* dst = scratch->q.data() + t * q_row;
+    if (u.q_bias) {
+      for (int64_t i = 0; i < q_row; ++i) dst[i] = (src[i] + u.q_bias[col + i]) * scale;
+    } else {
+      for (int64_t i = 0; i < q_row; ++i) dst[i] = src[i] * scale;
+    }
+  }
+  Scores<P>(u, pages, scratch->q.data(), scratch->scores.data(), scratch->rows.data());
+  Softmax(u, heads, scratch->scores.data());
+  Mix<P>(u, pages, scratch->scores.data(), scratch->rows.data());
+}
+
 }  // namespace
 
 MHA_CPU_CLONES void AttendUnit(const Unit& u, const Pages& pages, Scratch* scratch) {
-  const int64_t e = pages.embed;
-  scratch->q.resize(static_cast<size_t>(std::max<int64_t>(u.tokens * e, 1)));
-  scratch->scores.resize(
-      static_cast<size_t>(std::max<int64_t>(u.tokens * pages.heads * u.keys, 1)));
-  // PyTorch's order: the query scaled by 1/sqrt(D) before it meets the keys.
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(pages.head_dim)));
-  for (int64_t t = 0; t < u.tokens; ++t) {
-    const float* src = u.q + t * u.q_stride;
-    float* dst = scratch->q.data() + t * e;
-    if (u.q_bias) {
-      for (int64_t i = 0; i < e; ++i) dst[i] = (src[i] + u.q_bias[i]) * scale;
-    } else {
-      for (int64_t i = 0; i < e; ++i) dst[i] = src[i] * scale;
-    }
+  switch (pages.type) {
+    case PageType::kFloat32:
+      return Attend<PageType::kFloat32>(u, pages, scratch);
+    case PageType::kBFloat16:
+      return Attend<PageType::kBFloat16>(u, pages, scratch);
+    case PageType::kFloat16:
+      return Attend<PageType::kFloat16>(u, pages, scratch);
+    case PageType::kInt8:
+      return Attend<PageType::kInt8>(u, pages, scratch);
   }
-  Scores(u, pages, scratch->q.data(), scratch->scores.data());
-  Softmax(u, pages, scratch->scores.data());
-  Mix(u, pages, scratch->scores.data());
 }
 
 }  // namespace mha::internal

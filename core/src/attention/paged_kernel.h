@@ -2,8 +2,10 @@
 // against its cached keys and values where they lie in the pool's pages, for any number of query
 // heads per K/V head (grouped-query attention): block by block, each K/V head's rows of the block
 // are met by every query head of its group while they sit in the L1 cache, so every cached byte
-// comes from memory once per pass whatever H / KV. The dot products and the weighted sums run on
-// 8-float vectors (AVX2 + FMA where the CPU has them, chosen at load time; SSE2 otherwise).
+// comes from memory once per pass whatever H / KV. Pages in a smaller cache dtype (bfloat16,
+// float16, int8 with per-token scales) are decoded there, a K/V head's rows of a block at a time
+// into L1 (attention/kv_pages.h), then met the same way. The dot products and the weighted sums run
+// on 8-float vectors (AVX2 + FMA where the CPU has them, chosen at load time; SSE2 otherwise).
 #pragma once
 
 #include <cstdint>
@@ -11,16 +13,28 @@
 
 namespace mha::internal {
 
-// The pool as raw pages: slot s of a block-ordered store is s * kv_embed floats in. Queries and
+// How the pages store a value (the pool's cache dtype on the CPU).
+enum class PageType { kFloat32, kBFloat16, kFloat16, kInt8 };
+
+// The pool as raw pages: slot s of a block-ordered store is s * kv_embed values in. Queries and
 // outputs have `heads` heads (embed = heads * head_dim floats per token); the pages kv_heads, a
 // divisor of heads: query head h reads K/V head h / group (group = heads / kv_heads).
 struct Pages {
-  const float* keys = nullptr;
-  const float* values = nullptr;
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  // int8: [slots, kv_heads, 2] floats, each slot's (scale, zero) per K/V head; else null.
+  const float* key_scales = nullptr;
+  const float* value_scales = nullptr;
+  PageType type = PageType::kFloat32;
+  int64_t element = 4;  // bytes per stored value
+  // A token's row of a store is kv_embed values (its K/V heads', or more: a packed QKV row).
   int64_t block_tokens = 0, embed = 0, heads = 0, head_dim = 0, kv_embed = 0, group = 1;
+  int64_t kv_heads() const { return heads / group; }
 };
 
-// One sequence of one item: its new tokens' queries against its cached keys.
+// One sequence of one item, K/V heads [kv_begin, kv_end) and their query heads: its new tokens'
+// queries against its cached keys. Every output value is computed by one unit, with the same
+// arithmetic whatever the split, so the pass's answer does not depend on how it is split.
 struct Unit {
   const std::vector<int64_t>* table = nullptr;  // the row's block ids in order
   int64_t keys = 0;                             // S: tokens cached (the step's included)
@@ -28,19 +42,20 @@ struct Unit {
   bool causal = false;                          // token t sees keys [0, S - T + 1 + t)
   const float* q = nullptr;                     // token t's query at q + t * q_stride
   int64_t q_stride = 0;
-  float* out = nullptr;  // [T, E] contiguous: combine_heads rows
-  // Projection biases [E] not yet added to q and to the values
-  // (core/src/attention/packed_attention.cc), or null. None for the keys: q . (k + b) = q . k + q .
-  // b adds the same to every score of a query row, which its softmax does not see.
+  float* out = nullptr;  // [T, E] contiguous: combine_heads rows (the unit's heads' columns)
+  // Projection biases [E] not yet added to q and to the values (attention/packed_attention.cc),
+  // or null. None for the keys: q . (k + b) = q . k + q . b adds the same to every score of a query
+  // row, which its softmax does not see.
   const float* q_bias = nullptr;
   const float* v_bias = nullptr;
+  int64_t kv_begin = 0, kv_end = 0;  // the K/V heads
   int64_t Visible(int64_t t) const { return causal ? keys - tokens + 1 + t : keys; }
 };
 
-// Per thread, grown to the largest unit seen and reused: scaled queries [T, E] and scores
-// [T, H, S].
+// Per thread, grown to the largest unit seen and reused: scaled queries [T, H', D] and scores
+// [T, H', S] of the unit's H' query heads, and one block's rows of a K/V head decoded.
 struct Scratch {
-  std::vector<float> q, scores;
+  std::vector<float> q, scores, rows;
 };
 
 // softmax(q k^T / sqrt(D)) v of `u` over `pages`, written to u.out.

@@ -20,6 +20,9 @@
 #endif
 
 #define MHA_INLINE inline __attribute__((always_inline))
+// The same for a lambda (after its parameters): an outlined lambda is compiled for the baseline
+// target, not for the clone that calls it.
+#define MHA_LAMBDA_INLINE __attribute__((always_inline))
 
 namespace mha::internal {
 

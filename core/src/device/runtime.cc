@@ -95,6 +95,16 @@ std::string RuntimeSummary() {
 std::string TorchVersion() { return TORCH_VERSION; }
 bool CudaAvailable() { return at::hasCUDA(); }
 int IntraOpThreads() { return at::get_num_threads(); }
+
+namespace {
+thread_local int pass_threads = 1;
+}  // namespace
+
+int PassThreads() { return pass_threads; }
+ScopedPassThreads::ScopedPassThreads(int threads) : previous_(pass_threads) {
+  pass_threads = threads < 1 ? 1 : threads;
+}
+ScopedPassThreads::~ScopedPassThreads() { pass_threads = previous_; }
 int InterOpThreads() { return at::get_num_interop_threads(); }
 
 std::vector<DeviceMemory> CudaMemoryStats() {

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "kv/kv_quant.h"
 #include "mha/device_stream.h"
+#include "mha/kv_layout.h"
 
 namespace mha {
 namespace {
@@ -40,15 +42,21 @@ void KvBatch::Append(const std::vector<KvCache*>& caches, const at::Tensor& k,
   for (const KvCache* c : caches) c->SlotIds(c->length_, t, &slots);
   const at::Tensor ids = IdsToDevice(slots, keys.device());
   const int64_t h = keys.size(1), d = keys.size(2);
-  keys.index_copy_(0, ids, k.reshape({rows * t, h, d}).to(keys.scalar_type()));
-  pool.values().index_copy_(0, ids, v.reshape({rows * t, h, d}).to(keys.scalar_type()));
+  auto write = [&](const at::Tensor& x, const at::Tensor& store, const at::Tensor& scales) {
+    const internal::EncodedKv encoded =
+        internal::EncodeKv(x.reshape({rows * t, h, d}).to(store.device()), store.scalar_type());
+    store.index_copy_(0, ids, encoded.codes);
+    if (scales.defined()) scales.index_copy_(0, ids, encoded.scales);
+  };
+  write(k, keys, pool.key_scales());
+  write(v, pool.values(), pool.value_scales());
   for (KvCache* c : caches) c->length_ += t;
 }
 
 KvBatch::Padded KvBatch::Gather(const std::vector<const KvCache*>& caches) {
   const KvBlockPool& pool = PoolOf(caches);
   c10::InferenceMode guard;
-  const int64_t bt = pool.block_tokens(), h = pool.heads(), d = pool.head_dim();
+  const int64_t bt = pool.block_tokens(), h = pool.heads();
   Padded out;
   int64_t rows = 0;
   for (const KvCache* c : caches) {
@@ -75,16 +83,21 @@ KvBatch::Padded KvBatch::Gather(const std::vector<const KvCache*>& caches) {
   out.lengths = all.narrow(0, rows * blocks, rows);
   const at::Tensor pos = at::arange(out.longest, out.lengths.options());
   const at::Tensor past = (pos.unsqueeze(0) >= out.lengths.unsqueeze(1)).view({rows, 1, -1, 1});
-  auto gather = [&](const at::Tensor& store) {
-    return store.view({-1, bt, h, d})
-        .index_select(0, index)  // [rows * blocks, bt, H, D]
-        .view({rows, blocks * bt, h, d})
-        .narrow(1, 0, out.longest)
-        .transpose(1, 2)
-        .masked_fill_(past, 0);  // in place: the gather's own fresh tensor
+  auto tokens = [&](const at::Tensor& store) {  // [rows, longest, H, x] as stored
+    const int64_t x = store.size(2);
+    return store.view({-1, bt, h, x})
+        .index_select(0, index)  // [rows * blocks, bt, H, x]
+        .view({rows, blocks * bt, h, x})
+        .narrow(1, 0, out.longest);
   };
-  out.keys = gather(pool.keys());
-  out.values = gather(pool.values());
+  auto gather = [&](const at::Tensor& store, const at::Tensor& scales) {
+    const at::Tensor decoded = internal::DecodeKv(
+        tokens(store), scales.defined() ? tokens(scales) : at::Tensor(), pool.layout().dtype);
+    // In place on a fresh tensor (the gather's, or the decode's).
+    return decoded.transpose(1, 2).masked_fill_(past, 0);
+  };
+  out.keys = gather(pool.keys(), pool.key_scales());
+  out.values = gather(pool.values(), pool.value_scales());
   return out;
 }
 

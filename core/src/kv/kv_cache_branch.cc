@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -14,6 +15,16 @@ namespace mha {
 namespace {
 
 std::string Num(int64_t v) { return std::to_string(v); }
+
+// What a spill copies, in order: the keys, the values, and the scales of a scaled pool.
+std::vector<at::Tensor> Stores(const KvBlockPool& pool) {
+  std::vector<at::Tensor> stores{pool.keys(), pool.values()};
+  if (pool.scaled()) {
+    stores.push_back(pool.key_scales());
+    stores.push_back(pool.value_scales());
+  }
+  return stores;
+}
 
 }  // namespace
 
@@ -103,14 +114,23 @@ Status KvCache::Spill(std::shared_ptr<KvSpillStore> store, const std::string& ke
     return FailedPrecondition("the KV cache is spilled already (key '" + spill_->key + "')");
   }
   const int64_t bytes = rows_ * length_ * pool_->bytes_per_token();
-  at::Tensor host;
+  std::vector<char> host(static_cast<size_t>(bytes));
   if (length_ > 0) {
     c10::InferenceMode guard;
-    host = at::stack({Keys(), Values()}).to(at::kCPU).contiguous();  // [2, rows, H, L, D]
-    TORCH_CHECK(host.nbytes() == static_cast<size_t>(bytes), "KvCache::Spill: ", host.nbytes(),
-                " bytes gathered, ", bytes, " expected");
+    const int64_t bt = pool_->block_tokens(), blocks = (length_ + bt - 1) / bt;
+    size_t offset = 0;
+    for (const at::Tensor& store : Stores(*pool_)) {
+      const at::Tensor part =  // [rows, length, H, x] as stored
+          GatherBlocks(store, blocks).flatten(1, 2).narrow(1, 0, length_).to(at::kCPU).contiguous();
+      TORCH_CHECK(offset + part.nbytes() <= host.size(), "KvCache::Spill: more than the ", bytes,
+                  " bytes expected");
+      std::memcpy(host.data() + offset, part.data_ptr(), part.nbytes());
+      offset += part.nbytes();
+    }
+    TORCH_CHECK(offset == host.size(), "KvCache::Spill: ", offset, " bytes gathered, ", bytes,
+                " expected");
   }
-  MHA_RETURN_IF_ERROR(store->Put(key, length_ > 0 ? host.data_ptr() : nullptr, bytes));
+  MHA_RETURN_IF_ERROR(store->Put(key, host.data(), bytes));
   const std::vector<int64_t> all = AllBlocks();
   for (auto& table : tables_) table.clear();
   pool_->Release(all);
@@ -129,28 +149,28 @@ Status KvCache::Restore() {
 }
 
 Status KvCache::RestoreWith(std::vector<int64_t> blocks) {
-  const int64_t length = length_, h = pool_->heads(), d = pool_->head_dim();
-  at::Tensor host;
-  if (length > 0) {
-    host = at::empty({2, rows_, h, length, d}, pool_->keys().options().device(at::kCPU));
-    Status s = spill_->store->Get(spill_->key, host.data_ptr(), spill_->bytes);
-    if (!s.ok()) {
-      pool_->Release(blocks);
-      return s;
-    }
+  const int64_t length = length_;
+  std::vector<char> host(static_cast<size_t>(spill_->bytes));
+  Status s = spill_->store->Get(spill_->key, host.data(), spill_->bytes);
+  if (!s.ok()) {
+    pool_->Release(blocks);
+    return s;
   }
   const size_t per_row = blocks.size() / static_cast<size_t>(rows_);
   for (size_t r = 0; r < tables_.size(); ++r) {
     tables_[r].assign(blocks.begin() + r * per_row, blocks.begin() + (r + 1) * per_row);
   }
   const std::unique_ptr<Spilled> was = std::move(spill_);
-  length_ = 0;
   if (length > 0) {
-    const at::Device device = pool_->keys().device();
-    auto rows = [&](int64_t i) {  // [rows, H, L, D] -> Append's [rows, L, H * D]
-      return host[i].transpose(1, 2).reshape({rows_, length, h * d}).to(device);
-    };
-    Append(rows(0), rows(1));
+    c10::InferenceMode guard;  // the pool's tensors are inference tensors (written in place)
+    const at::Tensor slots = Slots(0, length);
+    char* cursor = host.data();
+    for (const at::Tensor& store : Stores(*pool_)) {  // the bytes back as they were, not re-encoded
+      const at::Tensor part = at::from_blob(cursor, {rows_ * length, store.size(1), store.size(2)},
+                                            store.options().device(at::kCPU));
+      store.index_copy_(0, slots, part.to(store.device()));
+      cursor += part.nbytes();
+    }
   }
   was->store->Remove(was->key);
   return Status::Ok();

@@ -34,11 +34,11 @@ Status CheckItem(const LlamaAttentionStack& stack, const LlamaStepItem& item, si
   }
   const KvBlockPool& pool = item.cache->pool();
   const KvLayout want = stack.kv_layout();
-  if (pool.heads() != want.heads || pool.head_dim() != want.head_dim ||
-      pool.keys().scalar_type() != want.dtype || pool.keys().device() != want.device) {
+  const KvLayout& have = pool.layout();
+  if (have.heads != want.heads || have.head_dim != want.head_dim || have.dtype != want.dtype ||
+      have.device != want.device) {
     return InvalidArgument(where + "the cache's pool stores " +
-                           LayoutWords(pool.heads(), pool.head_dim(), pool.keys().scalar_type(),
-                                       pool.keys().device()) +
+                           LayoutWords(have.heads, have.head_dim, have.dtype, have.device) +
                            " per token, the model's layers need " +
                            LayoutWords(want.heads, want.head_dim, want.dtype, want.device));
   }

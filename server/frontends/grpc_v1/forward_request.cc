@@ -216,6 +216,8 @@ void FillModelInfo(const ModelEntry& e, bool is_default, v1::ModelInfo* info) {
   info->set_max_positions(stack.max_positions);
   info->set_rope_theta(stack.rope_theta);
   info->set_kv_bytes_per_token_per_layer(stack.kv_bytes_per_token_per_layer);
+  info->set_kv_cache_dtype(KvCacheDtypeName(e.kv_cache_dtype));
+  info->set_kv_bytes_per_token(e.kv_bytes_per_token);
 }
 
 }  // namespace mha::serve

@@ -92,6 +92,8 @@ void FillParameters(const ModelEntry& entry, inference::ModelConfig* out) {
   p["format"].set_string_value(entry.format);
   p["layout"].set_string_value(entry.layout);
   p["parameter_count"].set_string_value(std::to_string(entry.info.parameter_count));
+  p["kv_cache_dtype"].set_string_value(KvCacheDtypeName(entry.kv_cache_dtype));
+  p["kv_bytes_per_token"].set_string_value(std::to_string(entry.kv_bytes_per_token));
   // Triton's reserved request parameters (infer_parameters.cc), so that clients can see them.
   p["request_priority"].set_string_value("accepted and ignored: one priority level");
   p["request_timeout"].set_string_value("microseconds: the request's deadline");

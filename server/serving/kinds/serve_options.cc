@@ -1,5 +1,7 @@
 #include "server/serving/kinds/serve_options.h"
 
+#include "server/serving/repository/model_repository.h"
+
 namespace mha::serve {
 
 BatcherOptions BatcherOptionsFor(const ServingConfig& c, const BatcherOptions& defaults) {
@@ -16,6 +18,12 @@ BatcherOptions SchedulerOptionsFor(const ServingConfig& c, bool batching,
                                    const BatcherOptions& defaults) {
   BatcherOptions o = BatcherOptionsFor(c, defaults);
   o.batching = batching;  // off: one request per pass (the merging limits do not apply)
+  return o;
+}
+
+SessionOptions SessionOptionsFor(const ModelEntry& entry, const SessionOptions& defaults) {
+  SessionOptions o = defaults;
+  o.pool.dtype = entry.kv_cache_dtype;
   return o;
 }
 

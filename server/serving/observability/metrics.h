@@ -24,6 +24,7 @@
 //   mha_sessions_open{model,version}            gauge, decoding sessions open (docs/sessions.md)
 //   mha_kv_cache_blocks_used{model,version}, mha_kv_cache_blocks_total{model,version}  gauges
 //   mha_kv_cache_bytes_used{model,version}      gauge, bytes of the KV blocks in use
+//   mha_kv_cache_bytes_per_token{model,version} gauge, a token of one layer in the KV cache dtype
 //   mha_session_evictions_total{model}          counter, sessions evicted (evict-lru policy)
 //   mha_session_step_duration_seconds{model}    histogram, session steps (handler start -> finish)
 //   mha_kv_cache_blocks_shared{model,version}   gauge, blocks held by more than one session (forks)

@@ -92,6 +92,7 @@ void StatsSnapshot::Add(const StatsSnapshot& o) {
   queue_depth += o.queue_depth, inflight += o.inflight;
   sessions_open += o.sessions_open, kv_blocks_used += o.kv_blocks_used;
   kv_blocks_total += o.kv_blocks_total, kv_bytes_used += o.kv_bytes_used;
+  kv_bytes_per_token = std::max(kv_bytes_per_token, o.kv_bytes_per_token);
   session_evictions += o.session_evictions;
   kv_blocks_shared += o.kv_blocks_shared, kv_copies_on_write += o.kv_copies_on_write;
   sessions_spilled += o.sessions_spilled, kv_spill_bytes += o.kv_spill_bytes;
@@ -214,6 +215,7 @@ StatsSnapshot StatsAggregator::Read() const {
   s.queue_depth = queue_depth_.load(kRelaxed), s.inflight = inflight_.load(kRelaxed);
   s.sessions_open = sessions_.load(kRelaxed), s.kv_blocks_used = blocks_used_.load(kRelaxed);
   s.kv_blocks_total = blocks_total_.load(kRelaxed), s.kv_bytes_used = bytes_used_.load(kRelaxed);
+  s.kv_bytes_per_token = kv_bytes_per_token_.load(kRelaxed);
   s.session_evictions = evictions_.load(kRelaxed);
   s.kv_blocks_shared = shared_.load(kRelaxed), s.kv_copies_on_write = copies_.load(kRelaxed);
   s.sessions_spilled = spilled_.load(kRelaxed), s.kv_spill_bytes = spilled_bytes_.load(kRelaxed);

@@ -73,6 +73,7 @@ struct StatsSnapshot {
   double real_tokens = 0, padded_tokens = 0;
   int64_t queue_depth = 0, inflight = 0;
   int64_t sessions_open = 0, kv_blocks_used = 0, kv_blocks_total = 0, kv_bytes_used = 0;
+  int64_t kv_bytes_per_token = 0;  // of one layer, in the version's KV cache dtype (a sum: the max)
   uint64_t session_evictions = 0;
   int64_t kv_blocks_shared = 0, kv_copies_on_write = 0, sessions_spilled = 0, kv_spill_bytes = 0;
   uint64_t session_spills = 0, session_restores = 0;
@@ -109,6 +110,10 @@ class StatsAggregator {
   // Decoding sessions of the version.
   void SetSessionUsage(int64_t sessions, int64_t blocks_used, int64_t blocks_total,
                        int64_t block_bytes);
+  // What a token of one layer takes in the version's KV cache (its dtype's bytes, scales included).
+  void SetKvBytesPerToken(int64_t bytes) {
+    kv_bytes_per_token_.store(bytes, std::memory_order_relaxed);
+  }
   void RecordSessionEviction() { evictions_.fetch_add(1, std::memory_order_relaxed); }
   void SetSessionBranching(const SessionBranching& b);
   void RecordSessionSpill() { spills_.fetch_add(1, std::memory_order_relaxed); }
@@ -132,6 +137,7 @@ class StatsAggregator {
   std::atomic<double> real_tokens_{0}, padded_tokens_{0};
   std::atomic<int64_t> queue_depth_{0}, inflight_{0};
   std::atomic<int64_t> sessions_{0}, blocks_used_{0}, blocks_total_{0}, bytes_used_{0};
+  std::atomic<int64_t> kv_bytes_per_token_{0};
   std::atomic<uint64_t> evictions_{0}, spills_{0}, restores_{0};
   std::atomic<int64_t> shared_{0}, copies_{0}, spilled_{0}, spilled_bytes_{0};
   AtomicHistogram restore_;

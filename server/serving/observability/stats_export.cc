@@ -178,6 +178,10 @@ void ExportSessions(const std::map<std::string, ModelSum>& models, std::vector<M
              "KV cache blocks in the version's pool (--kv-cache-bytes)", MetricType::Gauge);
   MetricFamily bytes = Family("mha_kv_cache_bytes_used",
                               "Bytes of the KV cache blocks held by sessions", MetricType::Gauge);
+  MetricFamily per_token = Family("mha_kv_cache_bytes_per_token",
+                                  "Bytes a token of one layer takes in the version's KV cache (its "
+                                  "kv_cache_dtype, scales included)",
+                                  MetricType::Gauge);
   MetricFamily shared = Family("mha_kv_cache_blocks_shared",
                                "KV cache blocks held by more than one session (forks; counted "
                                "once in mha_kv_cache_blocks_used)",
@@ -196,13 +200,15 @@ void ExportSessions(const std::map<std::string, ModelSum>& models, std::vector<M
       AddGauge(used, labels, static_cast<double>(s.kv_blocks_used));
       AddGauge(total, labels, static_cast<double>(s.kv_blocks_total));
       AddGauge(bytes, labels, static_cast<double>(s.kv_bytes_used));
+      AddGauge(per_token, labels, static_cast<double>(s.kv_bytes_per_token));
       AddGauge(shared, labels, static_cast<double>(s.kv_blocks_shared));
       AddCounter(copies, labels, static_cast<double>(s.kv_copies_on_write));
       AddGauge(spilled, labels, static_cast<double>(s.sessions_spilled));
       AddGauge(spill_bytes, labels, static_cast<double>(s.kv_spill_bytes));
     }
   }
-  for (auto* f : {&open, &used, &total, &bytes, &shared, &copies, &spilled, &spill_bytes}) {
+  for (auto* f :
+       {&open, &used, &total, &bytes, &per_token, &shared, &copies, &spilled, &spill_bytes}) {
     out->push_back(std::move(*f));
   }
 }

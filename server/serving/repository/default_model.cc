@@ -9,7 +9,9 @@ ModelEntry MakeDefaultModel(const LoadOverrides& overrides) {
   entry.name = kDefaultModelName;
   entry.source = "builtin";
   entry.kind = &BuiltinKind();
-  if (Status loaded = entry.kind->LoadBuiltin(overrides, &entry); !loaded.ok()) {
+  Status loaded = entry.kind->LoadBuiltin(overrides, &entry);
+  if (loaded.ok()) loaded = ChooseKvCacheDtype(overrides, &entry);
+  if (!loaded.ok()) {
     entry.state = ModelState::kFailed;
     entry.error = loaded.ToString();
     entry.servable.reset();

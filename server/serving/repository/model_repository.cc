@@ -28,6 +28,24 @@ std::string VersionList(const std::vector<ModelRepository::EntryPtr>& versions) 
 
 }  // namespace
 
+Status ChooseKvCacheDtype(const LoadOverrides& overrides, ModelEntry* entry) {
+  const KvCacheDtype asked = entry->config.kv_cache_dtype.value_or(overrides.kv_cache_dtype);
+  const std::string where = entry->config.kv_cache_dtype
+                                ? entry->config.model.path + ": 'kv_cache_dtype'"
+                                : std::string("--kv-cache-dtype");
+  if (Status ok = CheckKvCacheDtype(asked, entry->info.device); !ok.ok()) {
+    return Status(ok.code(), where + " " + KvCacheDtypeName(asked) + " on " + entry->info.device +
+                                 ": " + ok.message());
+  }
+  entry->kv_cache_dtype = ResolveKvCacheDtype(asked, entry->info.compute_dtype);
+  const bool stack = entry->stack.num_layers > 0;  // a stack caches its K/V heads only
+  const int64_t heads = stack ? entry->stack.num_key_value_heads : entry->info.options.num_heads;
+  const int64_t head_dim = stack ? entry->stack.head_dim : entry->info.options.head_dim();
+  entry->kv_bytes_per_token = KvCacheBytesPerToken(entry->kv_cache_dtype, heads, head_dim);
+  if (stack) entry->stack.kv_bytes_per_token_per_layer = entry->kv_bytes_per_token;
+  return Status::Ok();
+}
+
 const char* ModelStateName(ModelState state) {
   switch (state) {
     case ModelState::kLoading:

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mha/engine.h"
+#include "mha/kv_cache_dtype.h"
 #include "mha/options.h"
 #include "mha/status.h"
 #include "server/serving/repository/serving_config.h"
@@ -54,6 +55,11 @@ struct ModelEntry {
   // what a multi-layer stack adds to it.
   ModelInfo info;
   StackInfo stack;
+  // How the version's sessions store their KV cache (config.json "kv_cache_dtype" over
+  // --kv-cache-dtype, resolved: never kModel) and what a token of one layer takes there, scales
+  // included (when READY).
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kFloat32;
+  int64_t kv_bytes_per_token = 0;
   // The weights file relative to the repository ("enc/model.pt"), or "builtin": what callers see.
   // Errors are worded with relative paths too; no absolute path leaves the server.
   std::string source;
@@ -80,7 +86,15 @@ struct LoadOverrides {  // server flags that win over each config.json
   std::optional<DType> dtype;
   std::optional<std::string> device;
   bool cuda_graphs = true;  // --cuda-graphs: small passes on a GPU replay captured CUDA graphs
+  // --kv-cache-dtype: the default of the versions whose config.json has no "kv_cache_dtype".
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kModel;
 };
+
+// After a version's load: its KV cache dtype (config.json's over the flag) checked against its
+// device, then set with its bytes per token (entry->kv_cache_dtype, kv_bytes_per_token; a stack's
+// kv_bytes_per_token_per_layer too). FAILED_PRECONDITION naming where the dtype came from and why
+// the device or build lacks it (fp8_e4m3 on a CPU, or on a LibTorch without float8).
+Status ChooseKvCacheDtype(const LoadOverrides& overrides, ModelEntry* entry);
 
 // One model folder DIR/<name>: the versions its version_policy selects, each LOADING, or FAILED
 // with the reason (bad config.json, no weights file). Sorted by version. Empty when the folder

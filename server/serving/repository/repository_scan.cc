@@ -174,6 +174,7 @@ void LoadModelEntry(const LoadOverrides& overrides, ModelEntry* entry) {
   try {
     if (!entry->kind) entry->kind = &KindFor(entry->config);
     if (Status loaded = entry->kind->Load(overrides, entry); !loaded.ok()) return fail(loaded);
+    if (Status kv = ChooseKvCacheDtype(overrides, entry); !kv.ok()) return fail(kv);
     entry->state = ModelState::kReady;
   } catch (const std::exception& e) {
     fail(Internal(std::string("loading ") + entry->source + " threw: " + e.what()));

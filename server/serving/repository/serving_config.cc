@@ -16,9 +16,25 @@ using Json = nlohmann::json;
 
 constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
 
-const char* const kServingKeys[] = {"version",          "max_batch_rows",     "max_batch_size",
-                                    "max_batch_tokens", "max_queue_delay_us", "max_queue_size",
-                                    "instances",        "version_policy",     "warmup"};
+const char* const kServingKeys[] = {
+    "version",        "max_batch_rows", "max_batch_size", "max_batch_tokens", "max_queue_delay_us",
+    "max_queue_size", "instances",      "version_policy", "warmup",           "kv_cache_dtype"};
+
+// "kv_cache_dtype": one of mha/kv_cache_dtype.h's names; another value or type names the key and
+// the choices.
+Status ReadKvCacheDtype(const std::string& path, const Json& json, ServingConfig* c) {
+  auto it = json.find("kv_cache_dtype");
+  if (it == json.end()) return Status::Ok();
+  const std::string field = path + ": 'kv_cache_dtype'";
+  if (!it->is_string()) {
+    return InvalidArgument(field + " must be a string (" + KvCacheDtypeChoices() + "), got " +
+                           JsonForMessage(*it));
+  }
+  auto dtype = ParseKvCacheDtype(it->get<std::string>(), field);
+  if (!dtype.ok()) return dtype.status();
+  c->kv_cache_dtype = *dtype;
+  return Status::Ok();
+}
 
 // "version_policy": {"latest": {"num_versions": N}} | {"all": {}} | {"specific": {"versions":
 // [..]}}
@@ -137,6 +153,7 @@ Status ReadKeys(const std::string& path, const Json& json, ServingConfig* c) {
       r.Int("max_queue_delay_us", 0, int64_t{3600} * 1000000, &c->max_queue_delay_us));
   MHA_RETURN_IF_ERROR(r.Int("max_queue_size", 1, int64_t{1} << 20, &c->max_queue_size));
   MHA_RETURN_IF_ERROR(r.Int("instances", 1, 256, &c->instances));
+  MHA_RETURN_IF_ERROR(ReadKvCacheDtype(path, json, c));
   MHA_RETURN_IF_ERROR(ReadVersionPolicy(path, json, &c->version_policy));
   return ReadWarmup(path, json, &c->warmup, &c->warmup_given);
 }

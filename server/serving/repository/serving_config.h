@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mha/kv_cache_dtype.h"
 #include "mha/model_config.h"
 #include "mha/status.h"
 
@@ -41,6 +42,8 @@ struct ServingConfig {
   std::optional<int64_t> max_queue_delay_us;
   std::optional<int64_t> max_queue_size;
   std::optional<int64_t> instances;
+  // How the version's sessions store their KV cache (over --kv-cache-dtype; mha/kv_cache_dtype.h).
+  std::optional<KvCacheDtype> kv_cache_dtype;
 
   // Lifecycle: the model's version policy (read from the model folder's config.json; a version
   // folder's own config.json cannot change it) and the warmup passes.

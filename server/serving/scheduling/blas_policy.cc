@@ -15,6 +15,11 @@ std::atomic<int> g_running{0};
 std::mutex g_set_mu;
 std::atomic<int> g_set{0};
 
+// One more pass running: the threads it gets.
+int Enter(const BlasPassPolicy& policy, bool lone_request) {
+  return policy.ThreadsFor(g_running.fetch_add(1, std::memory_order_relaxed) + 1, lone_request);
+}
+
 }  // namespace
 
 BlasPassPolicy::BlasPassPolicy(BlasPolicyOptions options) : options_(options) {
@@ -31,9 +36,8 @@ int BlasPassPolicy::ThreadsFor(int running, bool lone_request) const {
 
 int BlasPassPolicy::Running() { return g_running.load(std::memory_order_relaxed); }
 
-BlasPassPolicy::Pass::Pass(const BlasPassPolicy& policy, bool lone_request) {
-  const int running = g_running.fetch_add(1, std::memory_order_relaxed) + 1;
-  threads_ = policy.ThreadsFor(running, lone_request);
+BlasPassPolicy::Pass::Pass(const BlasPassPolicy& policy, bool lone_request)
+    : threads_(Enter(policy, lone_request)), attention_(threads_) {
   if (threads_ <= 0 || g_set.load(std::memory_order_acquire) == threads_) return;
   std::lock_guard<std::mutex> lock(g_set_mu);
   if (g_set.load(std::memory_order_relaxed) != threads_ && SetBlasThreads(threads_)) {

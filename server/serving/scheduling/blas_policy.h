@@ -14,6 +14,8 @@
 
 #include <atomic>
 
+#include "mha/runtime.h"
+
 namespace mha::serve {
 
 struct BlasPolicyOptions {
@@ -26,7 +28,9 @@ class BlasPassPolicy {
  public:
   explicit BlasPassPolicy(BlasPolicyOptions options);
 
-  // Marks one pass running for its lifetime and sets OpenBLAS's threads for it.
+  // Marks one pass running for its lifetime and sets OpenBLAS's threads for it, and the threads of
+  // its CPU attention (mha/runtime.h PassThreads) to the same count (1 when left alone): a pass
+  // that is the only work runs its attention over every core, as its GEMMs.
   class Pass {
    public:
     // `lone_request`: the pass holds one request and its model's queue is empty.
@@ -38,6 +42,7 @@ class BlasPassPolicy {
 
    private:
     int threads_ = 0;
+    ScopedPassThreads attention_;  // on this thread: the pass runs where it was made
   };
 
   // The threads a pass gets when `running` passes (itself included) run; 0 = leave OpenBLAS

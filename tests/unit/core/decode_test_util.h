@@ -16,21 +16,26 @@
 
 namespace mha::testing {
 
-// A pool for `model`'s sessions: `bytes` of pages of `block_tokens` tokens (nullptr, with a test
-// failure, when it cannot be made).
+// A pool for `model`'s sessions: `bytes` of pages of `block_tokens` tokens in `dtype` (nullptr,
+// with a test failure, when it cannot be made).
 inline std::shared_ptr<KvBlockPool> MakeKvPool(const MhaModel& model, int64_t block_tokens = 4,
-                                               int64_t bytes = int64_t{1} << 20) {
-  auto pool = KvBlockPool::Create(KvPoolOptions{bytes, block_tokens}, model);
+                                               int64_t bytes = int64_t{1} << 20,
+                                               KvCacheDtype dtype = KvCacheDtype::kModel) {
+  auto pool = KvBlockPool::Create(KvPoolOptions{bytes, block_tokens, dtype}, model);
   EXPECT_TRUE(pool.ok()) << pool.status().ToString();
   return pool.ok() ? *pool : nullptr;
 }
 
-// Fills every page of `pool` with NaN: a padded or gathered step that let a page's unwritten
-// slots reach an answer shows NaN there.
+// Fills every page of `pool` with NaN (an int8 pool's scales: its codes have no NaN): a padded or
+// gathered step that let a page's unwritten slots reach an answer shows NaN there.
 inline void FillNaN(const KvBlockPool& pool) {
   c10::InferenceMode guard;  // the pool's pages are inference tensors
-  pool.keys().fill_(std::numeric_limits<float>::quiet_NaN());
-  pool.values().fill_(std::numeric_limits<float>::quiet_NaN());
+  for (const at::Tensor* t :
+       {&pool.keys(), &pool.values(), &pool.key_scales(), &pool.value_scales()}) {
+    if (t->defined() && at::isFloatingType(t->scalar_type())) {
+      t->fill_(std::numeric_limits<float>::quiet_NaN());
+    }
+  }
 }
 
 // Decodes a sequence of `total` tokens in `sessions` sessions, one merged pass per round: session

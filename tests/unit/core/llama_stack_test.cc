@@ -192,9 +192,10 @@ TEST(LlamaStack, KvLayoutHoldsKeyValueHeadsOnly) {
   EXPECT_EQ((*pool)->bytes_per_token(), 2 * 2 * 8 * 4);  // 2 * KV * D * 4: a quarter of 2 * E * 4
   EXPECT_EQ((*pool)->total_blocks(), (int64_t{1} << 20) / (16 * 128));
   auto none = stack->CreateKvPool(KvPoolOptions{100, 16});
-  EXPECT_TRUE(Contains(none.status().message(),
-                       "--kv-cache-bytes 100 holds no block: one block of 16 tokens takes 2048 "
-                       "bytes (2 * 2 KV heads * head_dim 8 * 4 bytes per token)"));
+  EXPECT_TRUE(
+      Contains(none.status().message(),
+               "--kv-cache-bytes 100 holds no block: one block of 16 tokens takes 2048 "
+               "bytes (2 * 2 KV heads * head_dim 8 * 4 bytes per token, KV cache dtype fp32)"));
   // q, k, v, o of 2 layers: 64*64 + 2 * 16*64 + 64*64 each.
   EXPECT_EQ(stack->parameter_count(), 2 * (64 * 64 * 2 + 2 * 16 * 64));
 }

@@ -3,7 +3,8 @@
 // vectors and 64-float registers and ones that leave tails, caches crossing block edges with their
 // blocks interleaved in the pool, 1 and 3 new tokens per item (causal within them). Each item's
 // rows equal the causal attention of its queries over the keys and values it appended, computed
-// here in float64 with the K/V heads repeated (Hugging Face's repeat_kv), within 1e-5.
+// here in float64 with the K/V heads repeated (Hugging Face's repeat_kv), within 1e-5. A pass split
+// over several threads gives the one-thread pass's bits.
 #include "mha/paged_attention.h"
 
 #include <ATen/ATen.h>
@@ -18,6 +19,7 @@
 
 #include "mha/kv_cache.h"
 #include "mha/kv_layout.h"
+#include "mha/runtime.h"
 #include "test_util.h"
 
 namespace mha {
@@ -92,6 +94,39 @@ TEST_P(PagedAttentionGqaTest, EqualsCausalAttentionOverRepeatedKvHeads) {
           Reference(q.narrow(0, i * tokens, tokens), keys[u], values[u], c).to(at::kFloat),
           testing::kFp32Tolerance));
     }
+  }
+}
+
+// A pass big enough to share (Llama's shape at cache 512: 32 sessions, KV=4 of D=64) on 1, 2 and 4
+// threads (PassThreads): each (session, K/V head) is computed whole by one thread with the
+// one-thread pass's arithmetic, so the answers are the same bits, for float32 and int8 pages.
+TEST(PagedAttentionThreadsTest, EveryThreadCountGivesTheOneThreadPassesBits) {
+  for (KvCacheDtype dtype : {KvCacheDtype::kFloat32, KvCacheDtype::kInt8}) {
+    SCOPED_TRACE(KvCacheDtypeName(dtype));
+    auto pool = KvBlockPool::Create({int64_t{64} << 20, 16, dtype}, KvLayout{4, 64});
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    at::manual_seed(47);
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<PagedItem> items;
+    for (int i = 0; i < 32; ++i) {
+      caches.push_back(std::make_unique<KvCache>(*pool, 1));
+      const int64_t n = 480 + 3 * i;  // lengths differ: runs of unequal work
+      ASSERT_TRUE(caches.back()->Reserve(n).ok());
+      caches.back()->Append(at::randn({1, n, 256}), at::randn({1, n, 256}));
+      items.push_back(PagedItem{caches.back().get(), 1, true});
+    }
+    const at::Tensor q = at::randn({32, 16 * 64});
+    at::Tensor one;
+    {
+      ScopedPassThreads threads(1);
+      one = PagedAttention(**pool, 16, items, q);
+    }
+    for (int n : {2, 4}) {
+      ScopedPassThreads threads(n);
+      EXPECT_EQ(PassThreads(), n);
+      EXPECT_TRUE(at::equal(PagedAttention(**pool, 16, items, q), one)) << n << " threads";
+    }
+    EXPECT_EQ(PassThreads(), 1) << "put back";
   }
 }
 

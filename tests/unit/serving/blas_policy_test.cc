@@ -44,6 +44,26 @@ TEST(BlasPassPolicyTest, PassCountsRunningPasses) {
   EXPECT_EQ(BlasPassPolicy::Running(), before);
 }
 
+// A pass's CPU attention gets its GEMMs' threads (PassThreads, on the pass's thread), 1 when the
+// policy leaves OpenBLAS alone, and the thread's setting comes back after the pass.
+TEST(BlasPassPolicyTest, APassesAttentionGetsItsGemmsThreads) {
+  ASSERT_EQ(PassThreads(), 1);
+  {
+    const BlasPassPolicy::Pass lone(BlasPassPolicy({.threads = 0, .cores = 3}), true);
+    EXPECT_EQ(PassThreads(), BlasPassPolicy::Running() == 1 ? 3 : 1);
+  }
+  EXPECT_EQ(PassThreads(), 1);
+  {
+    const BlasPassPolicy::Pass fixed(BlasPassPolicy({.threads = 2, .cores = 3}), false);
+    EXPECT_EQ(PassThreads(), 2);
+  }
+  {
+    const BlasPassPolicy::Pass alone(BlasPassPolicy({.threads = -1, .cores = 3}), true);
+    EXPECT_EQ(PassThreads(), 1);
+  }
+  EXPECT_EQ(PassThreads(), 1);
+}
+
 // The batcher's passes, as OpenBLAS sees them: a lone request gets every core, a merged pass one
 // thread, and so does a request alone right after a merged pass (lone needs two such passes in a
 // row); the next one alone gets every core again. Skipped where the BLAS is not OpenBLAS.

@@ -2,12 +2,13 @@
 // --max-work-bytes counts": on the CPU three blocks of scores whose rows come from the core's own
 // AttentionBlockRows (quadratic only when one block holds them, as before), the weights asked for
 // one whole copy; on a device the fused kernel's mask and row statistics, or the whole scores when
-// probabilities are formed.
+// probabilities are formed; a session step over a cache in another dtype, its stored bytes.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
+#include "mha/kv_cache_dtype.h"
 #include "mha/options.h"
 #include "server/serving/kinds/multihead/pass_cost.h"
 
@@ -62,6 +63,15 @@ TEST(PassWorkBytes, LongSequencesOnTheCpuCountBlocksOfTheCoresRows) {
   pass.head_options = pass.need_weights = false;
   pass.block_bytes = 0;  // unblocked: quadratic again
   EXPECT_EQ(PassWorkBytes(pass), Projections(1, t, t, e) + 3 * h * t * t * 4);
+}
+
+// A session step over a KV cache in another dtype: the gather copies each row's stored bytes of
+// every key (codes and scales) before decoding them into the head-split copies.
+TEST(PassWorkBytes, ASessionStepCountsItsCachesStoredBytes) {
+  PassShape pass = ModelPassShape(Model("cpu", 64, 8), 2, 1, 4096);
+  const int64_t plain = PassWorkBytes(pass);
+  pass.cache_bytes_per_key = KvCacheBytesPerToken(KvCacheDtype::kInt8, 8, 8);  // 256
+  EXPECT_EQ(PassWorkBytes(pass), plain + 2 * 4096 * 256);
 }
 
 TEST(PassWorkBytes, TheFusedKernelOnADeviceCountsItsMaskAndRowStatistics) {

@@ -1,5 +1,6 @@
 // The serving part of config.json (serving_config.h): the lifecycle keys (version_policy,
-// warmup) and layered config files (a version folder's over its model's), without a server.
+// warmup), the KV cache dtype, and layered config files (a version folder's over its model's),
+// without a server.
 #include "server/serving/repository/serving_config.h"
 
 #include <gtest/gtest.h>
@@ -62,6 +63,30 @@ TEST(ServingConfigTest, BadPoliciesAndWarmupsNameTheFileAndKey) {
     EXPECT_NE(config.status().message().find(path), std::string::npos) << config.status().message();
     EXPECT_NE(config.status().message().find(words), std::string::npos)
         << json << " -> " << config.status().message();
+  }
+}
+
+TEST(ServingConfigTest, KvCacheDtypeIsReadAndABadOneNamesTheKeyAndTheChoices) {
+  TempDir dir;
+  auto none = ReadServingConfig(Write(dir, "a.json", R"({"num_heads": 4})"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->kv_cache_dtype.has_value()) << "absent: the server's --kv-cache-dtype";
+  auto int8 = ReadServingConfig(Write(dir, "b.json", R"({"kv_cache_dtype": "int8"})"));
+  ASSERT_TRUE(int8.ok()) << int8.status().ToString();
+  EXPECT_EQ(int8->kv_cache_dtype, KvCacheDtype::kInt8);
+  EXPECT_TRUE(int8->unknown_keys.empty());
+  for (const auto& [json, words] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"kv_cache_dtype": "int4"})",
+            "'kv_cache_dtype': unknown KV cache dtype 'int4' (choices: model, fp32, bf16, fp16, "
+            "int8, fp8_e4m3)"},
+           {R"({"kv_cache_dtype": 8})",
+            "'kv_cache_dtype' must be a string (model, fp32, bf16, fp16, int8, fp8_e4m3), got "
+            "8"}}) {
+    const std::string path = Write(dir, "config.json", json);
+    auto config = ReadServingConfig(path);
+    ASSERT_FALSE(config.ok()) << json;
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(config.status().message(), path + ": " + words);
   }
 }
 

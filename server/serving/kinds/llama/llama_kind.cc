@@ -76,11 +76,11 @@ class LlamaServable final : public Servable {
     spdlog::info(
         "model {}{} v{} READY: llama stack layers={} hidden_size={} heads={} kv_heads={} "
         "head_dim={} max_positions={} rope_theta={} attention_bias={} dtype={} compute_dtype={} "
-        "device={} parameters={} kv_bytes_per_token_per_layer={} source={}",
+        "device={} parameters={} kv_cache_dtype={} kv_bytes_per_token_per_layer={} source={}",
         e.name, is_default ? " (default)" : "", e.version, l.num_layers, l.hidden_size, l.num_heads,
         l.num_kv_heads, l.head_dim, l.max_positions, l.rope_theta, l.attention_bias,
         DTypeName(l.dtype), DTypeName(l.compute_dtype), l.device, l.parameter_count,
-        l.kv_bytes_per_token, e.source);
+        KvCacheDtypeName(e.kv_cache_dtype), e.kv_bytes_per_token, e.source);
   }
 
   std::unique_ptr<ServedModel> Serve(const ModelEntry& entry,

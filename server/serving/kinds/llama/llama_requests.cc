@@ -68,7 +68,8 @@ PassShape LlamaPassShape(const LlamaModelInfo& l, int64_t rows, int64_t t, int64
 // The working memory of one layer step over `rows` new rows, its longest entry `t_max` rows over
 // at most `keys` cached keys: the projections and outputs of every row, and one entry's attention
 // at a time (its gathered K/V heads, its scores and probabilities), as LlamaLayerStep runs them.
-int64_t StepWorkBytes(const LlamaModelInfo& l, int64_t rows, int64_t t_max, int64_t keys) {
+int64_t StepWorkBytes(const LlamaVersion& v, int64_t rows, int64_t t_max, int64_t keys) {
+  const LlamaModelInfo& l = v.info;
   const double q = static_cast<double>(l.num_heads * l.head_dim);
   const double kv = static_cast<double>(l.num_kv_heads * l.head_dim);
   const double e = static_cast<double>(l.hidden_size);
@@ -76,7 +77,8 @@ int64_t StepWorkBytes(const LlamaModelInfo& l, int64_t rows, int64_t t_max, int6
                           2.0 * static_cast<double>(t_max) * static_cast<double>(keys) *
                               static_cast<double>(l.num_heads) +
                           2.0 * static_cast<double>(keys) * kv;
-  const double bytes = elements * static_cast<double>(ComputeBytes(l));
+  const double bytes = elements * static_cast<double>(ComputeBytes(l)) +
+                       static_cast<double>(keys) * static_cast<double>(v.cache_bytes_per_key);
   return bytes > 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
 }
 
@@ -156,7 +158,7 @@ Status CheckLayerStep(const LlamaVersion& e, const LayerStepRequest& r,
     }
   }
   const int64_t keys = std::min(l.max_positions, limits.max_sequence_length);
-  return CheckWork(StepWorkBytes(l, rows, t_max, keys), response, limits,
+  return CheckWork(StepWorkBytes(e, rows, t_max, keys), response, limits,
                    "layer step of " + Num(static_cast<int64_t>(r.entries.size())) + " entries");
 }
 

@@ -17,6 +17,9 @@ namespace mha::serve {
 struct LlamaVersion {
   std::string name, version;
   LlamaModelInfo info;
+  // A KV cache stored in another dtype than the compute one: the stored bytes of one cached token
+  // of one layer that a gather copies before decoding them (budget.h); 0 otherwise.
+  int64_t cache_bytes_per_key = 0;
 };
 
 // A stateless Forward to a Llama version: layer in range, query [B, T, E] floating, no key/value,

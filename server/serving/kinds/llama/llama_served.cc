@@ -11,21 +11,32 @@
 #include "server/serving/kinds/llama/llama_requests.h"
 #include "server/serving/kinds/llama/llama_sessions.h"
 #include "server/serving/kinds/serve_options.h"
+#include "server/serving/observability/stats_aggregator.h"
 #include "server/serving/repository/model_repository.h"
 #include "server/serving/server_core_options.h"
 
 namespace mha::serve {
 namespace {
 
+// What a gather copies per cached key of a layer before decoding it: the stored bytes of a cache
+// in another dtype than the compute one (LlamaVersion::cache_bytes_per_key), else 0.
+int64_t CacheBytesPerKey(const ModelEntry& entry, const LlamaModelInfo& info) {
+  const bool decoded =
+      entry.kv_cache_dtype != ResolveKvCacheDtype(KvCacheDtype::kModel, info.compute_dtype);
+  return decoded ? entry.kv_bytes_per_token : 0;
+}
+
 class LlamaServed final : public ServedModel, public LayerStepper {
  public:
   LlamaServed(std::shared_ptr<const LlamaAttentionStack> stack, const LlamaModelInfo& info,
               const ModelEntry& entry, const ServeContext& context)
-      : version_{entry.name, entry.version, info}, limits_(context.options->limits) {
+      : version_{entry.name, entry.version, info, CacheBytesPerKey(entry, info)},
+        limits_(context.options->limits) {
     const ServerCoreOptions& options = *context.options;
-    sessions_ = std::make_unique<LlamaSessions>(options.sessions, limits_, stack, info,
-                                                SessionLocation{entry.name, entry.version},
-                                                context.directory, context.metrics);
+    if (context.metrics != nullptr) context.metrics->SetKvBytesPerToken(entry.kv_bytes_per_token);
+    sessions_ = std::make_unique<LlamaSessions>(
+        SessionOptionsFor(entry, options.sessions), limits_, stack, info,
+        SessionLocation{entry.name, entry.version}, context.directory, context.metrics);
     // One queue for the version: layer steps merge (same layer, up to max_batch_tokens new
     // tokens) unless batching is off; stateless forwards run one per pass.
     steps_options_ = SchedulerOptionsFor(entry.config, options.batching, options.batcher);

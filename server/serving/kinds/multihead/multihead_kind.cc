@@ -96,11 +96,11 @@ class MhaServable final : public Servable {
     spdlog::info(
         "model {}{} v{} READY: embed_dim={} num_heads={} head_dim={} kdim={} vdim={} bias={} "
         "add_bias_kv={} add_zero_attn={} dtype={} compute_dtype={} device={} format={} layout={} "
-        "parameters={} source={}",
+        "parameters={} kv_cache_dtype={} kv_bytes_per_token={} source={}",
         e.name, is_default ? " (default)" : "", e.version, o.embed_dim, o.num_heads, o.head_dim(),
         o.key_dim(), o.value_dim(), o.bias, o.add_bias_kv, o.add_zero_attn, DTypeName(o.dtype),
         DTypeName(e.info.compute_dtype), e.info.device, e.format, e.layout, e.info.parameter_count,
-        e.source);
+        KvCacheDtypeName(e.kv_cache_dtype), e.kv_bytes_per_token, e.source);
     if (!e.unused_keys.empty()) {
       spdlog::warn("model {}: {} unused keys in {} (first: {})", e.name, e.unused_keys.size(),
                    e.source, e.unused_keys.front());

@@ -10,6 +10,7 @@
 #include "server/serving/kinds/multihead/multihead_sessions.h"
 #include "server/serving/kinds/multihead/pass_cost.h"
 #include "server/serving/kinds/serve_options.h"
+#include "server/serving/observability/stats_aggregator.h"
 #include "server/serving/repository/model_repository.h"
 #include "server/serving/server_core_options.h"
 
@@ -93,8 +94,11 @@ class MultiheadServed final : public ServedModel, public SessionSteps, public He
         batcher_(DynamicBatcher::ForModel(model_, entry.name, batcher_options_, context.metrics,
                                           limits_.max_work_bytes)),
         sessions_(std::make_unique<MultiheadSessions>(
-            context.options->sessions, limits_, model_, SessionLocation{entry.name, entry.version},
-            context.directory, batcher_.get(), context.metrics)) {}
+            SessionOptionsFor(entry, context.options->sessions), limits_, model_,
+            SessionLocation{entry.name, entry.version}, context.directory, batcher_.get(),
+            context.metrics)) {
+    if (context.metrics != nullptr) context.metrics->SetKvBytesPerToken(entry.kv_bytes_per_token);
+  }
 
   // The batcher drains before the sessions end: queued steps still find their store.
   ~MultiheadServed() override { Shutdown(); }

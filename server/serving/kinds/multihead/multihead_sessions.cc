@@ -47,13 +47,14 @@ Status CheckOpenRequest(const OpenSessionRequest& r, const MhaOptions& o,
 // RESOURCE_EXHAUSTED when the step's estimated working memory or response (its weights over
 // every cached key) is over the limits.
 Status CheckStepCost(const RequestLimits& limits, const ModelInfo& model, const HostInputs& in,
-                     int64_t keys) {
+                     int64_t keys, int64_t cache_bytes_per_key) {
   const MhaOptions& o = model.options;
   const int64_t extra = (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
   const int64_t b = in.query.size(0), t = in.query.size(1);
   PassShape pass = ModelPassShape(model, b, t, keys);
   pass.head_options = in.need_weights;
   pass.need_weights = in.need_weights;
+  pass.cache_bytes_per_key = cache_bytes_per_key;
   // On a device: StepMask's whole additive mask (causal over several new tokens, or a mask given).
   const bool masked = t > 1 || in.attn_mask.defined() || in.key_padding_mask.defined();
   const bool per_head = in.attn_mask.defined() && in.attn_mask.dim() == 3;
@@ -68,6 +69,14 @@ Status CheckStepCost(const RequestLimits& limits, const ModelInfo& model, const 
                             " new tokens, " + std::to_string(keys) + " keys]";
   return CheckPassBytes(bytes, limits, shape,
                         "send fewer new tokens per step, averaged weights, or no weights");
+}
+
+// What a gather copies per cached key of a row before decoding it: the stored bytes of a cache in
+// another dtype than the model's compute one (budget.h PassShape::cache_bytes_per_key), else 0.
+int64_t CacheBytesPerKey(KvCacheDtype dtype, const ModelInfo& model) {
+  const KvCacheDtype stored = ResolveKvCacheDtype(dtype, model.compute_dtype);
+  if (stored == ResolveKvCacheDtype(KvCacheDtype::kModel, model.compute_dtype)) return 0;
+  return KvCacheBytesPerToken(stored, model.options.num_heads, model.options.head_dim());
 }
 
 }  // namespace
@@ -94,6 +103,7 @@ MultiheadSessions::MultiheadSessions(SessionOptions options, RequestLimits limit
       limits_(limits),
       model_(std::move(model)),
       info_(DescribeModel(*model_)),
+      cache_bytes_per_key_(CacheBytesPerKey(options.pool.dtype, info_)),
       runner_(runner) {}
 
 StatusOr<SessionInfo> MultiheadSessions::Open(const OpenSessionRequest& r, CallerThread& caller) {
@@ -143,8 +153,9 @@ Status MultiheadSessions::CheckTruncate(const Session& s) const {
 Status MultiheadSessions::CheckStep(const Session& s, const HostInputs& in) const {
   MHA_RETURN_IF_ERROR(CheckSessionStep(*model_, *s.cache, s.info.cross, in));
   const int64_t t = in.query.size(1);
-  MHA_RETURN_IF_ERROR(
-      CheckStepCost(limits_, info_, in, s.info.cross ? s.cache->length() : s.cache->length() + t));
+  MHA_RETURN_IF_ERROR(CheckStepCost(limits_, info_, in,
+                                    s.info.cross ? s.cache->length() : s.cache->length() + t,
+                                    cache_bytes_per_key_));
   if (s.info.tokens + t > s.info.max_tokens) {
     return OutOfRange("session '" + s.info.id + "': " + std::to_string(s.info.tokens) +
                       " tokens decoded + " + std::to_string(t) + " new exceed its max_tokens " +

@@ -63,6 +63,7 @@ class MultiheadSessions final : public SessionStore<KvCache> {
   const RequestLimits limits_;
   const std::shared_ptr<const MhaModel> model_;
   const ModelInfo info_;
+  const int64_t cache_bytes_per_key_;  // a gather's stored bytes per key of a row (budget.h)
   ModelRunner* const runner_;
 };
 
