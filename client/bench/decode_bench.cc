@@ -142,6 +142,8 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
     tally->cached_tokens += closed->tokens() * o.batch;
   }
   tally->resumes += s.stats().resumes;
+  tally->resyncs += s.stats().resyncs;
+  tally->replayed_tokens += s.stats().replayed_tokens;
   tally->replay_ms.insert(tally->replay_ms.end(), s.stats().replay_ms.begin(),
                           s.stats().replay_ms.end());
   tally->latencies.insert(tally->latencies.end(), mine.begin(), mine.end());
@@ -200,6 +202,8 @@ StatusOr<DecodeBenchReport> RunDecodeBench(AttentionClient& client, const Decode
   report.kv_block_tokens = tally.kv_block_tokens;
   report.cached_tokens = tally.cached_tokens;
   report.resumed = tally.resumes;
+  report.resynced = tally.resyncs;
+  report.replayed_tokens = tally.replayed_tokens;
   if (!tally.replay_ms.empty()) {
     std::sort(tally.replay_ms.begin(), tally.replay_ms.end());
     report.replay_ms_p50 = Percentile(tally.replay_ms, 50);
@@ -260,8 +264,10 @@ std::string DecodeBenchReportText(const DecodeBenchOptions& o, const DecodeBench
   }
   if (!o.stateless) {
     std::snprintf(buf, sizeof(buf),
-                  "resumed: %lld sessions re-opened and replayed (replay ms: p50 %.1f  max %.1f)\n",
-                  static_cast<long long>(r.resumed), r.replay_ms_p50, r.replay_ms_max);
+                  "resumed: %lld sessions re-opened and replayed, %lld restored from the KV store "
+                  "replayed their tail; %lld tokens replayed (replay ms: p50 %.1f  max %.1f)\n",
+                  static_cast<long long>(r.resumed), static_cast<long long>(r.resynced),
+                  static_cast<long long>(r.replayed_tokens), r.replay_ms_p50, r.replay_ms_max);
     text += buf;
   }
   text += ServerCpuReportText(r.server_cpu, "step");
@@ -285,6 +291,8 @@ std::string DecodeBenchReportJson(const DecodeBenchReport& r) {
         {"p99", r.p99_us},
         {"max", r.max_us}}},
       {"resumed", r.resumed},
+      {"resynced", r.resynced},
+      {"replayed_tokens", r.replayed_tokens},
       {"server_cpu",
        {{"measured", c.measured},
         {"source", c.source},

@@ -88,6 +88,18 @@ TEST_F(RedisKvStoreTest, BlocksComeBackByteForByte) {
   EXPECT_EQ(c.blocks_read, 1);
 }
 
+TEST_F(RedisKvStoreTest, ManyBlocksInOneRoundTrip) {
+  ASSERT_TRUE(store_->PutBlocks({{"p1", "aaaa"}, {"p2", std::string("b\0b", 3)}}).ok());
+  auto back = store_->GetBlocks("s", {"p1", "p2"}, {4, 3});
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)[0], "aaaa");
+  EXPECT_EQ((*back)[1], std::string("b\0b", 3));
+  EXPECT_EQ(store_->counters().blocks_written, 2);
+  auto short_one = store_->GetBlocks("s", {"p1", "p2"}, {4, 4});
+  EXPECT_EQ(short_one.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(short_one.status().message().find("'p2' holds 3 bytes"), std::string::npos);
+}
+
 TEST_F(RedisKvStoreTest, ARecordIsWrittenOnlyUnderItsLease) {
   const SessionLease mine = Lease("s");
   ASSERT_TRUE(store_->PutBlock("b1", "12345678", 8).ok());
@@ -122,8 +134,10 @@ TEST_F(RedisKvStoreTest, AForksSharedBlocksAreStoredOnceAndOutliveTheSource) {
   ASSERT_TRUE(refs.ok());
   EXPECT_EQ(refs->integer, 2) << "one block, named by two sessions";
   ASSERT_TRUE(store_->RemoveSession(a, {"x1", "x2"}).ok());
+  EXPECT_TRUE(Exists("t:owner:b")) << "who wrote b last";
   EXPECT_FALSE(Exists("t:rec:a"));
   EXPECT_FALSE(Exists("t:lease:a"));
+  EXPECT_FALSE(Exists("t:owner:a"));
   EXPECT_FALSE(Exists("t:blk:x2")) << "named by a only";
   EXPECT_TRUE(Exists("t:blk:x1")) << "b still names it";
   // b truncated to 2 tokens: y2 dropped.

@@ -120,6 +120,22 @@ TEST_F(RedisLeasesTest, RedisDownIsTheStoresError) {
   EXPECT_EQ(a->Acquire("s").status().code(), StatusCode::kUnavailable);
 }
 
+// A lease that vanished (Redis restarted empty, or it expired while Redis was away) is taken back
+// by its holder's renew, unless another replica wrote the session since (then it is fenced).
+TEST_F(RedisLeasesTest, ALostLeaseIsTakenBackOnlyWhenNobodyWroteTheSessionSince) {
+  auto a = Owner("a");
+  auto held = a->TryAcquire("s");
+  ASSERT_TRUE(held.ok() && held->acquired);
+  ASSERT_TRUE(redis_.Command({"DEL", "t:lease:s"}).ok());
+  ASSERT_TRUE(a->Renew(held->lease).ok());
+  auto again = Owner("b")->TryAcquire("s");
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->acquired) << "a holds it again";
+  ASSERT_TRUE(redis_.Command({"DEL", "t:lease:s"}).ok());
+  ASSERT_TRUE(redis_.Command({"SET", "t:owner:s", "b 99"}).ok());  // b wrote it meanwhile
+  EXPECT_EQ(a->Renew(held->lease).code(), StatusCode::kAborted);
+}
+
 TEST(OwnerId, UniquePerCall) { EXPECT_NE(NewOwnerId(), NewOwnerId()); }
 
 }  // namespace

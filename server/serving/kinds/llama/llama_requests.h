@@ -9,6 +9,7 @@
 #include "server/serving/inference.h"
 #include "server/serving/inference_server.h"
 #include "server/serving/layer_step.h"
+#include "server/serving/limits.h"
 
 namespace mha::serve {
 

@@ -23,9 +23,10 @@ class LlamaServed final : public ServedModel, public LayerStepper {
               const ModelEntry& entry, const ServeContext& context)
       : version_{entry.name, entry.version, info}, limits_(context.options->limits) {
     const ServerCoreOptions& options = *context.options;
-    sessions_ = std::make_unique<LlamaSessions>(options.sessions, limits_, stack, info,
-                                                SessionLocation{entry.name, entry.version},
-                                                context.directory, context.metrics);
+    sessions_ = std::make_unique<LlamaSessions>(
+        options.sessions, limits_, stack, info,
+        SessionLocation{entry.name, entry.version, entry.fingerprint}, context.directory,
+        context.metrics);
     // One queue for the version: layer steps merge (same layer, up to max_batch_tokens new
     // tokens) unless batching is off; stateless forwards run one per pass.
     steps_options_ = SchedulerOptionsFor(entry.config, options.batching, options.batcher);

@@ -93,8 +93,9 @@ class MultiheadServed final : public ServedModel, public SessionSteps, public He
         batcher_(DynamicBatcher::ForModel(model_, entry.name, batcher_options_, context.metrics,
                                           limits_.max_work_bytes)),
         sessions_(std::make_unique<MultiheadSessions>(
-            context.options->sessions, limits_, model_, SessionLocation{entry.name, entry.version},
-            context.directory, batcher_.get(), context.metrics)) {}
+            context.options->sessions, limits_, model_,
+            SessionLocation{entry.name, entry.version, entry.fingerprint}, context.directory,
+            batcher_.get(), context.metrics)) {}
 
   // The batcher drains before the sessions end: queued steps still find their store.
   ~MultiheadServed() override { Shutdown(); }

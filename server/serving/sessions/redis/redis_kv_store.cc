@@ -35,7 +35,14 @@ for i = 7, 6 + named do
     return redis.error_reply('MISSING block ' .. ARGV[i] .. ' is not in the store')
   end
 end
-if ttl > 0 then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) else redis.call('SET', KEYS[2], ARGV[2]) end
+local owner = prefix .. 'owner:' .. session
+if ttl > 0 then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)
+  redis.call('SET', owner, ARGV[1], 'PX', ttl)
+else
+  redis.call('SET', KEYS[2], ARGV[2])
+  redis.call('SET', owner, ARGV[1])
+end
 for i = 7, 6 + named do
   local ref = prefix .. 'ref:' .. ARGV[i]
   redis.call('SADD', ref, session)
@@ -52,21 +59,10 @@ constexpr char kRemove[] = R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('FENCED the session is held by another replica')
 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], ARGV[3] .. 'owner:' .. ARGV[2])
 for i = 4, #ARGV do drop(ARGV[3], ARGV[2], ARGV[i]) end
 return 1
 )lua";
-
-std::vector<std::string> Named(const SessionRecord& record) {
-  std::vector<std::string> named;
-  std::set<std::string> seen;
-  for (const auto& layer : record.layers) {
-    for (const auto& key : layer.blocks) {
-      if (seen.insert(key).second) named.push_back(key);
-    }
-  }
-  return named;
-}
 
 }  // namespace
 
@@ -112,9 +108,8 @@ RedisKvStoreCounters RedisKvStore::counters() const {
   return c;
 }
 
-StatusOr<std::string> RedisKvStore::GetBlock(const std::string& session, const std::string& key,
-                                             int64_t bytes) {
-  auto reply = client_->Command({"GET", BlockKey(key)});
+StatusOr<std::string> RedisKvStore::CheckBlock(const std::string& session, const std::string& key,
+                                               int64_t bytes, StatusOr<RedisReply> reply) {
   if (!reply.ok()) return reply.status();
   const std::string who = "session '" + Abbreviate(session) + "': its block '" + Abbreviate(key);
   if (reply->type != RedisReply::Type::kString) {
@@ -129,9 +124,51 @@ StatusOr<std::string> RedisKvStore::GetBlock(const std::string& session, const s
   return std::move(reply->str);
 }
 
+StatusOr<std::string> RedisKvStore::GetBlock(const std::string& session, const std::string& key,
+                                             int64_t bytes) {
+  return CheckBlock(session, key, bytes, client_->Command({"GET", BlockKey(key)}));
+}
+
+StatusOr<std::vector<std::string>> RedisKvStore::GetBlocks(const std::string& session,
+                                                           const std::vector<std::string>& keys,
+                                                           const std::vector<int64_t>& bytes) {
+  std::vector<RedisArgs> commands;
+  commands.reserve(keys.size());
+  for (const auto& key : keys) commands.push_back({"GET", BlockKey(key)});
+  auto replies = client_->Pipeline(commands);
+  if (!replies.ok()) return replies.status();
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto block = CheckBlock(session, keys[i], bytes[i], std::move((*replies)[i]));
+    if (!block.ok()) return block.status();
+    out.push_back(std::move(block.value()));
+  }
+  return out;
+}
+
+Status RedisKvStore::PutBlocks(const std::vector<std::pair<std::string, std::string>>& blocks) {
+  std::vector<RedisArgs> commands;
+  commands.reserve(blocks.size());
+  int64_t bytes = 0;
+  for (const auto& [key, data] : blocks) {
+    commands.push_back({"SET", BlockKey(key), data});
+    if (options_.ttl.count() > 0) {
+      commands.back().insert(commands.back().end(), {"PX", std::to_string(options_.ttl.count())});
+    }
+    bytes += static_cast<int64_t>(data.size());
+  }
+  auto replies = client_->Pipeline(commands);
+  if (!replies.ok()) return CountWrite(replies.status(), 0, 0, 0);
+  for (const auto& r : *replies) {
+    if (!r.ok()) return CountWrite(r.status(), 0, 0, 0);
+  }
+  return CountWrite(Status::Ok(), static_cast<int64_t>(blocks.size()), bytes, 0);
+}
+
 Status RedisKvStore::WriteRecord(const SessionLease& lease, const SessionRecord& record,
                                  const std::vector<std::string>& dropped) {
-  const std::vector<std::string> named = Named(record);
+  const std::vector<std::string> named = SessionRecordBlocks(record);
   RedisArgs args = {lease.value(),
                     EncodeSessionRecord(record),
                     std::to_string(options_.ttl.count()),

@@ -9,7 +9,9 @@
 // (the writer's fencing token and a counter), so a block, once written, never changes.
 //
 // Every record write and removal is fenced: a Lua script that compares the session's lease with
-// the writer's (redis_leases.h) before it writes; ABORTED when the lease is another's.
+// the writer's (redis_leases.h) before it writes; ABORTED when the lease is another's. A write
+// also notes its writer ("<prefix>owner:<session>"), so that a lease lost while Redis was away is
+// taken back only by the replica that wrote the session last.
 //
 // TTLs follow --session-idle-timeout-s: the record, the blocks it names and their sets expire
 // `ttl` after the session's last write (each write extends every one of them to at least that), so
@@ -21,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mha/status.h"
@@ -54,6 +57,11 @@ class RedisKvStore {
   // The bytes of block `key` of session `session`: DATA_LOSS naming the session when the block is
   // missing or holds another number of bytes than `bytes`.
   StatusOr<std::string> GetBlock(const std::string& session, const std::string& key, int64_t bytes);
+  // PutBlock / GetBlock of several blocks in one round trip (keys[i] holds bytes[i] bytes).
+  Status PutBlocks(const std::vector<std::pair<std::string, std::string>>& blocks);
+  StatusOr<std::vector<std::string>> GetBlocks(const std::string& session,
+                                               const std::vector<std::string>& keys,
+                                               const std::vector<int64_t>& bytes);
   // Writes `record` under `lease` (fenced: ABORTED when the lease is another's), names its blocks'
   // sets and drops the session from `dropped` blocks' (deleting those nobody names). DATA_LOSS
   // when a block it names is not in the store (never written, or expired).
@@ -74,6 +82,9 @@ class RedisKvStore {
   std::string LeaseKey(const std::string& s) const { return options_.prefix + "lease:" + s; }
 
  private:
+  // A GET's reply as block `key` of `session` of `bytes` bytes, or its DATA_LOSS.
+  StatusOr<std::string> CheckBlock(const std::string& session, const std::string& key,
+                                   int64_t bytes, StatusOr<RedisReply> reply);
   // Counts a write's outcome; returns it.
   Status CountWrite(Status status, int64_t blocks, int64_t bytes, int64_t records);
 

@@ -28,12 +28,20 @@ redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return {1, value, 0}
 )lua";
 
-// KEYS: lease. ARGV: value, lease ms.
+// KEYS: lease, owner (who wrote the record last). ARGV: value, lease ms. A lease that is gone
+// (expired while Redis was unreachable, or Redis restarted empty) is taken again when nobody wrote
+// the session's record since: its holder is still the only one that has the session.
 constexpr char kRenew[] = R"lua(
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return redis.error_reply('FENCED the lease is not held by this owner any more')
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if not cur then
+  local writer = redis.call('GET', KEYS[2])
+  if not writer or writer == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 2
+  end
 end
-return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.error_reply('FENCED the lease is not held by this owner any more')
 )lua";
 
 // KEYS: lease, released. ARGV: value. 1 when released, 0 when it was not this lease.
@@ -139,7 +147,7 @@ Status RedisLeases::WaitForRelease(const std::string& session, std::chrono::mill
 }
 
 Status RedisLeases::Renew(const SessionLease& lease) {
-  auto reply = client_->Eval(kRenew, {LeaseKey(lease.session)},
+  auto reply = client_->Eval(kRenew, {LeaseKey(lease.session), OwnerKey(lease.session)},
                              {lease.value(), std::to_string(options_.lease.count())});
   return reply.ok() ? Status::Ok() : reply.status();
 }
@@ -148,7 +156,7 @@ StatusOr<std::vector<Status>> RedisLeases::RenewAll(const std::vector<SessionLea
   std::vector<RedisArgs> commands;
   commands.reserve(leases.size());
   for (const auto& l : leases) {
-    commands.push_back({"EVAL", kRenew, "1", LeaseKey(l.session), l.value(),
+    commands.push_back({"EVAL", kRenew, "2", LeaseKey(l.session), OwnerKey(l.session), l.value(),
                         std::to_string(options_.lease.count())});
   }
   auto replies = client_->Pipeline(commands);

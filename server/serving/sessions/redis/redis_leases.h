@@ -56,7 +56,8 @@ class RedisLeases {
   // release or the lease's expiry, at most options.handover. UNAVAILABLE naming the holder, the
   // bound and when its lease expires if neither happens in time.
   StatusOr<SessionLease> Acquire(const std::string& session);
-  // Extends the lease; ABORTED (FENCED) when it is not this lease any more.
+  // Extends the lease (takes it again when it is gone and nobody wrote the session since);
+  // ABORTED (FENCED) when another replica holds it or wrote the session since.
   Status Renew(const SessionLease& lease);
   // Renew of each lease in one round trip: a Status per lease, in order; the outer Status is an
   // I/O failure.
@@ -71,6 +72,8 @@ class RedisLeases {
 
  private:
   std::string LeaseKey(const std::string& s) const { return options_.prefix + "lease:" + s; }
+  // Who wrote the session's record last (RedisKvStore's scripts keep it).
+  std::string OwnerKey(const std::string& s) const { return options_.prefix + "owner:" + s; }
   std::string ReleasedKey(const std::string& s) const { return options_.prefix + "released:" + s; }
   // Waits up to `wait` for a release of `session` (BLPOP); OK on a release or the time running
   // out, the store's error otherwise.

@@ -51,8 +51,12 @@ struct SessionRecordExpect {
 };
 
 std::string EncodeSessionRecord(const SessionRecord& record);
-// The record of session `id` from `text`, checked against itself (counts, sizes) and `expect`.
+// The record of session `id` from `text`, checked against itself (fields, counts, dtype size).
+StatusOr<SessionRecord> DecodeSessionRecord(const std::string& id, const std::string& text);
+// DecodeSessionRecord, then checked against what this replica serves (`expect`).
 StatusOr<SessionRecord> DecodeSessionRecord(const std::string& id, const std::string& text,
                                             const SessionRecordExpect& expect);
+// Every block key the record names, each once.
+std::vector<std::string> SessionRecordBlocks(const SessionRecord& record);
 
 }  // namespace mha::serve
