@@ -199,12 +199,15 @@ void AddLimitFlags(CLI::App& app, ServerConfig* c) {
 
 void AddBatchingFlags(CLI::App& app, ServerConfig* c) {
   Add(app, "--batching", &c->core.batching,
-      "Dynamic batching: merge concurrent requests of a model into one forward pass (on/off)");
+      "Dynamic batching: merge concurrent requests of a model into one forward pass, and a "
+      "stack's layer steps of one layer into one pass (on/off; off: one request or message per "
+      "pass)");
   Add(app, "--max-batch-rows", &c->core.batcher.max_batch_rows,
       "Batching: rows (sum of the requests' B) per forward pass (config.json: max_batch_rows)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   Add(app, "--max-batch-tokens", &c->core.batcher.max_batch_tokens,
-      "Batching: padded tokens per forward pass (config.json: max_batch_tokens)")
+      "Batching: tokens per merged pass: padded tokens of a one-layer model's pass, new tokens of "
+      "a stack's layer-step pass (config.json: max_batch_tokens)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   Add(app, "--max-queue-delay-us", &c->core.batcher.max_queue_delay_us,
       "Batching: how long the oldest request may wait for others (config.json: "

@@ -16,14 +16,14 @@
 #include "server/app/tls.h"
 #include "server/frontends/common/admin_auth.h"
 #include "server/frontends/cq/cq_queue.h"
-#include "server/frontends/shm/shared_memory_registry.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 #include "server/frontends/grpc_v1/model_control_service.h"
 #include "server/frontends/health/health_service.h"
+#include "server/frontends/http/metrics_http.h"
 #include "server/frontends/oip/inference_service.h"
 #include "server/frontends/reflection/reflection_service.h"
 #include "server/frontends/rest/rest_server.h"
-#include "server/frontends/http/metrics_http.h"
+#include "server/frontends/shm/shared_memory_registry.h"
 #include "server/serving/server_core.h"
 
 namespace mha::serve {

@@ -1,5 +1,5 @@
 // The working memory of one attention pass, from its shapes alone, before anything is computed:
-// what every kind's estimate of a pass (a one-layer request, a Llama layer step) counts against
+// what every kind's estimate of a pass (a one-layer request, a stack's layer step) counts against
 // --max-work-bytes (limits.h). Every product saturates instead of overflowing.
 #pragma once
 

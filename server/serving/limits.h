@@ -1,8 +1,8 @@
 // What a server accepts per request, whatever the protocol and the model kind: one struct, filled
 // from the flags once (server/app/config.cc), and the one refusal of a request, step or message
 // whose estimated working memory or response is over its limit. Each kind estimates the bytes its
-// passes take (the one-layer kind: kinds/multihead/budget.h; the Llama kind: kinds/llama/
-// llama_requests.cc); the words of the refusal are these.
+// passes take, in its own folder under kinds/ (budget.h has what they share); the words of the
+// refusal are these.
 #pragma once
 
 #include <cstdint>

@@ -60,8 +60,7 @@ class ServerCore final : public InferenceServer, public ModelController {
   StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request) override;
   StatusOr<CloseSessionResponse> CloseSession(const std::string& session_id) override;
   StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest& request) override;
-  StatusOr<TruncateSessionResponse> TruncateSession(const std::string& session_id,
-                                                    int64_t tokens,
+  StatusOr<TruncateSessionResponse> TruncateSession(const std::string& session_id, int64_t tokens,
                                                     CallerThread caller = CallerThread()) override;
   // A layer step message (server_core_layers.cc): the version is its sessions'; its kind runs it.
   void StepLayer(LayerStepRequest request, LayerStepDone done) override;

@@ -1,5 +1,6 @@
-// ServerCore::Analyze: the head analysis of a served version (docs/heads.md), computed once per loaded
-// version on the first AnalyzeModel call and kept with the version's handle (dropped with it).
+// ServerCore::Analyze: the head analysis of a served version (docs/heads.md), computed once per
+// loaded version on the first AnalyzeModel call and kept with the version's handle (dropped with
+// it).
 #include <spdlog/spdlog.h>
 
 #include <chrono>

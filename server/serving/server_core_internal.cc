@@ -116,8 +116,7 @@ Status NotOffered(StatusCode code, const std::string& prefix, const ModelHandle&
   if (served.head_analysis() != nullptr) offers += ", head analysis (AnalyzeModel)";
   const ModelEntry& e = *handle.entry;
   return Status(code, prefix + "model '" + e.name + "' version " + e.version + " (" +
-                          ArchitectureOf(e) + ") does not offer " + what + "; it offers " +
-                          offers);
+                          ArchitectureOf(e) + ") does not offer " + what + "; it offers " + offers);
 }
 
 }  // namespace mha::serve::internal

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "server/serving/inference.h"
+#include "server/serving/limits.h"
 #include "server/serving/model_controller.h"
 #include "server/serving/repository/model_repository.h"
-#include "server/serving/limits.h"
 #include "server/serving/scheduling/batcher_options.h"
 #include "server/serving/sessions/kv_tier_options.h"
 #include "server/serving/sessions/session_options.h"

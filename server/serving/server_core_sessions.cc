@@ -159,8 +159,7 @@ StatusOr<ForkSessionResponse> ServerCore::ForkSession(const ForkSessionRequest& 
 }
 
 StatusOr<TruncateSessionResponse> ServerCore::TruncateSession(const std::string& session_id,
-                                                              int64_t tokens,
-                                                              CallerThread caller) {
+                                                              int64_t tokens, CallerThread caller) {
   auto handle = SessionHandle(session_id, &caller);
   if (!handle.ok()) return handle.status();
   auto sessions = SessionsOf(**handle, "session_id: ");
@@ -180,12 +179,12 @@ void ServerCore::InferStep(InferenceRequest request, InferDone done) {
   if (!found.ok()) return refuse(MetricsFor(Current().get(), request.model), found.status(), "");
   std::shared_ptr<ModelHandle> handle = std::move(found.value());
   SessionSteps* steps = handle->served->session_steps();
-  Status valid = steps != nullptr
-                     ? steps->CheckStep(request)
-                     : internal::NotOffered(StatusCode::kInvalidArgument,
-                                            "session_id: session '" +
-                                                Abbreviate(request.session_id) + "': ",
-                                            *handle, "session steps in Forward calls");
+  Status valid =
+      steps != nullptr
+          ? steps->CheckStep(request)
+          : internal::NotOffered(StatusCode::kInvalidArgument,
+                                 "session_id: session '" + Abbreviate(request.session_id) + "': ",
+                                 *handle, "session steps in Forward calls");
   if (!valid.ok()) {
     handle->metrics->RecordInference(false, 0, 0, 0);
     return refuse(handle->metrics, std::move(valid), handle->entry->name);

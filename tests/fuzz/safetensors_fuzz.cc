@@ -3,7 +3,7 @@
 #include <exception>
 
 #include "fuzz_common.h"
-#include "layouts.h"
+#include "load/layouts.h"
 #include "mha/loader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -9,9 +9,9 @@
 #include <tuple>
 
 #include "fuzz_common.h"
-#include "layouts.h"
+#include "load/layouts.h"
+#include "load/torch_pickle.h"
 #include "mha/loader.h"
-#include "torch_pickle.h"
 
 namespace {
 

@@ -141,8 +141,8 @@ TEST_F(LlamaServer, SessionsAreStacksOfOneSequence) {
   EXPECT_EQ(client_->OpenSession(open).status().code(), StatusCode::kAlreadyExists);
   v1::ForwardRequest step = Request("", at::randn({1, 1, 32}), 0);
   step.set_session_id("ffn-7:a.b");
-  EXPECT_TRUE(
-      Contains(client_->ForwardRaw(step).status().message(), "does not offer session steps in Forward calls"));
+  EXPECT_TRUE(Contains(client_->ForwardRaw(step).status().message(),
+                       "does not offer session steps in Forward calls"));
   v1::OpenSessionRequest few;
   few.set_model("llama");
   few.set_max_tokens(9);

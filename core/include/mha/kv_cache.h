@@ -168,7 +168,7 @@ class KvCache {
   int64_t spilled_bytes() const { return spill_ ? spill_->bytes : 0; }
 
  private:
-  friend struct KvBatch;  // several caches' appends and gathers in one op (mha/kv_batch.h)
+  friend struct KvBatch;           // several caches' appends and gathers in one op (mha/kv_batch.h)
   friend class LlamaSessionCache;  // restores every layer from one allocation
 
   struct Spilled {

@@ -64,8 +64,8 @@ class MhaModel {
   // row (docs/llama_roofline.md). Undefined on a GPU.
   const at::Tensor& in_proj_weight_t() const { return in_proj_weight_t_; }
   const at::Tensor& out_weight_t() const { return out_weight_t_; }
-  // The same two as panels (core/src/attention/panel_gemm.h), which a GEMM reads in place with nothing
-  // packed per call: CPU, float32 and E a multiple of 16 only, else undefined.
+  // The same two as panels (core/src/attention/panel_gemm.h), which a GEMM reads in place with
+  // nothing packed per call: CPU, float32 and E a multiple of 16 only, else undefined.
   const at::Tensor& in_proj_panels() const { return in_proj_panels_; }
   const at::Tensor& out_panels() const { return out_panels_; }
 

@@ -29,9 +29,9 @@ struct Unit {
   const float* q = nullptr;                     // token t's query at q + t * q_stride
   int64_t q_stride = 0;
   float* out = nullptr;  // [T, E] contiguous: combine_heads rows
-  // Projection biases [E] not yet added to q and to the values (core/src/attention/packed_attention.cc), or
-  // null. None for the keys: q . (k + b) = q . k + q . b adds the same to every score of a query
-  // row, which its softmax does not see.
+  // Projection biases [E] not yet added to q and to the values
+  // (core/src/attention/packed_attention.cc), or null. None for the keys: q . (k + b) = q . k + q .
+  // b adds the same to every score of a query row, which its softmax does not see.
   const float* q_bias = nullptr;
   const float* v_bias = nullptr;
   int64_t Visible(int64_t t) const { return causal ? keys - tokens + 1 + t : keys; }

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <atomic>
 
-#include "mha/runtime.h"
 #include "attention/simd.h"
+#include "mha/runtime.h"
 
 // The AVX-512 form (WideGemm) where GCC can build it for x86-64 (simd.h).
 #define MHA_GEMM_WIDE MHA_SIMD_X86_GCC

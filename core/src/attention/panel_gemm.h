@@ -1,11 +1,11 @@
 // Private to mha_core: a float32 GEMM over weights laid out once at load, for the packed pass
-// (core/src/attention/packed_attention.h). OpenBLAS packs both operands on every call (it has no pre-packed
-// GEMM): at c=32 that is ~4 MiB of weights copied per pass. Here the weights are stored as the
-// kernel reads them, panels of 16 output columns [K, 16] one after the other, and x is read where
-// it lies: nothing is copied. Where the CPU has AVX-512, 8 x 32 tiles (two panels, 16 accumulators
-// of 16 floats); elsewhere 6 x 16 tiles (12 accumulators of 8 floats) built for x86-64-v3 and the
-// baseline, picked at load (as paged_kernel.cc). K in chunks of 512, rows in blocks that keep x's
-// chunk in L2.
+// (core/src/attention/packed_attention.h). OpenBLAS packs both operands on every call (it has no
+// pre-packed GEMM): at c=32 that is ~4 MiB of weights copied per pass. Here the weights are stored
+// as the kernel reads them, panels of 16 output columns [K, 16] one after the other, and x is read
+// where it lies: nothing is copied. Where the CPU has AVX-512, 8 x 32 tiles (two panels, 16
+// accumulators of 16 floats); elsewhere 6 x 16 tiles (12 accumulators of 8 floats) built for
+// x86-64-v3 and the baseline, picked at load (as paged_kernel.cc). K in chunks of 512, rows in
+// blocks that keep x's chunk in L2.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -4,10 +4,10 @@
 
 #include <limits>
 
+#include "attention/panel_gemm.h"
 #include "mha/attention_blocks.h"
 #include "mha/attention_ops.h"
 #include "mha/options.h"
-#include "attention/panel_gemm.h"
 
 namespace mha::internal {
 namespace {

@@ -4,11 +4,11 @@
 #include <c10/core/InferenceMode.h>
 #include <spdlog/spdlog.h>
 
+#include "attention/panel_gemm.h"
 #include "llama/llama_ops.h"
 #include "mha/device_stream.h"
 #include "mha/shape_string.h"
 #include "mha/tensor_util.h"
-#include "attention/panel_gemm.h"
 
 namespace mha {
 namespace {

@@ -8,13 +8,13 @@
 #include <string>
 #include <utility>
 
+#include "attention/panel_gemm.h"
 #include "llama/llama_ops.h"
 #include "mha/device_stream.h"
 #include "mha/kv_batch.h"
 #include "mha/paged_attention.h"
 #include "mha/shape_string.h"
 #include "mha/tensor_util.h"
-#include "attention/panel_gemm.h"
 
 namespace mha {
 namespace {

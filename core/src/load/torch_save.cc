@@ -11,8 +11,8 @@
 #include <unordered_map>
 
 #include "load/memory_adapter.h"
-#include "mha/loader.h"
 #include "load/torch_pickle.h"
+#include "mha/loader.h"
 
 namespace mha {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "multihead/decode_padded.h"
+#include "attention/panel_gemm.h"
 #include "mha/attention_blocks.h"
 #include "mha/attention_ops.h"
 #include "mha/device_stream.h"
@@ -15,7 +15,7 @@
 #include "mha/runtime.h"
 #include "mha/shape_string.h"
 #include "mha/tensor_util.h"
-#include "attention/panel_gemm.h"
+#include "multihead/decode_padded.h"
 
 namespace mha {
 namespace {

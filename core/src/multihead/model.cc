@@ -7,14 +7,14 @@
 #include <algorithm>
 #include <iterator>
 
+#include "attention/packed_attention.h"
+#include "attention/panel_gemm.h"
 #include "mha/attention_blocks.h"
 #include "mha/attention_ops.h"
 #include "mha/device_stream.h"
 #include "mha/head_selection.h"
 #include "mha/runtime.h"
 #include "mha/tensor_util.h"
-#include "attention/packed_attention.h"
-#include "attention/panel_gemm.h"
 #include "multihead/shape_checks.h"
 
 namespace mha {

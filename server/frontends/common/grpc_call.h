@@ -19,9 +19,9 @@
 #include "mha/status.h"
 #include "proto/wire/status_convert.h"
 #include "server/frontends/common/admin_auth.h"
-#include "server/frontends/cq/cq_unary.h"
 #include "server/frontends/common/raw_message.h"
 #include "server/frontends/common/request_log.h"
+#include "server/frontends/cq/cq_unary.h"
 #include "server/serving/inference.h"
 
 namespace mha::serve {

@@ -24,8 +24,8 @@
 #include <memory>
 #include <mutex>
 
-#include "server/frontends/cq/cq_queue.h"
 #include "server/frontends/common/raw_message.h"
+#include "server/frontends/cq/cq_queue.h"
 
 namespace mha::serve {
 

@@ -7,9 +7,9 @@
 #include "mha/text.h"
 #include "proto/wire/status_convert.h"
 #include "server/frontends/common/grpc_call.h"
+#include "server/frontends/cq/cq_queue.h"
 #include "server/frontends/grpc_v1/forward_stream.h"
 #include "server/frontends/grpc_v1/head_options.h"
-#include "server/frontends/cq/cq_queue.h"
 
 namespace mha::serve {
 namespace {

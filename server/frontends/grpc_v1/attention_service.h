@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "mha/v1/attention.grpc.pb.h"
-#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/common/grpc_call.h"
+#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/grpc_v1/forward_request.h"
 #include "server/serving/inference_server.h"
 #include "server/serving/serving_defaults.h"

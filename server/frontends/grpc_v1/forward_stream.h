@@ -8,8 +8,8 @@
 #include <string>
 
 #include "mha/v1/attention.grpc.pb.h"
-#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/common/ordered_stream.h"
+#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/grpc_v1/attention_service.h"
 
 namespace mha::serve {

@@ -3,8 +3,8 @@
 // (attention_service.cc).
 #include "mha/text.h"
 #include "server/frontends/common/grpc_call.h"
-#include "server/frontends/grpc_v1/attention_service.h"
 #include "server/frontends/cq/cq_queue.h"
+#include "server/frontends/grpc_v1/attention_service.h"
 
 namespace mha::serve {
 
@@ -55,9 +55,8 @@ void AttentionServiceImpl::HandleForkSession(const UnaryCall& call,
     if (Status header = CheckSessionHeader(call.context(), request->session_id()); !header.ok()) {
       return {header, ""};
     }
-    auto forked =
-        core_->ForkSession({request->session_id(), request->tokens(), request->new_session_id(),
-                            CqQueue::Caller()});
+    auto forked = core_->ForkSession(
+        {request->session_id(), request->tokens(), request->new_session_id(), CqQueue::Caller()});
     const std::string log = "session=" + Abbreviate(request->session_id());
     if (!forked.ok()) return {forked.status(), log};
     const OpenSessionResponse& s = forked->session;

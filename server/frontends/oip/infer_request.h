@@ -35,8 +35,8 @@
 #include "inference/grpc_service.pb.h"
 #include "mha/status.h"
 #include "mha/v1/attention.pb.h"
-#include "server/frontends/shm/shared_memory_registry.h"
 #include "server/frontends/oip/infer_shm.h"
+#include "server/frontends/shm/shared_memory_registry.h"
 #include "server/serving/inference.h"
 #include "server/serving/serving_defaults.h"
 

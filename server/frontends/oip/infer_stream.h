@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/common/ordered_stream.h"
+#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/oip/inference_service.h"
 
 namespace mha::serve::oip {

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/common/grpc_call.h"
 #include "server/frontends/common/kserve_options.h"
+#include "server/frontends/cq/cq_stream.h"
 #include "server/frontends/oip/infer_request.h"
 #include "server/frontends/oip/model_metadata.h"
 #include "server/frontends/oip/model_statistics.h"

@@ -1,11 +1,11 @@
 // Parsing an untrusted KServe v2 REST request body with nlohmann::json's SAX parser, bounded: the
-// nesting depth is checked before parsing (core/src/load/json_text.h), tensor `data` arrays of `inputs`
-// never become JSON trees (their values are collected as they are parsed, 4 bytes per value; the
-// tree keeps `"data": []`), and the rest of the document may hold at most `max_values` JSON values.
-// Inside an input's data, and only there, the values NaN, Infinity and -Infinity are accepted as
-// Python's json.dumps and Triton write them (json_nonfinite.h); anywhere else they are invalid
-// JSON, as before. So a hostile body costs at most a few times its size in memory and a few linear
-// passes in time; it never recurses deeper than `max_depth`.
+// nesting depth is checked before parsing (core/src/load/json_text.h), tensor `data` arrays of
+// `inputs` never become JSON trees (their values are collected as they are parsed, 4 bytes per
+// value; the tree keeps `"data": []`), and the rest of the document may hold at most `max_values`
+// JSON values. Inside an input's data, and only there, the values NaN, Infinity and -Infinity are
+// accepted as Python's json.dumps and Triton write them (json_nonfinite.h); anywhere else they are
+// invalid JSON, as before. So a hostile body costs at most a few times its size in memory and a few
+// linear passes in time; it never recurses deeper than `max_depth`.
 #pragma once
 
 #include <cstdint>

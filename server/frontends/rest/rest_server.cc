@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "server/frontends/common/request_limits.h"
+#include "server/frontends/http/http_endpoint.h"
 #include "server/frontends/rest/http_status.h"
 #include "server/frontends/rest/rest_handlers.h"
-#include "server/frontends/http/http_endpoint.h"
 
 namespace mha::serve::rest {
 namespace {

@@ -28,8 +28,8 @@
 
 #include "mha/status.h"
 #include "server/frontends/common/kserve_options.h"
-#include "server/frontends/oip/model_metadata.h"
 #include "server/frontends/http/http_endpoint.h"
+#include "server/frontends/oip/model_metadata.h"
 #include "server/serving/inference_server.h"
 #include "server/serving/model_controller.h"
 #include "server/serving/observability/metrics.h"

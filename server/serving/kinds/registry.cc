@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "server/serving/kinds/llama/llama_kind.h"
-#include "server/serving/kinds/multihead/multihead_kind.h"
 #include "server/serving/kinds/model_kind.h"
+#include "server/serving/kinds/multihead/multihead_kind.h"
 
 namespace mha::serve {
 

@@ -34,7 +34,7 @@ struct InferenceTask {
   Clock::time_point submitted = Clock::now();
   std::string request_id;
   std::shared_ptr<const SessionStep> step;  // set for a session's step: not a stateless pass
-  int64_t layer = 0;                  // a multi-layer model's layer (InferenceRequest::layer)
+  int64_t layer = 0;                        // a multi-layer model's layer (InferenceRequest::layer)
   CallerThread caller;  // InferenceRequest::caller (stateless forwards; WorkQueue takes it out)
 };
 

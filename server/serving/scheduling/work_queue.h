@@ -56,10 +56,10 @@
 #include <utility>
 #include <vector>
 
+#include "server/serving/caller_thread.h"
 #include "server/serving/clock.h"
 #include "server/serving/scheduling/batcher_options.h"
 #include "server/serving/scheduling/blas_policy.h"
-#include "server/serving/caller_thread.h"
 #include "server/serving/scheduling/completion_executor.h"
 #include "server/serving/scheduling/pass_time_estimator.h"
 #include "server/serving/scheduling/runner.h"

@@ -1,11 +1,10 @@
 // SessionStore<Cache>: the decoding sessions of one model version, whatever its kind: the lock,
 // the SessionTable (sessions, pool, expiry, eviction, spill), the session calls every kind answers
 // the same way (Close, Fork, Truncate, usage) and the one step protocol both kinds' caches plug
-// into. A kind derives its store from it (kinds/multihead/multihead_sessions.h,
-// kinds/llama/llama_sessions.h), adds Open and its steps, and tells the fork and truncate rules of
-// its cache (ForkTokens, CheckTruncate).
+// into. A kind derives its store from it (in its folder under kinds/), adds Open and its steps,
+// and tells the fork and truncate rules of its cache (ForkTokens, CheckTruncate).
 //
-// The step protocol, the same for a one-layer step and a Llama layer-step message:
+// The step protocol, the same for a one-layer step and a stack's layer-step message:
 //   Acquire  the step enters the gate of every session it names, all or none (NOT_FOUND for one
 //            that is not open here, RESOURCE_EXHAUSTED when one has --max-pending-steps waiting);
 //            `start` runs when it is first in each line (at once, on the caller's thread, when
@@ -36,9 +35,9 @@ namespace mha::serve {
 // How a kind's store makes and describes its version's pool.
 struct SessionPool {
   std::function<StatusOr<std::shared_ptr<KvBlockPool>>()> make;
-  std::function<void(const KvBlockPool&)> describe;   // logs it, once
+  std::function<void(const KvBlockPool&)> describe;          // logs it, once
   std::function<std::string(const KvBlockPool&)> per_block;  // what a block holds, for refusals
-  std::string device;                                 // "cpu" spills into files
+  std::string device;                                        // "cpu" spills into files
   std::string kind;  // the kind's name in the shared KV store's records ("multihead", "llama")
 };
 
@@ -156,8 +155,8 @@ class SessionStore : public Sessions, public DurableSessions {
   // will run; otherwise neither.
   Status Acquire(const std::vector<std::string>& ids,
                  const std::function<std::string(size_t)>& field,
-                 std::function<void(Hold, CallerThread&)> start,
-                 std::function<void(Status)> refuse, CallerThread& caller) {
+                 std::function<void(Hold, CallerThread&)> start, std::function<void(Status)> refuse,
+                 CallerThread& caller) {
     auto turn = std::make_shared<StepTurn>();
     std::vector<std::weak_ptr<Session>> sessions;
     bool now = false;

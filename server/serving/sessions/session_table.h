@@ -7,8 +7,8 @@
 // (step_gate.h), the same for every kind.
 //
 // A kind's Cache has: Release(), blocks_held(), shared_blocks_held(), Spill(store, key),
-// Restore(), spilled(), spilled_bytes(), BlocksToRestore(), Fork(tokens), TruncateTo(tokens)
-// (mha/kv_cache.h's KvCache, mha/llama_session_cache.h's LlamaSessionCache).
+// Restore(), spilled(), spilled_bytes(), BlocksToRestore(), Fork(tokens), TruncateTo(tokens): the
+// core's session caches (a one-layer session's cache, a stack's cache of one per layer).
 #pragma once
 
 #include <spdlog/spdlog.h>
@@ -25,9 +25,9 @@
 #include "mha/kv_cache.h"
 #include "mha/kv_spill.h"
 #include "mha/text.h"
+#include "server/serving/caller_thread.h"
 #include "server/serving/clock.h"
 #include "server/serving/observability/stats_aggregator.h"
-#include "server/serving/caller_thread.h"
 #include "server/serving/sessions/session_directory.h"
 #include "server/serving/sessions/session_durability.h"
 #include "server/serving/sessions/session_options.h"

@@ -1,11 +1,11 @@
-// The packed CPU pass of short plain self-attention (core/src/attention/packed_attention.h) against the
-// attention written out in ATen ops here, at sizes that reach every tail of its kernel (head dims
-// not a multiple of 8 or 16, T under and over 8, one head, the longest T it takes and the first it
-// does not), with and without causality and biases; passes it must not take (masks, weights asked)
-// still give the reference output. At one BLAS thread and two: the pass's GEMMs are its own panel
-// GEMM's (core/src/attention/panel_gemm.h) at one (at any for B·T ≤ 64), OpenBLAS's else; E = 528 reaches the
-// panel GEMM's chunks of K and blocks of rows, and B·T from 1 to 5 past a multiple of 6 each of its
-// row tails.
+// The packed CPU pass of short plain self-attention (core/src/attention/packed_attention.h) against
+// the attention written out in ATen ops here, at sizes that reach every tail of its kernel (head
+// dims not a multiple of 8 or 16, T under and over 8, one head, the longest T it takes and the
+// first it does not), with and without causality and biases; passes it must not take (masks,
+// weights asked) still give the reference output. At one BLAS thread and two: the pass's GEMMs are
+// its own panel GEMM's (core/src/attention/panel_gemm.h) at one (at any for B·T ≤ 64), OpenBLAS's
+// else; E = 528 reaches the panel GEMM's chunks of K and blocks of rows, and B·T from 1 to 5 past a
+// multiple of 6 each of its row tails.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 

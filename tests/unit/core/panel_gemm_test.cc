@@ -1,7 +1,7 @@
-// The panel GEMM of the packed pass (core/src/attention/panel_gemm.h, private to mha_core) against at::mm,
-// in both its forms (AVX-512 where this CPU has it, and the 8-float form every x86-64 runs), at
-// sizes that reach each row tail of both tile heights, an odd number of panels, K past one chunk
-// and rows past one block, with and without a bias, x's rows apart by more than K.
+// The panel GEMM of the packed pass (core/src/attention/panel_gemm.h, private to mha_core) against
+// at::mm, in both its forms (AVX-512 where this CPU has it, and the 8-float form every x86-64
+// runs), at sizes that reach each row tail of both tile heights, an odd number of panels, K past
+// one chunk and rows past one block, with and without a bias, x's rows apart by more than K.
 #include "../../../core/src/attention/panel_gemm.h"
 
 #include <ATen/ATen.h>

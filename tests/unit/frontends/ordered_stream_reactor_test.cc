@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "mha/v1/attention.grpc.pb.h"
+#include "server/frontends/common/ordered_stream.h"
 #include "server/frontends/cq/cq_queue.h"
 #include "server/frontends/cq/cq_stream.h"
-#include "server/frontends/common/ordered_stream.h"
 #include "wait.h"
 
 namespace mha::serve {

@@ -3,14 +3,13 @@
 // AttentionBlockRows (quadratic only when one block holds them, as before), the weights asked for
 // one whole copy; on a device the fused kernel's mask and row statistics, or the whole scores when
 // probabilities are formed.
-#include "server/serving/kinds/multihead/pass_cost.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
 #include "mha/options.h"
+#include "server/serving/kinds/multihead/pass_cost.h"
 
 namespace mha::serve {
 namespace {

@@ -1,6 +1,6 @@
 // The default device warm-up on a CUDA device (issue 46); every test skips without one. WarmUp
-// runs the plan (kinds/multihead/warmup_plan.h) on a version whose config.json has no "warmup", and the
-// plan's graph buckets are captured once per version: merged passes of every bucket from other
+// runs the plan (kinds/multihead/warmup_plan.h) on a version whose config.json has no "warmup", and
+// the plan's graph buckets are captured once per version: merged passes of every bucket from other
 // threads (each worker thread has its own pool stream, as the instances do) replay them, no
 // further capture, and answer as the eager model does. scripts/gpu-check.sh's ctest step runs it.
 #include <ATen/Context.h>
@@ -16,8 +16,8 @@
 #include "mha/cuda_graphs.h"
 #include "mha/engine.h"
 #include "mha/model.h"
-#include "server/serving/kinds/warmup.h"
 #include "server/serving/kinds/multihead/warmup_plan.h"
+#include "server/serving/kinds/warmup.h"
 #include "server/serving/repository/default_model.h"
 
 namespace mha::serve {

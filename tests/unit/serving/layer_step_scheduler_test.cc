@@ -32,10 +32,9 @@ class LayerStepSchedulerTest : public ::testing::Test {
     case_ = testing::LoadLlamaCase("stack4_sessions");
     model_ = testing::LoadFixtureModel("stack4_sessions");
     ASSERT_NE(model_.stack, nullptr);
-    store_ = std::make_unique<LlamaSessions>(testing::SmallPool(1 << 20, 4), RequestLimits{},
-                                             model_.stack, model_.info,
-                                             SessionLocation{"llama", "1"},
-                                             std::make_shared<SessionDirectory>(), nullptr);
+    store_ = std::make_unique<LlamaSessions>(
+        testing::SmallPool(1 << 20, 4), RequestLimits{}, model_.stack, model_.info,
+        SessionLocation{"llama", "1"}, std::make_shared<SessionDirectory>(), nullptr);
     for (int i = 0; i < 4; ++i) {
       ASSERT_TRUE(testing::OpenLlama(*store_, 128, "s" + std::to_string(i)).ok());
     }
@@ -135,6 +134,29 @@ TEST_F(LayerStepSchedulerTest, WaitingMessagesOfALayerMergeAndEachSessionKeepsIt
       testing::TensorsNear(ToTensor(rb.outputs[0]), Io(1, "output.0").narrow(0, 0, 2), tol));
   EXPECT_TRUE(
       testing::TensorsNear(ToTensor(rc.outputs[0]), Io(0, "output.1").narrow(0, 0, 1), tol));
+  EXPECT_TRUE(
+      testing::TensorsNear(ToTensor(rd.outputs[0]), Io(2, "output.0").narrow(0, 0, 3), tol));
+}
+
+TEST_F(LayerStepSchedulerTest, WithBatchingOffEachMessageRunsAlone) {
+  BatcherOptions o;
+  o.batching = false;  // --batching off
+  Start(o);
+  gate_.Hold();
+  auto a = Submit(0, {"s0"}, {testing::Rows(Io(0, "input"), 0, 1)});
+  ASSERT_TRUE(gate_.WaitEntered(1));
+  // Queued while it runs: two messages of layer 0 over disjoint sessions, which merge when
+  // batching is on (above); here each runs in a pass of its own.
+  auto b = Submit(0, {"s1"}, {testing::Rows(Io(1, "input"), 0, 2)});
+  auto d = Submit(0, {"s2"}, {testing::Rows(Io(2, "input"), 0, 3)});
+  gate_.ReleaseAll();
+  const LayerStepResponse ra = GetWithin(a), rb = GetWithin(b), rd = GetWithin(d);
+  for (const LayerStepResponse* r : {&ra, &rb, &rd}) {
+    ASSERT_TRUE(r->status.ok()) << r->status.ToString();
+    EXPECT_EQ(r->pass_messages, 1);
+  }
+  EXPECT_EQ(gate_.entered(), 3);
+  const double tol = testing::kFp32Tolerance;
   EXPECT_TRUE(
       testing::TensorsNear(ToTensor(rd.outputs[0]), Io(2, "output.0").narrow(0, 0, 3), tol));
 }

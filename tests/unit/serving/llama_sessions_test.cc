@@ -124,7 +124,7 @@ TEST_F(LlamaSessionsTest, PrepareKeepsTheLayersInOrder) {
   ASSERT_TRUE(testing::OpenLlama(*store, 100, "a").ok());
   const Message held = Enter(*store, {"a"});
   ASSERT_TRUE(held.started());
-  const LlamaSessionRef& a = held.session();
+  const LlamaSessions::Ptr& a = held.session();
   Status s = store->PrepareLayer(a, 1, 1, testing::Worker());
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s.message(), "layer 1 would hold 1 tokens, more than layer 0's 0"))
@@ -181,8 +181,8 @@ TEST_F(LlamaSessionsTest, AFullPoolRefusesOrEvictsTheLeastRecentlyUsedIdleSessio
   ASSERT_TRUE(testing::OpenLlama(*evict, 100, "e3").ok());
   EXPECT_TRUE(Contains(evict->Close("e1").status().message(), "was evicted"));
   // Now e2 is held and e3 idle: e2's next block comes from e3.
-  ASSERT_TRUE(evict->Prepare(held.session(), 0, 4).ok());
-  ASSERT_TRUE(evict->Prepare(held.session(), 0, 5).ok());
+  ASSERT_TRUE(evict->PrepareLayer(held.session(), 0, 4, testing::Worker()).ok());
+  ASSERT_TRUE(evict->PrepareLayer(held.session(), 0, 5, testing::Worker()).ok());
   EXPECT_TRUE(Contains(evict->Close("e3").status().message(), "was evicted"));
   evict->FinishMessage(**held.hold);
 }
@@ -209,6 +209,23 @@ TEST_F(LlamaSessionsTest, UnloadingEndsEverySession) {
                        "ended: its model 'llama' version 1 was unloaded or replaced"));
 }
 
+TEST_F(LlamaSessionsTest, UnloadingAnswersTheMessagesStillWaiting) {
+  auto store = Store(16);
+  ASSERT_TRUE(testing::OpenLlama(*store, 100, "a").ok());
+  Message held = Enter(*store, {"a"});
+  Message waiting = Enter(*store, {"a"});
+  ASSERT_TRUE(held.started());
+  ASSERT_FALSE(waiting.started());
+  LlamaSessions::Hold hold = std::move(**held.hold);
+  held.hold->reset();
+  store.reset();  // the version is unloaded while one message runs and one waits
+  EXPECT_FALSE(waiting.started());
+  EXPECT_EQ(waiting.refused->code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(waiting.refused->message(), "entries[0].session_id: session ended"))
+      << waiting.refused->message();
+  EXPECT_TRUE(Contains(waiting.refused->message(), "was unloaded or replaced"));
+}
+
 TEST_F(LlamaSessionsTest, ForkAndTruncateRefuseUnknownBusyAndOutOfRangeTokens) {
   auto store = Store(16);
   ASSERT_TRUE(testing::OpenLlama(*store, 100, "a").ok());
@@ -219,7 +236,8 @@ TEST_F(LlamaSessionsTest, ForkAndTruncateRefuseUnknownBusyAndOutOfRangeTokens) {
                        "tokens: 1 is past the session's length (session 'a' "
                        "holds 0 tokens)"))
       << past.message();
-  EXPECT_EQ(store->Fork("a", -1, "", testing::Worker()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Fork("a", -1, "", testing::Worker()).status().code(),
+            StatusCode::kInvalidArgument);
   const Message held = Enter(*store, {"a"});
   ASSERT_TRUE(held.started());
   const Status busy = store->Fork("a", 0, "b", testing::Worker()).status();
@@ -249,7 +267,8 @@ TEST_F(LlamaSessionsTest, SpillUnderATinyPoolRestoresEveryLayerExactly) {
       ASSERT_TRUE(m.started());
       at::Tensor hidden = c.Io(id + ".input").narrow(0, p, 1);
       for (int64_t layer = 0; layer < 4; ++layer) {
-        ASSERT_TRUE(store->PrepareLayer(m.session(), layer, 1, testing::Worker()).ok()) << id << " token " << p;
+        ASSERT_TRUE(store->PrepareLayer(m.session(), layer, 1, testing::Worker()).ok())
+            << id << " token " << p;
         at::Tensor out;
         ASSERT_TRUE(
             StepSessions(*model_.stack, layer, {{m.session()->cache.get(), hidden, &out}}).ok());

@@ -28,7 +28,8 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using testing::Contains;
 
-// A version's serving side that refuses everything and counts its end (the handle's).
+// A version's serving side that refuses every forward, offers no capability and counts its end
+// (the handle's).
 class FakeServed final : public ServedModel {
  public:
   explicit FakeServed(std::atomic<int>* shutdowns) : shutdowns_(shutdowns) {}
@@ -39,22 +40,6 @@ class FakeServed final : public ServedModel {
   SchedulerView scheduling() const override { return {}; }
   Status ValidateForward(const InferenceRequest&) const override { return Refused(); }
   void Submit(InferenceTask task, DoneCallback done) override { Refuse(task, done, Refused()); }
-  StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest&) override {
-    return Refused();
-  }
-  StatusOr<CloseSessionResponse> CloseSession(const std::string&) override { return Refused(); }
-  StatusOr<ForkSessionResponse> ForkSession(const ForkSessionRequest&) override {
-    return Refused();
-  }
-  StatusOr<TruncateSessionResponse> TruncateSession(const std::string&, int64_t, CallerThread) override {
-    return Refused();
-  }
-  Status CheckStep(const InferenceRequest&) const override { return Refused(); }
-  void Step(const std::string&, InferenceTask task, DoneCallback done) override {
-    Refuse(task, done, Refused());
-  }
-  Status StepLayer(LayerStepRequest&, LayerStepDone) override { return Refused(); }
-  StatusOr<HeadAnalysis> AnalyzeHeads() const override { return Refused(); }
 
  private:
   static Status Refused() { return Unavailable("fake scheduler"); }

@@ -1,7 +1,7 @@
-// MultiheadSessions' fork, truncate and spill (sessions/session_store.h, SessionTable's spill policy)
-// on the decode_causal fixture (E=32 H=4 B=2 T=12, blocks of 4 tokens): every branch's answers
-// equal the causal forward of that branch's own sequence (the fixture's PyTorch rows where the
-// branch is the fixture's sequence, else the stateless causal forward, itself checked against
+// MultiheadSessions' fork, truncate and spill (sessions/session_store.h, SessionTable's spill
+// policy) on the decode_causal fixture (E=32 H=4 B=2 T=12, blocks of 4 tokens): every branch's
+// answers equal the causal forward of that branch's own sequence (the fixture's PyTorch rows where
+// the branch is the fixture's sequence, else the stateless causal forward, itself checked against
 // PyTorch first); a fork takes no block until it writes; references go back to zero; refusals
 // name the field and the numbers; sessions spill and come back exactly under a pool a sixth of
 // their needs, and a full spill store evicts with the reason.
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "server/serving/observability/stats_aggregator.h"
 #include "multihead_sessions_test_util.h"
+#include "server/serving/observability/stats_aggregator.h"
 
 namespace mha::serve {
 namespace {
@@ -37,8 +37,8 @@ at::Tensor CausalForward(const Fixture& f, const at::Tensor& seq) {
 }
 
 // Steps `session` with token rows `tokens` [B, n, E] one at a time, returning the outputs.
-at::Tensor StepAll(const Fixture& f, MultiheadSessions& store, HeldRunner& runner, const std::string& id,
-                   const at::Tensor& tokens) {
+at::Tensor StepAll(const Fixture& f, MultiheadSessions& store, HeldRunner& runner,
+                   const std::string& id, const at::Tensor& tokens) {
   std::vector<at::Tensor> outs;
   for (int64_t p = 0; p < tokens.size(1); ++p) {
     Answers answers;
@@ -61,8 +61,8 @@ TEST(MultiheadSessionsBranch, AForkSharesBlocksAndEachBranchEqualsItsOwnCausalFo
   ASSERT_TRUE(TensorsNear(CausalForward(f, x), f.c.expected_output, 1e-5)) << "the reference";
   HeldRunner runner;
   StatsAggregator stats("m", "1");
-  MultiheadSessions store(Options(16), RequestLimits{}, f.model, {"m", "1"}, std::make_shared<SessionDirectory>(),
-                     &runner, &stats);
+  MultiheadSessions store(Options(16), RequestLimits{}, f.model, {"m", "1"},
+                          std::make_shared<SessionDirectory>(), &runner, &stats);
   auto a = Open(store, 2, 12);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_TRUE(TensorsNear(StepAll(f, store, runner, a->id, x.narrow(1, 0, 6)),
@@ -98,8 +98,8 @@ TEST(MultiheadSessionsBranch, TruncateGivesWholeBlocksBackAndTheReplayEqualsTheF
   const Fixture f = Load();
   const at::Tensor x = f.c.inputs.query;
   HeldRunner runner;
-  MultiheadSessions store(Options(16), RequestLimits{}, f.model, {"m", "1"}, std::make_shared<SessionDirectory>(),
-                     &runner, nullptr);
+  MultiheadSessions store(Options(16), RequestLimits{}, f.model, {"m", "1"},
+                          std::make_shared<SessionDirectory>(), &runner, nullptr);
   auto a = Open(store, 2, 12);
   ASSERT_TRUE(a.ok());
   at::Tensor draft = x.narrow(1, 0, 9).clone();
@@ -121,7 +121,8 @@ TEST(MultiheadSessionsBranch, RefusalsNameTheFieldAndTheNumbers) {
   const Fixture f = Load();
   HeldRunner runner;
   auto directory = std::make_shared<SessionDirectory>();
-  MultiheadSessions store(Options(16), RequestLimits{}, f.model, {"m", "1"}, directory, &runner, nullptr);
+  MultiheadSessions store(Options(16), RequestLimits{}, f.model, {"m", "1"}, directory, &runner,
+                          nullptr);
   auto a = Open(store, 2, 12);
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(StepAll(f, store, runner, a->id, f.c.inputs.query.narrow(1, 0, 2)).defined());
@@ -159,8 +160,8 @@ TEST(MultiheadSessionsBranch, SpillUnderATinyPoolRestoresEverySessionExactly) {
   SessionOptions o = Options(6, KvFullPolicy::kSpill);
   o.spill_dir = dir.path();
   {
-    MultiheadSessions store(o, RequestLimits{}, f.model, {"m", "1"}, std::make_shared<SessionDirectory>(), &runner,
-                       &stats);
+    MultiheadSessions store(o, RequestLimits{}, f.model, {"m", "1"},
+                            std::make_shared<SessionDirectory>(), &runner, &stats);
     std::vector<std::string> ids;
     for (int i = 0; i < 6; ++i) {
       auto s = Open(store, 2, 12);
@@ -214,11 +215,11 @@ TEST(MultiheadSessionsBranch, ACrossAttentionSessionForksWholeAndIsNotTruncated)
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const Fixture f{*c, testing::LoadCaseModel(*c)};
   HeldRunner runner;
-  MultiheadSessions store(Options(64), RequestLimits{}, f.model, {"m", "1"}, std::make_shared<SessionDirectory>(),
-                     &runner, nullptr);
+  MultiheadSessions store(Options(64), RequestLimits{}, f.model, {"m", "1"},
+                          std::make_shared<SessionDirectory>(), &runner, nullptr);
   const int64_t t = f.c.inputs.query.size(1);
-  auto a = Open(store, f.c.inputs.query.size(0), t, ToHost(f.c.inputs.key),
-                                        ToHost(f.c.inputs.value));
+  auto a =
+      Open(store, f.c.inputs.query.size(0), t, ToHost(f.c.inputs.key), ToHost(f.c.inputs.value));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_TRUE(TensorsNear(StepAll(f, store, runner, a->id, f.c.inputs.query.narrow(1, 0, 2)),
                           f.c.expected_output.narrow(1, 0, 2), 1e-5));

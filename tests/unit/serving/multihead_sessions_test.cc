@@ -1,12 +1,13 @@
-// MultiheadSessions in-process (server/serving/kinds/multihead/multihead_sessions.h): a runner that holds every submitted step until
-// the test runs it, so ordering, queuing behind a step in flight, close with waiting steps, LRU
-// eviction of idle sessions only, and the pool's accounting are checked without any timing.
+// MultiheadSessions in-process (server/serving/kinds/multihead/multihead_sessions.h): a runner that
+// holds every submitted step until the test runs it, so ordering, queuing behind a step in flight,
+// close with waiting steps, LRU eviction of idle sessions only, and the pool's accounting are
+// checked without any timing.
 #include "server/serving/kinds/multihead/multihead_sessions.h"
 
 #include <gtest/gtest.h>
 
-#include "server/serving/observability/stats_aggregator.h"
 #include "multihead_sessions_test_util.h"
+#include "server/serving/observability/stats_aggregator.h"
 
 namespace mha::serve {
 namespace {
@@ -19,7 +20,8 @@ TEST(MultiheadSessions, StepsOfOneSessionWaitBehindTheOneInFlightAndApplyInOrder
   const Fixture f = Load();
   HeldRunner runner;
   auto directory = std::make_shared<SessionDirectory>();
-  MultiheadSessions store(Options(8), RequestLimits{}, f.model, {"m", "1"}, directory, &runner, nullptr);
+  MultiheadSessions store(Options(8), RequestLimits{}, f.model, {"m", "1"}, directory, &runner,
+                          nullptr);
   auto info = Open(store, 2, 12);
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   Answers answers;
@@ -51,7 +53,8 @@ TEST(MultiheadSessions, IdleSessionsExpireWhenTheClockPassesTheTimeout) {
   o.idle_timeout_s = 1;
   o.clock = &clock;
   StatsAggregator stats("m", "1");
-  MultiheadSessions store(o, RequestLimits{}, f.model, {"m", "1"}, std::make_shared<SessionDirectory>(), &runner, &stats);
+  MultiheadSessions store(o, RequestLimits{}, f.model, {"m", "1"},
+                          std::make_shared<SessionDirectory>(), &runner, &stats);
   auto info = Open(store, 2, 12);
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   Answers answers;
@@ -78,8 +81,8 @@ TEST(MultiheadSessions, IdleSessionsExpireWhenTheClockPassesTheTimeout) {
 TEST(MultiheadSessions, CloseAnswersWaitingStepsAndGivesBlocksBackAfterTheStepInFlight) {
   const Fixture f = Load();
   HeldRunner runner;
-  MultiheadSessions store(Options(8), RequestLimits{}, f.model, {"m", "1"}, std::make_shared<SessionDirectory>(), &runner,
-                     nullptr);
+  MultiheadSessions store(Options(8), RequestLimits{}, f.model, {"m", "1"},
+                          std::make_shared<SessionDirectory>(), &runner, nullptr);
   auto info = Open(store, 2, 12);
   ASSERT_TRUE(info.ok());
   Answers answers;
@@ -103,8 +106,8 @@ TEST(MultiheadSessions, EvictLruSkipsSessionsWithAStepInFlight) {
   const Fixture f = Load();
   HeldRunner runner;
   auto directory = std::make_shared<SessionDirectory>();
-  MultiheadSessions store(Options(4, KvFullPolicy::kEvictLru), RequestLimits{}, f.model, {"m", "1"}, directory, &runner,
-                     nullptr);
+  MultiheadSessions store(Options(4, KvFullPolicy::kEvictLru), RequestLimits{}, f.model, {"m", "1"},
+                          directory, &runner, nullptr);
   auto a = Open(store, 2, 12);  // each takes a block per row
   auto b = Open(store, 2, 12);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -113,11 +116,11 @@ TEST(MultiheadSessions, EvictLruSkipsSessionsWithAStepInFlight) {
   store.Step(a->id, StepTask(f, 0), answers.Callback());
   runner.RunOldest();                                     // a: idle, least recently used
   store.Step(b->id, StepTask(f, 0), answers.Callback());  // b: in flight
-  auto c = Open(store, 2, 12);  // needs 2 blocks: a must go
+  auto c = Open(store, 2, 12);                            // needs 2 blocks: a must go
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(Contains(directory->NotFoundFor(a->id).message(), "was evicted"));
   store.Step(c->id, StepTask(f, 0), answers.Callback());  // c: in flight too
-  auto d = Open(store, 2, 12);  // every holder is busy
+  auto d = Open(store, 2, 12);                            // every holder is busy
   EXPECT_EQ(d.status().code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(Contains(d.status().message(), "a new session needs 2 blocks, 0 of 4 free"));
   runner.RunOldest();
@@ -136,7 +139,8 @@ TEST(MultiheadSessions, DestroyingTheStoreEndsItsSessionsWithTheReason) {
   auto directory = std::make_shared<SessionDirectory>();
   std::string id;
   {
-    MultiheadSessions store(Options(8), RequestLimits{}, f.model, {"m", "3"}, directory, &runner, nullptr);
+    MultiheadSessions store(Options(8), RequestLimits{}, f.model, {"m", "3"}, directory, &runner,
+                            nullptr);
     auto info = Open(store, 1, 4);
     ASSERT_TRUE(info.ok());
     id = info->id;

@@ -43,7 +43,8 @@ class HeldRunner final : public ModelRunner {
     }
     InferenceResult result;
     // The step alone, as a scheduler runs it: DecodeStep on its cache, the answer on the host.
-    result.status = MakeModelPassRunner(next.first.step->model)->RunOne(next.first, &result.outputs);
+    result.status =
+        MakeModelPassRunner(next.first.step->model)->RunOne(next.first, &result.outputs);
     next.first = InferenceTask();
     next.second(std::move(result));
   }

@@ -1,6 +1,6 @@
-// PassRunner (server/serving/kinds/multihead/merge/pass_runner.h), the serving layer's merge/split over
-// host tensors: a merged pass answers each request as its pass alone would (fixture model, within
-// 1e-5), answers come in each task's output types, and a failed pass of session steps leaves
+// PassRunner (server/serving/kinds/multihead/merge/pass_runner.h), the serving layer's merge/split
+// over host tensors: a merged pass answers each request as its pass alone would (fixture model,
+// within 1e-5), answers come in each task's output types, and a failed pass of session steps leaves
 // every cache at its length.
 #include "server/serving/kinds/multihead/merge/pass_runner.h"
 

@@ -158,8 +158,8 @@ TEST_F(ServerCoreLlamaTest, SessionsAreStacksOfOneSequence) {
   InferenceRequest forward;
   forward.session_id = opened->session_id;
   forward.inputs.query = ToHost(at::zeros({1, 1, 32}));
-  EXPECT_TRUE(
-      Contains(Forward(std::move(forward)).status.message(), "does not offer session steps in Forward calls"));
+  EXPECT_TRUE(Contains(Forward(std::move(forward)).status.message(),
+                       "does not offer session steps in Forward calls"));
   auto closed = core_->CloseSession(opened->session_id);
   ASSERT_TRUE(closed.ok());
   EXPECT_EQ(closed->kv_blocks, 4);
@@ -272,7 +272,8 @@ TEST_F(ServerCoreLlamaTest, LayerStepRefusalsNameTheFieldAndNumbers) {
   EXPECT_TRUE(Contains(s.message(), "entries[1].session_id: session 'nope' is unknown"))
       << s.message();
   s = refused(Message(0, {{m->session_id, one}}));
-  EXPECT_TRUE(Contains(s.message(), "(multihead_attention) does not offer layer steps (LayerSteps)"))
+  EXPECT_TRUE(
+      Contains(s.message(), "(multihead_attention) does not offer layer steps (LayerSteps)"))
       << s.message();
   s = refused(Message(0, {{a, one}, {g, ToHost(at::zeros({1, 64}))}}));
   EXPECT_TRUE(Contains(s.message(), "entries[1].session_id: session '" + g + "' is on model 'gqa'"))

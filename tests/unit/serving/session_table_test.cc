@@ -133,7 +133,8 @@ TEST_F(SessionTableTest, EvictionEndsTheLeastRecentlyUsedSessionThatNoStepHolds)
 TEST_F(SessionTableTest, RefuseNamesWhatWasAskedAndThePoolInTheKindsWords) {
   Make(KvFullPolicy::kRefuse);
   auto all = Open("all", table_->pool()->total_blocks(), 1);
-  const Status s = table_->MakeRoomLocked(2, nullptr, "a new session", "4 tokens per block", caller_);
+  const Status s =
+      table_->MakeRoomLocked(2, nullptr, "a new session", "4 tokens per block", caller_);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("KV cache full: a new session needs 2 blocks, 0 of "),
             std::string::npos)

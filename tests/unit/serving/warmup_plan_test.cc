@@ -1,7 +1,7 @@
-// PlanDeviceWarmup (kinds/multihead/warmup_plan.h): which shapes the default device warm-up runs, that they
-// are deduplicated and bounded, that every merged shape of the grid is either warmed eagerly or
-// replays a planned graph, and that the plan does not grow with the instances (graphs are shared
-// by every instance stream).
+// PlanDeviceWarmup (kinds/multihead/warmup_plan.h): which shapes the default device warm-up runs,
+// that they are deduplicated and bounded, that every merged shape of the grid is either warmed
+// eagerly or replays a planned graph, and that the plan does not grow with the instances (graphs
+// are shared by every instance stream).
 #include "server/serving/kinds/multihead/warmup_plan.h"
 
 #include <gtest/gtest.h>

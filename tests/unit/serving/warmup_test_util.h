@@ -1,7 +1,7 @@
 // The default warmup's pass count as the server plans it for a READY version, for tests that
 // check it ran in full: on the CPU two passes ([1, 16], then [2, 8] with weights); on a device
-// the merge's shapes and graph buckets come first (kinds/multihead/warmup_plan.h), so there it depends on
-// the scheduler the version runs with.
+// the merge's shapes and graph buckets come first (kinds/multihead/warmup_plan.h), so there it
+// depends on the scheduler the version runs with.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "pass_gate.h"
-#include "server/serving/observability/stats_aggregator.h"
 #include "server/serving/caller_thread.h"
+#include "server/serving/observability/stats_aggregator.h"
 
 namespace mha::serve {
 namespace {
@@ -174,10 +174,12 @@ TEST(WorkQueueTest, EveryItemIsAnsweredOnceWhileManyThreadsSubmitAndItShutsDown)
   for (int c = 0; c < 4; ++c) {
     clients.emplace_back([&, c] {
       for (int i = 0; i < 200; ++i) {
-        queue->Submit(ToyItem{(c + i) % 3, Clock::time_point::max(), [&](Status s, int) {
+        queue->Submit(ToyItem{(c + i) % 3, Clock::time_point::max(),
+                              [&](Status s, int) {
                                 ++answered;
                                 ++(s.ok() ? ok : refused);
-                              }});
+                              },
+                              CallerThread()});
       }
     });
   }
@@ -238,7 +240,8 @@ TEST(WorkQueueTest, TheSubmittingThreadSaysItWillBlockBeforeAnInlinePassAndOnlyT
   Seen queued_seen{0, 0, log};
   {
     // Not allowed inline: a worker runs it, this thread never blocks.
-    auto queued = Submit(queue, 2, Clock::time_point::max(), CallerThread(false, count, &queued_seen));
+    auto queued =
+        Submit(queue, 2, Clock::time_point::max(), CallerThread(false, count, &queued_seen));
     EXPECT_TRUE(Get(queued).status.ok());
   }
   EXPECT_EQ(queued_seen.calls, 0);
@@ -301,7 +304,8 @@ TEST(WorkQueueTest, InlineAndWorkerPassesTogetherNeverExceedTheInstances) {
   for (int c = 0; c < 6; ++c) {
     clients.emplace_back([&, c] {
       for (int i = 0; i < 200; ++i) {
-        auto f = Submit(queue, (c + i) % 3, Clock::time_point::max(), CallerThread(i % 2 == 0, nullptr, nullptr));
+        auto f = Submit(queue, (c + i) % 3, Clock::time_point::max(),
+                        CallerThread(i % 2 == 0, nullptr, nullptr));
         if (Get(f).status.ok()) ++ok;
       }
     });

@@ -15,9 +15,9 @@
 #include <string>
 
 #include "server/serving/kinds/multihead/batch_assembly.h"
-#include "server/serving/scheduling/batcher_options.h"
 #include "server/serving/kinds/multihead/forward_planner.h"
 #include "server/serving/kinds/multihead/merge/pass_runner.h"
+#include "server/serving/scheduling/batcher_options.h"
 #include "server/serving/scheduling/runner.h"
 #include "server/serving/scheduling/work_queue.h"
 

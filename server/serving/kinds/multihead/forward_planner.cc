@@ -89,8 +89,8 @@ PassPlan<ForwardItem> ForwardPlanner::PlanLocked(Queue<Item>& queue, Clock::time
                              ? 0
                              : MergedWorkBytes(info_, next_rows, next_t,
                                                key.cross ? next_s : next_t, key.need_weights);
-    if (!plan.items.empty() && (next_rows > o.max_batch_rows || padded > o.max_batch_tokens ||
-                                work > max_work_bytes_)) {
+    if (!plan.items.empty() &&
+        (next_rows > o.max_batch_rows || padded > o.max_batch_tokens || work > max_work_bytes_)) {
       plan.full = true;  // keep looking: a smaller task may still fit
       continue;
     }

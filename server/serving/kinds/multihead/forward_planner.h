@@ -2,9 +2,9 @@
 // the group-key merge (Triton's dynamic batcher). The oldest task goes first with the later tasks
 // of its GroupKey (batch_assembly.h: self/cross, causal, weights flags, dtypes, length bucket)
 // while the pass stays within max_batch_rows (sum of B), max_batch_tokens (padded) and
-// --max-work-bytes (the merged pass's estimate); it runs when full, else once the oldest task has waited
-// max_queue_delay_us (at once when a deadline would pass meanwhile). A task joins only while the
-// pass's estimated time fits every deadline in it. Batching off: one task per pass, at once.
+// --max-work-bytes (the merged pass's estimate); it runs when full, else once the oldest task has
+// waited max_queue_delay_us (at once when a deadline would pass meanwhile). A task joins only while
+// the pass's estimated time fits every deadline in it. Batching off: one task per pass, at once.
 // Session steps (InferenceTask::step) of several sessions run as one DecodeSteps pass. A failed
 // merged pass is retried task by task, so one bad request cannot fail others.
 #pragma once
@@ -44,8 +44,8 @@ class ForwardPlanner {
   static ForwardItem Make(InferenceTask task, DoneCallback done);
 
   Clock::time_point Deadline(const Item& item) const { return item.task.deadline; }
-  // The thread that submitted a stateless forward (InferenceTask::caller), taken out of the task: it
-  // may run the pass itself; a session step's never (it may be submitted by the step before it,
+  // The thread that submitted a stateless forward (InferenceTask::caller), taken out of the task:
+  // it may run the pass itself; a session step's never (it may be submitted by the step before it,
   // from a worker).
   static CallerThread TakeCaller(Item& item) {
     const CallerThread caller = std::exchange(item.task.caller, CallerThread());

@@ -9,8 +9,8 @@
 
 #include "mha/engine.h"
 #include "server/serving/kinds/multihead/multihead_served.h"
-#include "server/serving/kinds/warmup.h"
 #include "server/serving/kinds/multihead/warmup_plan.h"
+#include "server/serving/kinds/warmup.h"
 #include "server/serving/repository/model_repository.h"
 
 namespace fs = std::filesystem;

@@ -6,11 +6,11 @@
 #include <utility>
 
 #include "mha/text.h"
+#include "server/serving/kinds/multihead/dynamic_batcher.h"
 #include "server/serving/kinds/multihead/multihead_sessions.h"
 #include "server/serving/kinds/multihead/pass_cost.h"
 #include "server/serving/kinds/serve_options.h"
 #include "server/serving/repository/model_repository.h"
-#include "server/serving/kinds/multihead/dynamic_batcher.h"
 #include "server/serving/server_core_options.h"
 
 namespace mha::serve {
@@ -147,7 +147,8 @@ class MultiheadServed final : public ServedModel, public SessionSteps, public He
 }  // namespace
 
 std::unique_ptr<ServedModel> MakeMultiheadServed(std::shared_ptr<const MhaModel> model,
-                                           const ModelEntry& entry, const ServeContext& context) {
+                                                 const ModelEntry& entry,
+                                                 const ServeContext& context) {
   return std::make_unique<MultiheadServed>(std::move(model), entry, context);
 }
 

@@ -10,6 +10,7 @@
 namespace mha::serve {
 
 std::unique_ptr<ServedModel> MakeMultiheadServed(std::shared_ptr<const MhaModel> model,
-                                           const ModelEntry& entry, const ServeContext& context);
+                                                 const ModelEntry& entry,
+                                                 const ServeContext& context);
 
 }  // namespace mha::serve
