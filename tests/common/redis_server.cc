@@ -88,8 +88,14 @@ void RedisServer::WriteConfig() const {
            << BinaryPath() << " missing (scripts/install-deps.sh test installs redis-server)";
   }
   options_ = std::move(options);
-  port_ = FreeLoopbackPort();
-  return Launch();
+  // The port was free a moment ago; a parallel test's server may take it before redis binds it:
+  // then redis exits, and another port is tried.
+  ::testing::AssertionResult launched = ::testing::AssertionFailure();
+  for (int attempt = 0; attempt < 3 && !launched; ++attempt) {
+    port_ = FreeLoopbackPort();
+    launched = Launch();
+  }
+  return launched;
 }
 
 ::testing::AssertionResult RedisServer::Launch() {

@@ -17,7 +17,7 @@ namespace mha::serve {
 
 struct SessionLocation {
   std::string model, version;
-  std::string fingerprint;  // the version's weights (repository/fingerprint.h); "" when unknown
+  std::string fingerprint = {};  // the version's weights (repository/fingerprint.h); "" = unknown
 };
 
 class SessionDirectory {
