@@ -1,6 +1,7 @@
 #include "client/decoding_session.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <thread>
 #include <utility>
@@ -47,6 +48,33 @@ bool ConcatQueries(const std::vector<v1::ForwardRequest>& steps, v1::Tensor* out
   for (int64_t d : {b, total, e}) out->add_shape(d);
   out->set_data(std::move(data));
   return true;
+}
+
+// Tokens [from, T) of every row of a [B, T, E] query; false when from is past T.
+bool TailOf(const v1::Tensor& query, int64_t from, v1::Tensor* out) {
+  const int64_t b = query.shape(0), t = query.shape(1), e = query.shape(2);
+  if (from < 0 || from > t) return false;
+  const size_t element = codec::ElementSize(query.dtype());
+  const size_t token = static_cast<size_t>(e) * element;
+  std::string data;
+  for (int64_t row = 0; row < b; ++row) {
+    const size_t begin = (static_cast<size_t>(row * t) + static_cast<size_t>(from)) * token;
+    data.append(query.data(), begin, static_cast<size_t>(t - from) * token);
+  }
+  out->set_dtype(query.dtype());
+  for (int64_t d : {b, t - from, e}) out->add_shape(d);
+  out->set_data(std::move(data));
+  return true;
+}
+
+// N of a refusal that says "[session_tokens=N]" (a session restored from the shared KV store with
+// N tokens per row), or -1.
+int64_t RestoredTokens(const Status& status) {
+  if (status.code() != StatusCode::kAborted) return -1;
+  const std::string tag = "[session_tokens=";
+  const size_t at = status.message().find(tag);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(status.message().c_str() + at + tag.size(), nullptr, 10);
 }
 
 }  // namespace
@@ -134,6 +162,17 @@ StatusOr<v1::ForwardResponse> DecodingSession::Step(v1::ForwardRequest step) {
       return answer.status();
     }
     ++stats_.retries;
+    if (const int64_t held = RestoredTokens(answer.status()); held >= 0) {
+      // Restored from what a lost replica wrote: the tail again, then this step.
+      if (Status resynced = Resync(held); !resynced.ok()) {
+        // A tail it cannot cut (steps of different shapes): the whole session again.
+        if (Status resumed = Resume();
+            !resumed.ok() && resumed.code() != StatusCode::kUnavailable) {
+          return resumed;
+        }
+      }
+      continue;
+    }
     if (answer.ok() || answer.status().code() == StatusCode::kNotFound) {
       // Gone (or, with a count that disagrees, applied twice by a retry): rebuild it.
       if (Status resumed = Resume(); !resumed.ok() && resumed.code() != StatusCode::kUnavailable) {
@@ -163,17 +202,40 @@ Status DecodingSession::Resume() {
   return Status::Ok();
 }
 
-Status DecodingSession::Replay() {
+Status DecodingSession::Resync(int64_t held) {
+  const auto start = std::chrono::steady_clock::now();
+  if (held > tokens_) {
+    return Aborted("session '" + id() + "': the server holds " + std::to_string(held) +
+                   " tokens, this client answered " + std::to_string(tokens_));
+  }
+  tokens_ = held;
+  MHA_RETURN_IF_ERROR(Replay(held));
+  ++stats_.resyncs;
+  stats_.replay_ms.push_back(Millis(std::chrono::steady_clock::now() - start).count());
+  return Status::Ok();
+}
+
+Status DecodingSession::Replay(int64_t from) {
   // The cache holds keys and values only: every token's, whatever masks its step had. One
-  // request carries them all when the steps agree on dtype and shape; else one per step.
+  // request carries them all when the steps agree on dtype and shape; else one per step (a tail
+  // that starts inside a step needs the one request).
   std::vector<v1::ForwardRequest> replay;
   v1::ForwardRequest all;
   if (ConcatQueries(answered_, all.mutable_query())) {
-    replay.push_back(std::move(all));
+    v1::ForwardRequest tail;
+    if (!TailOf(all.query(), from, tail.mutable_query())) {
+      return Aborted("session '" + id() + "': cannot replay from token " + std::to_string(from));
+    }
+    stats_.replayed_tokens += tail.query().shape(1);
+    if (tail.query().shape(1) > 0) replay.push_back(std::move(tail));
+  } else if (from > 0) {
+    return Aborted("session '" + id() + "': its steps differ in shape; cannot replay from token " +
+                   std::to_string(from));
   } else {
     for (const auto& s : answered_) {
       v1::ForwardRequest one;
       *one.mutable_query() = s.query();
+      stats_.replayed_tokens += std::max<int64_t>(0, NewTokens(s));
       replay.push_back(std::move(one));
     }
   }

@@ -6,7 +6,11 @@
 // bounded by the session's max_tokens. When a step finds the session gone (NOT_FOUND: the replica
 // that held it was lost, restarted or scaled out, so the id now hashes elsewhere; UNAVAILABLE on
 // the way there is retried first), the session re-opens the same id and replays its tokens, then
-// sends the step again: the application sees the step's answer, exact, and no error.
+// sends the step again: the application sees the step's answer, exact, and no error. Behind a
+// shared KV store (docs/scale-out.md) the session outlives its replica: a step is answered by the
+// replica that restored it, and when that replica restored it from what a lost replica had
+// written, the step is refused ABORTED with "[session_tokens=N]": the session replays only its
+// tokens from N (Resync), then sends the step again.
 #pragma once
 
 #include <chrono>
@@ -30,6 +34,8 @@ struct DecodingSessionOptions {
 // What resuming cost this session so far.
 struct DecodingSessionStats {
   int64_t resumes = 0;            // re-opens with replay
+  int64_t resyncs = 0;            // replays of the tail after a restore from the KV store
+  int64_t replayed_tokens = 0;    // tokens per row sent again (resumes and resyncs)
   int64_t retries = 0;            // steps sent again (after UNAVAILABLE or a resume)
   std::vector<double> replay_ms;  // each resume: re-open + replay, wall time
   int64_t closes_elsewhere = 0;   // Close found no session where the id hashes now (see Close)
@@ -64,7 +70,10 @@ class DecodingSession {
   Status FinishStream();
   // Re-opens the id (closing a half-alive copy first) and replays every answered step's tokens.
   Status Resume();
-  Status Replay();
+  // Replays the answered tokens from `from` on (every one when 0).
+  Status Replay(int64_t from = 0);
+  // The server holds the first `held` tokens only (restored from the KV store): the rest again.
+  Status Resync(int64_t held);
 
   AttentionClient* client_;
   v1::OpenSessionRequest open_;

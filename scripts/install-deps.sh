@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages mha-serve needs, only those missing. Idempotent.
 #   scripts/install-deps.sh build   # compiler, CMake, gRPC, LibTorch, ... (enough to build and serve)
-#   scripts/install-deps.sh test    # build + what the test suite runs against (PyTorch, Prometheus)
+#   scripts/install-deps.sh test    # build + what the test suite runs against (PyTorch, Prometheus,
+#                                   # nginx, redis-server: the tests start their own on loopback)
 #                                   # and ccache (scripts/build.sh compiles through it when present)
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
@@ -11,11 +12,12 @@ build_pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libtorch-dev libopenblas0-pthread libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libcairo2-dev
+  libcairo2-dev libhiredis-dev
 )
 # poppler-utils: pdftotext / pdfinfo read the PDFs of mha-client's pictures back in mha_plot_tests.
 test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps python3-yaml
-  clang-format clang-tidy python3-jsonschema nginx python3-requests ccache poppler-utils)
+  clang-format clang-tidy python3-jsonschema nginx python3-requests ccache poppler-utils
+  redis-server)
 # kubectl (kustomize) for tests/deploy, unless one is installed already: dpkg refuses a second
 # owner of /usr/bin/kubectl.
 command -v kubectl >/dev/null || test_pkgs+=(kubernetes-client)

@@ -142,6 +142,8 @@ void RunSession(AttentionClient& client, const DecodeBenchOptions& o, int64_t e,
     tally->cached_tokens += closed->tokens() * o.batch;
   }
   tally->resumes += s.stats().resumes;
+  tally->resyncs += s.stats().resyncs;
+  tally->replayed_tokens += s.stats().replayed_tokens;
   tally->replay_ms.insert(tally->replay_ms.end(), s.stats().replay_ms.begin(),
                           s.stats().replay_ms.end());
   tally->MergeLocked(mine);
@@ -249,8 +251,10 @@ std::string DecodeBenchReportText(const DecodeBenchOptions& o, const DecodeBench
   }
   if (!o.stateless) {
     std::snprintf(buf, sizeof(buf),
-                  "resumed: %lld sessions re-opened and replayed (replay ms: p50 %.1f  max %.1f)\n",
-                  static_cast<long long>(r.resumed), r.replay_ms_p50, r.replay_ms_max);
+                  "resumed: %lld sessions re-opened and replayed, %lld restored from the KV store "
+                  "replayed their tail; %lld tokens replayed (replay ms: p50 %.1f  max %.1f)\n",
+                  static_cast<long long>(r.resumed), static_cast<long long>(r.resynced),
+                  static_cast<long long>(r.replayed_tokens), r.replay_ms_p50, r.replay_ms_max);
     text += buf;
   }
   text += ServerCpuReportText(r.server_cpu, "step");
@@ -268,6 +272,8 @@ std::string DecodeBenchReportJson(const DecodeBenchReport& r) {
       {"tokens_per_s", r.tokens_per_s},
       {"latency_us", LatencyJson(r.latency)},
       {"resumed", r.resumed},
+      {"resynced", r.resynced},
+      {"replayed_tokens", r.replayed_tokens},
       {"server_cpu", ServerCpuJson(r.server_cpu, "step")},
   };
   return j.dump();

@@ -58,6 +58,9 @@ struct DecodeBenchReport {
   int64_t kv_blocks = 0, kv_block_tokens = 0, cached_tokens = 0;
   // Sessions re-opened and replayed after their replica was lost, and what a replay took.
   int64_t resumed = 0;
+  // Sessions restored from a shared KV store after their replica was lost that replayed their
+  // tail (client/decoding_session.h), and the tokens per row sent again by both.
+  int64_t resynced = 0, replayed_tokens = 0;
   double replay_ms_p50 = 0, replay_ms_max = 0;
   ServerCpuReport server_cpu;  // per step; FLOPs and efficiency filled by the caller
   // Every answered step (as BenchReport's samples), for pictures (mha-client decode --plot).

@@ -51,7 +51,7 @@ struct Tally {
   int64_t errors = 0;
   std::string first_error;
   int64_t kv_blocks = 0, kv_block_tokens = 0, cached_tokens = 0;
-  int64_t resumes = 0;
+  int64_t resumes = 0, resyncs = 0, replayed_tokens = 0;
   std::vector<double> replay_ms;
   // need_weights: the weights of session 0's last answered step, and its tokens after that step.
   v1::Tensor last_step_weights;

@@ -8,7 +8,10 @@ sequence (float64 slow path). With --shm every step's query goes through a share
 and its output comes back through another (shm_regions.py; the server needs
 --allow-client-shm=true). Then forks the session at half its tokens (ForkSession: the fork shares
 the prefix's KV blocks) and decodes another continuation in the fork, checked against the causal
-forward of the fork's own sequence. Closes both sessions. Exits 1 on any mismatch.
+forward of the fork's own sequence. Closes both sessions. Exits 1 on any mismatch. Behind a shared
+KV store (docs/scale-out.md), a step answered ABORTED "... [session_tokens=N]" (the session was
+restored from what a lost replica had written) is handled as client::DecodingSession does: the
+tokens from N are sent again as one step, then the step.
 
     client/python/gen_stubs.sh                       # once: generates mha/v1/*_pb2*.py
     /usr/bin/python3 client/python/session_example.py --target localhost:8500 \\
@@ -17,9 +20,11 @@ forward of the fork's own sequence. Closes both sessions. Exits 1 on any mismatc
 import argparse
 import json
 import os
+import re
 import sys
 import uuid
 
+import grpc
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -39,6 +44,26 @@ def causal_forward(mha, x):
         mha.bias_v, mha.add_zero_attn, 0.0, mha.out_proj.weight, mha.out_proj.bias,
         training=False, need_weights=False, attn_mask=causal)
     return out.transpose(0, 1)
+
+
+RESTORED = re.compile(r"\[session_tokens=(\d+)\]")
+
+
+def forward_resyncing(stub, request, history, pin):
+    """stub.Forward of a session step. When the session was restored from a shared KV store with
+    fewer tokens than this client sent (ABORTED "... [session_tokens=N]"), the tokens N.. of
+    `history` [B, T, E] (everything sent before this step) go again as one step, then the step."""
+    try:
+        return stub.Forward(request, metadata=pin)
+    except grpc.RpcError as e:
+        held = RESTORED.search(e.details() or "") if e.code() == grpc.StatusCode.ABORTED else None
+        if held is None:
+            raise
+        tail = history[:, int(held.group(1)):]
+        if tail.shape[1] > 0:
+            stub.Forward(attention_pb2.ForwardRequest(session_id=request.session_id,
+                                                      query=to_wire(tail)), metadata=pin)
+        return stub.Forward(request, metadata=pin)
 
 
 def decode_fork(stub, mha, session_id, x, keep):
@@ -101,7 +126,7 @@ def main():
             size = len(request.query.data)  # the output's too: [B, n, E] float32
             request.query.CopyFrom(regions.put(request.query))
             regions.place_output(request.output_shared_memory, size)
-        answer = stub.Forward(request, metadata=pin)
+        answer = forward_resyncing(stub, request, x[:, :p_], pin)
         out = from_wire(regions.get(answer.output) if regions else answer.output).double()
         worst = max(worst, (out - expected[:, p_:p_ + n]).abs().max().item())
         p_ += n

@@ -55,6 +55,7 @@ void AddBatchingFlags(CLI::App& app, ServerConfig* c);
 void AddOperationFlags(CLI::App& app, ServerConfig* c);
 void AddLifecycleFlags(CLI::App& app, ServerConfig* c);
 void AddSessionFlags(CLI::App& app, ServerConfig* c);
+void AddKvStoreFlags(CLI::App& app, ServerConfig* c);
 
 }  // namespace
 
@@ -105,6 +106,7 @@ std::optional<int> ParseServerConfig(int argc, char** argv, ServerConfig* c) {
   AddOperationFlags(app, c);
   AddLifecycleFlags(app, c);
   AddSessionFlags(app, c);
+  AddKvStoreFlags(app, c);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -290,6 +292,43 @@ void AddSessionFlags(CLI::App& app, ServerConfig* c) {
       "Decoding sessions, --kv-cache-full-policy spill: bytes each model version may spill (a "
       "session that would exceed it is evicted)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
+}
+
+// The shared KV tier (docs/scale-out.md): checked when the core starts (KvTier::Create: the URL and
+// the password source, with their flags named).
+void AddKvStoreFlags(CLI::App& app, ServerConfig* c) {
+  KvTierOptions* kv = &c->core.kv_store;
+  Add(app, "--kv-store", &kv->url,
+      "Decoding sessions in a shared KV store, redis://host:port[/db]: sessions outlive this "
+      "replica (handed over on drain and when another replica asks; restored on any replica). "
+      "Empty = sessions live in this process only");
+  Add(app, "--kv-store-password-file", &kv->password.file,
+      "--kv-store: the password (AUTH) is the first line of this file");
+  Add(app, "--kv-store-password-env", &kv->password.env,
+      "--kv-store: the password (AUTH) is in this environment variable (its name)");
+  Add(app, "--kv-store-write-behind", &kv->write_behind,
+      "--kv-store: write each KV block once it is full (off the step's path, a bounded queue), so "
+      "that a lost replica costs at most one block per row; off = sessions are written when they "
+      "are handed over");
+  Add(app, "--kv-store-write-queue", &kv->write_queue,
+      "--kv-store-write-behind: writes waiting at most (a full queue refuses; the session is "
+      "written again when the store catches up)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  Add(app, "--kv-store-timeout-ms", &kv->timeout_ms,
+      "--kv-store: bound on a connect and on each command")
+      ->check(CLI::Range(int64_t{1}, int64_t{600000}));
+  Add(app, "--kv-store-lease-ms", &kv->lease_ms,
+      "--kv-store: a session's ownership lease (renewed every third of it); a lost replica's "
+      "sessions are taken over when it expires")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  Add(app, "--kv-store-handover-timeout-ms", &kv->handover_timeout_ms,
+      "--kv-store: how long a call for a session another replica holds waits for its release "
+      "(UNAVAILABLE after it)")
+      ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
+  Add(app, "--kv-store-required", &kv->required,
+      "--kv-store: fail the start when the store is unreachable or refuses the password (else "
+      "start degraded: sessions serve from memory until it answers)");
+  Add(app, "--kv-store-prefix", &kv->prefix, "--kv-store: prefix of every key and channel");
 }
 
 void AddLifecycleFlags(CLI::App& app, ServerConfig* c) {

@@ -258,10 +258,19 @@ void ServerApp::Stop(int sig) {
   // REST first: it stops accepting and answers what it has (the core still runs).
   if (rest_) rest_->Stop();
   if (health_) health_->Shutdown();  // open watches end now, not at the grace deadline
-  if (server_) {
-    const auto grace = std::chrono::milliseconds(static_cast<int64_t>(c_.grace_period_s * 1000));
-    server_->Shutdown(std::chrono::system_clock::now() + grace);
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(c_.grace_period_s * 1000));
+  // With a shared KV store, every session is written and released while the calls in flight
+  // finish (within the grace period): another replica restores them with nothing replayed.
+  std::thread handover;
+  if (core_ && core_->kv_store_on()) {
+    const auto deadline = std::chrono::steady_clock::now() + grace * 9 / 10;
+    handover = std::thread([this, deadline] {
+      const int64_t n = core_->HandOverSessions(deadline);
+      spdlog::info("{} sessions handed over to the shared KV store", n);
+    });
   }
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + grace);
+  if (handover.joinable()) handover.join();
   if (core_) core_->Stop();  // completes accepted requests, joins the schedulers
   if (server_) server_->Wait();
   // The queue's threads drain it and end.

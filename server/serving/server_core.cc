@@ -7,6 +7,7 @@
 
 #include "server/serving/repository/default_model.h"
 #include "server/serving/server_core_internal.h"
+#include "server/serving/sessions/kv_tier.h"
 
 namespace mha::serve {
 namespace {
@@ -78,7 +79,15 @@ StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(const ServerCoreOptions
     if (!picked.ok()) return picked.status();
     default_name = *picked;
   }
-  std::unique_ptr<ServerCore> core(new ServerCore(options));
+  // The shared KV tier (--kv-store): made once, shared by every version's session store.
+  ServerCoreOptions with_tier = options;
+  KvTierOptions kv = options.kv_store;
+  kv.ttl_s = options.sessions.idle_timeout_s;
+  auto tier = KvTier::Create(kv);
+  if (!tier.ok()) return tier.status();
+  with_tier.sessions.kv_tier = *tier;
+  std::unique_ptr<ServerCore> core(new ServerCore(with_tier));
+  if (*tier) core->metrics_.AddCollector([t = tier->get()] { return t->Collect(); });
   ServerCore* self = core.get();
   core->lifecycle_ = std::make_unique<ModelLifecycle>(
       core->options_, &core->metrics_,

@@ -97,6 +97,11 @@ class ServerCore final : public InferenceServer, public ModelController {
   // Stops loading, refuses new requests (UNAVAILABLE), completes every accepted one and joins the
   // schedulers' threads. Idempotent.
   void Stop();
+  // With the shared KV store (a drain, before Stop): every session written whole and released,
+  // until `deadline` (steps still running finish first; new ones are refused UNAVAILABLE and
+  // retried elsewhere). The sessions released.
+  int64_t HandOverSessions(std::chrono::steady_clock::time_point deadline);
+  bool kv_store_on() const { return options_.sessions.kv_tier != nullptr; }
 
  private:
   explicit ServerCore(const ServerCoreOptions& options);
@@ -107,8 +112,13 @@ class ServerCore final : public InferenceServer, public ModelController {
   void InferStep(InferenceRequest request, InferDone done);
   // The sessions of `handle`'s version, or its refusal (`field` prefixes it: NotOffered).
   static StatusOr<Sessions*> SessionsOf(const ModelHandle& handle, const std::string& field);
-  // The handle a session lives on, or NOT_FOUND naming why it is gone.
-  StatusOr<std::shared_ptr<ModelHandle>> SessionHandle(const std::string& session_id);
+  // The handle a session lives on (restored from the shared KV store when it is not here and the
+  // store has it: AdoptSession; a restore blocks `caller`), or NOT_FOUND naming why it is gone.
+  StatusOr<std::shared_ptr<ModelHandle>> SessionHandle(const std::string& session_id,
+                                                       CallerThread* caller = nullptr);
+  // Session `id` (not open here: `gone`) restored from the shared KV store by the version its
+  // record names; `gone` when there is no store or no record.
+  Status AdoptSession(const std::string& id, const Status& gone, CallerThread* caller);
   // The handle of a step message's sessions (every entry's on one version), or why not.
   StatusOr<std::shared_ptr<ModelHandle>> LayerStepHandle(const LayerStepRequest& request);
   StatsAggregator* MetricsFor(const ServingState* state, const std::string& requested);
@@ -118,6 +128,7 @@ class ServerCore final : public InferenceServer, public ModelController {
   // Before the lifecycle: the handles' session stores write tombstones here when they end.
   std::shared_ptr<SessionDirectory> session_directory_ = std::make_shared<SessionDirectory>();
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> handing_over_{false};  // HandOverSessions began: nothing is restored here
   std::atomic<int64_t> analyses_computed_{0};
   std::unique_ptr<ModelLifecycle> lifecycle_;  // last: its handles use the members above
 };

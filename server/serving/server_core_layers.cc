@@ -51,6 +51,8 @@ StatusOr<std::shared_ptr<ModelHandle>> ServerCore::LayerStepHandle(const LayerSt
       handle = std::move(found.value());
       continue;
     }
+    auto other = SessionHandle(id);  // restored from the shared KV store when not here
+    if (!other.ok()) return Prefixed(field, other.status());
     auto where = session_directory_->Find(id);
     if (!where.ok()) return Prefixed(field, where.status());
     const ModelEntry& e = *handle->entry;

@@ -11,6 +11,7 @@
 #include "server/serving/model_controller.h"
 #include "server/serving/repository/model_repository.h"
 #include "server/serving/scheduling/batcher_options.h"
+#include "server/serving/sessions/kv_tier_options.h"
 #include "server/serving/sessions/session_options.h"
 
 namespace mha::serve {
@@ -30,6 +31,7 @@ struct ServerCoreOptions {
   std::vector<std::string> startup_models;         // explicit mode: loaded at start (empty = all)
   std::chrono::milliseconds poll_interval{15000};  // poll mode: between repository scans
   SessionOptions sessions;  // decoding sessions: KV cache pool per model version, timeouts
+  KvTierOptions kv_store;   // the shared KV tier (--kv-store); off by default
 };
 
 }  // namespace mha::serve

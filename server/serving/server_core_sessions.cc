@@ -7,13 +7,20 @@
 #include "mha/text.h"
 #include "server/serving/server_core.h"
 #include "server/serving/server_core_internal.h"
+#include "server/serving/sessions/kv_tier.h"
+#include "server/serving/sessions/redis/session_record.h"
 
 namespace mha::serve {
 
-StatusOr<std::shared_ptr<ModelHandle>> ServerCore::SessionHandle(const std::string& id) {
+StatusOr<std::shared_ptr<ModelHandle>> ServerCore::SessionHandle(const std::string& id,
+                                                                 CallerThread* caller) {
   MHA_RETURN_IF_ERROR(CheckSessionId(id));
   auto where = session_directory_->Find(id);
-  if (!where.ok()) return where.status();
+  if (!where.ok()) {
+    MHA_RETURN_IF_ERROR(AdoptSession(id, where.status(), caller));
+    where = session_directory_->Find(id);
+    if (!where.ok()) return where.status();
+  }
   auto state = Current();
   auto it = state->handles.find({where->model, where->version});
   if (it == state->handles.end()) {
@@ -22,6 +29,40 @@ StatusOr<std::shared_ptr<ModelHandle>> ServerCore::SessionHandle(const std::stri
                     "' version " + where->version + " is no longer served (unloaded or replaced)");
   }
   return it->second;
+}
+
+Status ServerCore::AdoptSession(const std::string& id, const Status& gone, CallerThread* caller) {
+  KvTier* tier = options_.sessions.kv_tier.get();
+  if (tier == nullptr || !session_directory_->Restorable(id)) return gone;
+  if (stopping_ || handing_over_) {
+    return Unavailable("session '" + Abbreviate(id) + "' is not held by this replica, which is " +
+                       "stopping: retry (another replica restores it from the shared KV store)");
+  }
+  auto text = tier->store().ReadRecord(id);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) return gone;
+    return Status(gone.code(), gone.message() + "; the shared KV store could not be asked (" +
+                                   text.status().message() + ")");
+  }
+  auto record = DecodeSessionRecord(id, *text);
+  if (!record.ok()) return record.status();
+  auto state = Current();
+  auto it = state->handles.find({record->model, record->version});
+  if (it == state->handles.end() || !it->second->served) {
+    return DataLoss("session '" + Abbreviate(id) + "': its stored record is of model '" +
+                    Abbreviate(record->model) + "' version " + Abbreviate(record->version) +
+                    ", which this replica does not serve");
+  }
+  auto sessions = SessionsOf(*it->second, "session_id: ");
+  if (!sessions.ok()) return sessions.status();
+  CallerThread none;
+  return (*sessions)->Adopt(id, caller != nullptr ? *caller : none);
+}
+
+int64_t ServerCore::HandOverSessions(std::chrono::steady_clock::time_point deadline) {
+  handing_over_ = true;
+  KvTier* tier = options_.sessions.kv_tier.get();
+  return tier != nullptr ? tier->ReleaseAll(deadline) : 0;
 }
 
 namespace {
@@ -68,14 +109,22 @@ StatusOr<OpenSessionResponse> ServerCore::OpenSession(const OpenSessionRequest& 
   }
   auto sessions = SessionsOf(*it->second, "model: ");
   if (!sessions.ok()) return sessions.status();
+  OpenSessionRequest request = r;
+  // With the shared KV store the id is known before the session exists: its lease comes first.
+  if (options_.sessions.kv_tier && request.session_id.empty()) request.session_id = NewSessionId();
+  if (options_.sessions.kv_tier) MHA_RETURN_IF_ERROR((*sessions)->Claim(request.session_id));
   CallerThread caller = r.caller;
-  auto info = (*sessions)->Open(r, caller);
-  if (!info.ok()) return info.status();
+  auto info = (*sessions)->Open(request, caller);
+  if (!info.ok()) {
+    if (options_.sessions.kv_tier) (*sessions)->Unclaim(request.session_id);
+    return info.status();
+  }
   return Opened(*info, *it->second->entry);
 }
 
 StatusOr<CloseSessionResponse> ServerCore::CloseSession(const std::string& session_id) {
-  auto handle = SessionHandle(session_id);
+  CallerThread caller;
+  auto handle = SessionHandle(session_id, &caller);
   if (!handle.ok()) return handle.status();
   auto sessions = SessionsOf(**handle, "session_id: ");
   if (!sessions.ok()) return sessions.status();
@@ -93,19 +142,25 @@ StatusOr<ForkSessionResponse> ServerCore::ForkSession(const ForkSessionRequest& 
     }
   }
   if (stopping_) return Unavailable("server is shutting down");
-  auto handle = SessionHandle(r.session_id);
+  CallerThread caller = r.caller;
+  auto handle = SessionHandle(r.session_id, &caller);
   if (!handle.ok()) return handle.status();
   auto sessions = SessionsOf(**handle, "session_id: ");
   if (!sessions.ok()) return sessions.status();
-  CallerThread caller = r.caller;
-  auto info = (*sessions)->Fork(r.session_id, r.tokens, r.new_session_id, caller);
-  if (!info.ok()) return info.status();
+  std::string new_id = r.new_session_id;
+  if (options_.sessions.kv_tier && new_id.empty()) new_id = NewSessionId();
+  if (options_.sessions.kv_tier) MHA_RETURN_IF_ERROR((*sessions)->Claim(new_id));
+  auto info = (*sessions)->Fork(r.session_id, r.tokens, new_id, caller);
+  if (!info.ok()) {
+    if (options_.sessions.kv_tier) (*sessions)->Unclaim(new_id);
+    return info.status();
+  }
   return ForkSessionResponse{Opened(*info, *(*handle)->entry), info->tokens, info->shared_blocks};
 }
 
 StatusOr<TruncateSessionResponse> ServerCore::TruncateSession(const std::string& session_id,
                                                               int64_t tokens, CallerThread caller) {
-  auto handle = SessionHandle(session_id);
+  auto handle = SessionHandle(session_id, &caller);
   if (!handle.ok()) return handle.status();
   auto sessions = SessionsOf(**handle, "session_id: ");
   if (!sessions.ok()) return sessions.status();
@@ -120,7 +175,7 @@ void ServerCore::InferStep(InferenceRequest request, InferDone done) {
   };
   // A stopping server still answers the steps of the sessions it holds, and NOT_FOUND once they
   // are gone: a client resumes the session elsewhere (docs/scale-out.md) instead of waiting.
-  auto found = SessionHandle(request.session_id);
+  auto found = SessionHandle(request.session_id, &request.caller);
   if (!found.ok()) return refuse(MetricsFor(Current().get(), request.model), found.status(), "");
   std::shared_ptr<ModelHandle> handle = std::move(found.value());
   SessionSteps* steps = handle->served->session_steps();

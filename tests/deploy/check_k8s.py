@@ -16,6 +16,7 @@ import sys
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_k8s_kv_store  # noqa: E402
 import promql_names  # noqa: E402
 
 GRPC_PORT, METRICS_PORT, UID = 8500, 8502, 10001
@@ -176,6 +177,7 @@ def check_overlay(c, docs, repo, gpu, tls=False):
     # --config FILE: a mounted ConfigMap key, rendered.
     args = ctr.get("args", []) + ctr.get("command", [])
     grace = None
+    config_text = ""
     if c.check("--config" in args and args.index("--config") + 1 < len(args),
                "args must pass --config FILE"):
         path = args[args.index("--config") + 1]
@@ -187,7 +189,8 @@ def check_overlay(c, docs, repo, gpu, tls=False):
                        if m["metadata"]["name"] == cm_name), None)
             if c.check(cm is not None and key in cm.get("data", {}),
                        f"--config {path}: ConfigMap {cm_name} with key {key} not rendered"):
-                m = re.search(r"^grace-period-s\s*=\s*([0-9.]+)", cm["data"][key], re.MULTILINE)
+                config_text = cm["data"][key]
+                m = re.search(r"^grace-period-s\s*=\s*([0-9.]+)", config_text, re.MULTILINE)
                 grace = float(m.group(1)) if m else 10.0  # the server's default
 
     # Termination: longer than preStop + the server's own grace period.
@@ -207,8 +210,12 @@ def check_overlay(c, docs, repo, gpu, tls=False):
     c.check(ann.get("prometheus.io/port") == str(METRICS_PORT), "pod annotation prometheus.io/port")
     c.check(ann.get("prometheus.io/path") == "/metrics", "pod annotation prometheus.io/path")
 
-    # Services: a ClusterIP one with grpc (appProtocol grpc) + metrics, a headless one.
-    services = by_kind.get("Service", [])
+    # The shared KV store: its StatefulSet and Services, the server's --kv-store and password.
+    check_k8s_kv_store.check(c, by_kind, config_text, mounts, volumes)
+
+    # Services of the server: a ClusterIP one with grpc (appProtocol grpc) + metrics, a headless
+    # one (the KV store's are checked above).
+    services = [s for s in by_kind.get("Service", []) if selects(s["spec"].get("selector"), pod_labels)]
     main = [s for s in services if s["spec"].get("clusterIP") != "None"]
     headless = [s for s in services if s["spec"].get("clusterIP") == "None"]
     c.check(len(main) == 1 and len(headless) == 1, "one ClusterIP and one headless Service")

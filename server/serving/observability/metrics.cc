@@ -117,13 +117,23 @@ void Metrics::RemoveModelLoaded(const std::string& model) {
 std::vector<prometheus::MetricFamily> Metrics::Collect() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   std::vector<const StatsAggregator*> aggregators;
+  std::vector<std::function<std::vector<prometheus::MetricFamily>()>> collectors;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [key, aggregator] : aggregators_) aggregators.push_back(aggregator.get());
+    collectors = collectors_;
   }
   for (auto& family : ExportStats(aggregators)) families.push_back(std::move(family));
+  for (const auto& collect : collectors) {
+    for (auto& family : collect()) families.push_back(std::move(family));
+  }
   for (auto& family : CollectProcessMetrics()) families.push_back(std::move(family));
   return families;
+}
+
+void Metrics::AddCollector(std::function<std::vector<prometheus::MetricFamily>()> collect) {
+  std::lock_guard<std::mutex> lock(mu_);
+  collectors_.push_back(std::move(collect));
 }
 
 std::string Metrics::Serialize() const { return prometheus::TextSerializer().Serialize(Collect()); }

@@ -51,6 +51,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -114,6 +115,9 @@ class Metrics {
   // then the process (and GPU) metrics read at call time.
   std::string Serialize() const;
   std::vector<prometheus::MetricFamily> Collect() const;
+  // Families another part of the server builds at each scrape (the shared KV tier's), after the
+  // aggregators'. `collect` must stay valid as long as this object.
+  void AddCollector(std::function<std::vector<prometheus::MetricFamily>()> collect);
 
  private:
   StatsAggregator* Find(const std::string& model, const std::string& version);
@@ -130,6 +134,7 @@ class Metrics {
   mutable std::mutex mu_;  // guards the maps only (never taken while recording)
   std::map<std::string, prometheus::Gauge*> loaded_;
   std::map<std::pair<std::string, std::string>, std::unique_ptr<StatsAggregator>> aggregators_;
+  std::vector<std::function<std::vector<prometheus::MetricFamily>()>> collectors_;
 };
 
 // Process metrics from /proc/self (resident memory, CPU seconds) and, on CUDA builds with a GPU,

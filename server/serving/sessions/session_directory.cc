@@ -15,19 +15,29 @@ Status SessionDirectory::Add(const std::string& id, SessionLocation where) {
                          "' is open on this server already (close it, or choose another id)");
   }
   ended_.erase(id);  // its place in ended_order_ goes when it ages out
+  restorable_.erase(id);
   open_[id] = std::move(where);
   return Status::Ok();
 }
 
-void SessionDirectory::End(const std::string& id, const std::string& why) {
+void SessionDirectory::End(const std::string& id, const std::string& why, bool restorable) {
   std::lock_guard<std::mutex> lock(mu_);
   if (open_.erase(id) == 0) return;
   ended_[id] = why;
+  restorable_[id] = restorable;
   ended_order_.push_back(id);
   while (ended_order_.size() > kMaxTombstones) {
     ended_.erase(ended_order_.front());
+    restorable_.erase(ended_order_.front());
     ended_order_.pop_front();
   }
+}
+
+bool SessionDirectory::Restorable(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (open_.count(id) > 0) return false;
+  auto it = restorable_.find(id);
+  return it == restorable_.end() || it->second;
 }
 
 StatusOr<SessionLocation> SessionDirectory::Find(const std::string& id) const {

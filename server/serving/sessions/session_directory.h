@@ -17,6 +17,7 @@ namespace mha::serve {
 
 struct SessionLocation {
   std::string model, version;
+  std::string fingerprint = {};  // the version's weights (repository/fingerprint.h); "" = unknown
 };
 
 class SessionDirectory {
@@ -26,13 +27,18 @@ class SessionDirectory {
   // Records an open session; ALREADY_EXISTS when `id` is open already (a tombstone is replaced:
   // a client may re-open the id of a session that ended here).
   Status Add(const std::string& id, SessionLocation where);
-  // The session ended: later lookups get NOT_FOUND "session 'id' <why>".
-  void End(const std::string& id, const std::string& why);
+  // The session ended: later lookups get NOT_FOUND "session 'id' <why>". `restorable`: it left
+  // for the shared KV store (handed over, its lease taken), so another call may restore it.
+  void End(const std::string& id, const std::string& why, bool restorable = false);
   // Where the session lives, or NOT_FOUND naming why it is not there.
   StatusOr<SessionLocation> Find(const std::string& id) const;
   // NOT_FOUND for `id`: its tombstone's reason, or "unknown" (never opened, or before a restart).
   Status NotFoundFor(const std::string& id) const;
   int64_t open_count() const;
+  // Whether a call for `id`, not open here, may look for it in the shared KV store: never seen
+  // here (or before a restart), or ended restorable. A session closed, expired or evicted here
+  // may not (its removal from the store may still be queued).
+  bool Restorable(const std::string& id) const;
 
  private:
   Status NotFoundLocked(const std::string& id) const;
@@ -40,6 +46,7 @@ class SessionDirectory {
   mutable std::mutex mu_;
   std::unordered_map<std::string, SessionLocation> open_;
   std::unordered_map<std::string, std::string> ended_;  // id -> why
+  std::unordered_map<std::string, bool> restorable_;    // id -> ended restorable (of ended_)
   std::deque<std::string> ended_order_;                 // oldest first, bounded
 };
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "mha/kv_cache.h"
@@ -12,6 +13,8 @@
 #include "server/serving/clock.h"
 
 namespace mha::serve {
+
+class KvTier;  // sessions/kv_tier.h
 
 enum class KvFullPolicy {
   kRefuse,    // new sessions and steps that need blocks get RESOURCE_EXHAUSTED
@@ -35,6 +38,9 @@ struct SessionOptions {
   std::string spill_dir = "/tmp/mha-kv-spill";  // --kv-spill-dir
   int64_t spill_bytes = int64_t{1} << 30;       // --kv-spill-bytes
   size_t max_pending_steps = 16;  // steps of one session waiting behind the one in flight
+  // The shared KV tier (--kv-store): made by ServerCore::Create; null = sessions live in this
+  // process only.
+  std::shared_ptr<KvTier> kv_tier;
 };
 
 }  // namespace mha::serve

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "mha/text.h"
+#include "server/serving/sessions/session_kv.h"
 #include "server/serving/sessions/session_table.h"
 #include "server/serving/sessions/sessions.h"
 #include "server/serving/sessions/step_gate.h"
@@ -37,10 +38,11 @@ struct SessionPool {
   std::function<void(const KvBlockPool&)> describe;          // logs it, once
   std::function<std::string(const KvBlockPool&)> per_block;  // what a block holds, for refusals
   std::string device;                                        // "cpu" spills into files
+  std::string kind;  // the kind's name in the shared KV store's records ("multihead", "llama")
 };
 
 template <typename Cache>
-class SessionStore : public Sessions {
+class SessionStore : public Sessions, public DurableSessions {
  public:
   using Session = SessionState<Cache>;
   using Ptr = std::shared_ptr<Session>;
@@ -57,7 +59,10 @@ class SessionStore : public Sessions {
     std::function<Status(Session&)> reserve;        // takes them
   };
 
-  ~SessionStore() override { EndAll(); }
+  ~SessionStore() override {
+    if (kv_.on()) kv_.tier().Unregister(this);
+    EndAll();
+  }
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
 
@@ -107,6 +112,10 @@ class SessionStore : public Sessions {
     fork->info.shared_blocks = fork->cache->shared_blocks_held();
     fork->last_used = s->last_used = now;
     MHA_RETURN_IF_ERROR(table_.AddLocked(fork));
+    if (kv_.on()) {
+      kv_.AttachLocked(*fork, s->durable.block_tokens);
+      kv_.ForkLocked(*s, *fork, keep);
+    }
     return fork->info;
   }
 
@@ -122,6 +131,7 @@ class SessionStore : public Sessions {
     MHA_RETURN_IF_ERROR(CheckBranchTokens(id, tokens, s->info.tokens));
     MHA_RETURN_IF_ERROR(table_.RestoreLocked(s, PerBlockLocked(), caller));
     MHA_RETURN_IF_ERROR(s->cache->TruncateTo(tokens));
+    if (kv_.on()) kv_.TruncateLocked(*s, tokens);
     s->info.tokens = tokens;
     s->info.blocks = s->cache->blocks_held();
     s->info.shared_blocks = s->cache->shared_blocks_held();
@@ -160,6 +170,10 @@ class SessionStore : public Sessions {
           const Status gone = table_.directory().NotFoundFor(ids[i]);
           return Status(gone.code(), field(i) + gone.message());
         }
+        if (it->second->durable.leaving) {
+          return Unavailable(field(i) + "session '" + Abbreviate(ids[i]) +
+                             "' is moving to another replica (shared KV store): retry");
+        }
         sessions.push_back(it->second);
         turn->lines.push_back(&it->second->steps);
         labels.push_back(field(i) + "session '" + Abbreviate(ids[i]) + "'");
@@ -185,6 +199,7 @@ class SessionStore : public Sessions {
   Status Prepare(const Ptr& session, const StepPlan& plan, CallerThread& caller) {
     std::lock_guard<std::mutex> lock(mu_);
     if (session->ended) return table_.EndedWhileWaitingLocked(session->info.id);
+    MHA_RETURN_IF_ERROR(CheckResyncLocked(*session));
     MHA_RETURN_IF_ERROR(plan.check(*session));
     // A spilled session's blocks come back first (room made as for a step: the sessions a step
     // holds are never spilled).
@@ -207,6 +222,7 @@ class SessionStore : public Sessions {
       for (const Ptr& s : hold.sessions) {
         s->last_used = now;
         if (update) update(*s);
+        if (kv_.on() && !s->ended) kv_.AfterStepLocked(*s);
       }
       ready = table_.LeaveLocked(hold.turn, hold.sessions);
     }
@@ -216,6 +232,16 @@ class SessionStore : public Sessions {
 
   int64_t block_tokens() const { return options_.pool.block_tokens; }
 
+  // The shared KV tier (session_store_kv.h defines these).
+  Status Claim(const std::string& id) override;
+  void Unclaim(const std::string& id) override;
+  Status Adopt(const std::string& id, CallerThread& caller) override;
+  bool ReleaseForHandover(const std::string& id) override;
+  int64_t ReleaseAll(std::chrono::steady_clock::time_point deadline) override;
+  std::vector<SessionLease> Leases() override;
+  void LeaseLost(const std::string& id) override;
+  int64_t CatchUp() override;
+
  protected:
   SessionStore(SessionOptions options, SessionLocation location,
                std::shared_ptr<SessionDirectory> directory, StatsAggregator* metrics,
@@ -223,12 +249,23 @@ class SessionStore : public Sessions {
       : options_(std::move(options)),
         location_(std::move(location)),
         pool_(std::move(pool)),
-        table_(options_, location_, std::move(directory), metrics) {}
+        table_(options_, location_, std::move(directory), metrics),
+        kv_(options_.kv_tier, location_, pool_.kind) {
+    if (!kv_.on()) return;
+    table_.set_on_removed([this](const Session& s) { kv_.RemoveLocked(s); });
+    kv_.tier().Register(this);
+  }
 
   // How many of the cache's tokens a fork keeping `keep` tokens shares, or the kind's refusal.
   virtual StatusOr<int64_t> ForkTokens(const Session& source, int64_t keep) const { return keep; }
   // The kind's refusal to truncate `session`, or OK.
   virtual Status CheckTruncate(const Session& session) const { return Status::Ok(); }
+  // The shared KV tier's restore: how many layers the kind's caches have, and an empty cache for
+  // the session `record` describes (its rows, max_tokens) on the version's pool.
+  virtual int64_t CacheLayers() const { return 1; }
+  virtual StatusOr<std::unique_ptr<Cache>> EmptyCacheLocked(const SessionRecord& record) {
+    return Unimplemented("this kind's sessions are not restored from a KV store");
+  }
 
   // Open's first part, under the lock: expired sessions ended, the pool made on the first call,
   // then `make`: the kind's cache for the new session, which takes its first blocks
@@ -242,7 +279,9 @@ class SessionStore : public Sessions {
   // Open's last part, under the lock: the session registered here and server-wide under `id` (""
   // = a new one); an id open anywhere on this server is refused, and its blocks go back.
   StatusOr<SessionInfo> RegisterLocked(const Ptr& session, const std::string& id) {
-    return table_.OpenLocked(session, id, options_.clock->Now());
+    auto info = table_.OpenLocked(session, id, options_.clock->Now());
+    if (info.ok() && kv_.on()) kv_.AttachLocked(*session, table_.pool()->block_tokens());
+    return info;
   }
   Status EnsurePoolLocked() {
     return table_.EnsurePoolLocked(pool_.make, pool_.describe, pool_.device);
@@ -258,8 +297,30 @@ class SessionStore : public Sessions {
   const SessionPool pool_;
   mutable std::mutex mu_;
   SessionTable<Session> table_;  // guarded by mu_
+  SessionKv<Session> kv_;        // its *Locked functions under mu_
 
  private:
+  // A session restored from the store after its replica was lost refuses its first step, saying
+  // how many tokens it holds: the client replays from there (client::DecodingSession does).
+  Status CheckResyncLocked(Session& s) {
+    if (s.durable.resync_tokens < 0) return Status::Ok();
+    const int64_t n = s.durable.resync_tokens;
+    s.durable.resync_tokens = -1;
+    return Aborted("session '" + Abbreviate(s.info.id) +
+                   "' was restored from the shared KV store "
+                   "with " +
+                   std::to_string(n) +
+                   " tokens per row (its replica was lost before it "
+                   "wrote the rest): replay from token " +
+                   std::to_string(n) + " [session_tokens=" + std::to_string(n) + "]");
+  }
+  // Restore of a session read from the store (session_store_kv.h).
+  Status AdoptLocked(const std::string& id, const SessionRecord& record,
+                     const std::vector<std::vector<std::string>>& data, const SessionLease& lease,
+                     CallerThread& caller);
+  // ReleaseForHandover's part under the lock: false when `id` is not here or still held by a step.
+  StatusOr<bool> ReleaseIdleLocked(const std::string& id, const std::string& why);
+
   // Ends every session; the steps still waiting for one are answered NOT_FOUND.
   void EndAll() {
     std::vector<StepGate::Dropped> dropped;
@@ -273,3 +334,5 @@ class SessionStore : public Sessions {
 };
 
 }  // namespace mha::serve
+
+#include "server/serving/sessions/session_store_kv.h"  // NOLINT: the definitions above

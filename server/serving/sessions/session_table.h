@@ -29,6 +29,7 @@
 #include "server/serving/clock.h"
 #include "server/serving/observability/stats_aggregator.h"
 #include "server/serving/sessions/session_directory.h"
+#include "server/serving/sessions/session_durability.h"
 #include "server/serving/sessions/session_options.h"
 #include "server/serving/sessions/session_spill.h"
 #include "server/serving/sessions/sessions.h"
@@ -44,6 +45,7 @@ struct SessionState {
   Clock::time_point last_used;
   bool ended = false;
   StepLine steps;  // the steps that hold it: one is waiting or running on it while not empty
+  SessionDurability durable;  // what it holds in the shared KV tier (session_kv.h)
 };
 
 template <typename Session>
@@ -107,12 +109,19 @@ class SessionTable {
     return session->info;
   }
 
+  // Runs when a session ends here for good (closed, expired, evicted; not a restorable end nor a
+  // version unloaded): the shared KV tier removes it (SessionStore sets it).
+  void set_on_removed(std::function<void(const Session&)> on_removed) {
+    on_removed_ = std::move(on_removed);
+  }
+
   // Ends `session`: NOT_FOUND with `why` from now on; its blocks go back now, or when the step
-  // holding it lets it go.
-  void EndLocked(const Ptr& session, const std::string& why) {
+  // holding it lets it go. `restorable`: it left for the shared KV store (SessionDirectory::End).
+  void EndLocked(const Ptr& session, const std::string& why, bool restorable = false) {
     if (session->cache->spilled()) --spilled_sessions_;
     session->ended = true;
-    directory_->End(session->info.id, why);
+    directory_->End(session->info.id, why, restorable);
+    if (!restorable && on_removed_) on_removed_(*session);
     sessions_.erase(session->info.id);
     if (!session->steps.held()) session->cache->Release();
   }
@@ -126,9 +135,10 @@ class SessionTable {
   // `dropped` (the caller refuses them after unlocking: StepGate::Refuse) and those their leaving
   // lets start into `ready` (StepGate::Start); the step running keeps the cache until it leaves.
   void CloseLocked(const Ptr& session, const std::string& why,
-                   std::vector<StepGate::Dropped>* dropped, std::vector<StepTurnPtr>* ready) {
+                   std::vector<StepGate::Dropped>* dropped, std::vector<StepTurnPtr>* ready,
+                   bool restorable = false) {
     gate_.DropWaitingLocked(&session->steps, dropped, ready);
-    EndLocked(session, why);
+    EndLocked(session, why, restorable);
     PublishLocked();
   }
 
@@ -297,6 +307,7 @@ class SessionTable {
   std::shared_ptr<KvBlockPool> pool_;    // made on the first EnsurePoolLocked
   std::shared_ptr<KvSpillStore> spill_;  // under the spill policy, made with the pool
   Map sessions_;
+  std::function<void(const Session&)> on_removed_;
   int64_t spilled_sessions_ = 0;  // of sessions_
   int64_t next_spill_ = 0;        // spill keys: id#n
 };

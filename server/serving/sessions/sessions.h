@@ -53,6 +53,20 @@ class Sessions {
   virtual StatusOr<SessionInfo> Truncate(const std::string& id, int64_t tokens,
                                          CallerThread& caller) = 0;
   virtual SessionUsage usage() const = 0;
+
+  // The shared KV tier (--kv-store; docs/scale-out.md). A kind without it keeps these defaults.
+  // Before Open or Fork registers `id`: its ownership in the store (ALREADY_EXISTS when another
+  // replica holds it); Unclaim when the Open or Fork then failed.
+  virtual Status Claim(const std::string& id) { return Status::Ok(); }
+  virtual void Unclaim(const std::string& id) {}
+  // Session `id`, not open here, taken over from the store: its owner asked to release it (or its
+  // lease expired), its record checked, its blocks restored exactly, registered here. NOT_FOUND
+  // when the store has no record; DATA_LOSS naming the session for a record or block that is
+  // malformed, of another model version or dtype, or the wrong size; UNAVAILABLE when its owner
+  // did not release it in time.
+  virtual Status Adopt(const std::string& id, CallerThread& caller) {
+    return Unimplemented("no shared KV store");
+  }
   // Ends the sessions idle longer than --session-idle-timeout-s (every call above does too).
   virtual void SweepExpired() = 0;
 };

@@ -117,6 +117,26 @@ TEST(SessionDirectoryTest, SessionIdsAreCheckedNamingTheFieldAndTheFault) {
             "session_id: character 2 is 0x2f; a session id is made of [A-Za-z0-9._:-]");
 }
 
+// The shared KV store may restore a session that was never here or left for the store, never one
+// that was closed, expired or evicted here (its removal from the store may still be queued).
+TEST(SessionDirectoryTest, OnlyUnknownOrHandedOverSessionsAreRestorable) {
+  SessionDirectory d;
+  EXPECT_TRUE(d.Restorable("never-seen"));
+  ASSERT_TRUE(d.Add("open", {"m", "1"}).ok());
+  EXPECT_FALSE(d.Restorable("open"));
+  ASSERT_TRUE(d.Add("closed", {"m", "1"}).ok());
+  d.End("closed", "was closed");
+  EXPECT_FALSE(d.Restorable("closed"));
+  ASSERT_TRUE(d.Add("moved", {"m", "1"}).ok());
+  d.End("moved", "moved to another replica", /*restorable=*/true);
+  EXPECT_TRUE(d.Restorable("moved"));
+  EXPECT_EQ(d.NotFoundFor("moved").message(), "session 'moved' moved to another replica");
+  ASSERT_TRUE(d.Add("moved", {"m", "1"}).ok());  // restored here again
+  EXPECT_FALSE(d.Restorable("moved"));
+  d.End("moved", "was closed");
+  EXPECT_FALSE(d.Restorable("moved"));
+}
+
 TEST(SessionDirectoryTest, NewSessionIdsAreValidAndDistinct) {
   std::set<std::string> ids;
   for (int i = 0; i < 1000; ++i) {

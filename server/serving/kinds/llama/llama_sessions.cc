@@ -56,6 +56,7 @@ SessionPool LlamaPool(const std::shared_ptr<const LlamaAttentionStack>& stack,
            std::to_string(p.bytes_per_token()) + " bytes per token per layer";
   };
   pool.device = info.device;
+  pool.kind = "llama";
   return pool;
 }
 
@@ -102,6 +103,15 @@ Status LlamaSessions::PrepareLayer(const Ptr& session, int64_t layer, int64_t to
               " more tokens in layer " + std::to_string(layer) + ")";
   plan.reserve = [layer, tokens](Session& s) { return s.cache->Prepare(layer, tokens); };
   return Prepare(session, plan, caller);
+}
+
+StatusOr<std::unique_ptr<LlamaSessionCache>> LlamaSessions::EmptyCacheLocked(
+    const SessionRecord& record) {
+  if (record.rows != 1) {
+    return DataLoss("session '" + Abbreviate(record.session_id) + "': its stored record has " +
+                    std::to_string(record.rows) + " rows; a Llama session decodes one");
+  }
+  return CreateLlamaSession(*stack_, table_.pool(), record.max_tokens);
 }
 
 void LlamaSessions::FinishMessage(const Hold& hold) {

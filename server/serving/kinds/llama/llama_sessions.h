@@ -45,6 +45,11 @@ class LlamaSessions final : public SessionStore<LlamaSessionCache> {
   // messages waiting behind it may start.
   void FinishMessage(const Hold& hold);
 
+ protected:
+  int64_t CacheLayers() const override { return info_.num_layers; }
+  StatusOr<std::unique_ptr<LlamaSessionCache>> EmptyCacheLocked(
+      const SessionRecord& record) override;
+
  private:
   const RequestLimits limits_;
   const std::shared_ptr<const LlamaAttentionStack> stack_;

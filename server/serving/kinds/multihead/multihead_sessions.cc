@@ -99,7 +99,7 @@ MultiheadSessions::MultiheadSessions(SessionOptions options, RequestLimits limit
                       [](const KvBlockPool& pool) {
                         return std::to_string(pool.block_tokens()) + " tokens per block";
                       },
-                      DescribeModel(*model).device}),
+                      DescribeModel(*model).device, "multihead"}),
       limits_(limits),
       model_(std::move(model)),
       info_(DescribeModel(*model_)),
@@ -141,6 +141,10 @@ StatusOr<int64_t> MultiheadSessions::ForkTokens(const Session& s, int64_t keep) 
                               std::to_string(length) + "), got " + std::to_string(keep));
   }
   return s.cache->length();  // every encoder key
+}
+
+StatusOr<std::unique_ptr<KvCache>> MultiheadSessions::EmptyCacheLocked(const SessionRecord& r) {
+  return std::make_unique<KvCache>(table_.pool(), r.rows);
 }
 
 Status MultiheadSessions::CheckTruncate(const Session& s) const {

@@ -46,6 +46,7 @@ class MultiheadSessions final : public SessionStore<KvCache> {
  protected:
   StatusOr<int64_t> ForkTokens(const Session& source, int64_t keep) const override;
   Status CheckTruncate(const Session& session) const override;
+  StatusOr<std::unique_ptr<KvCache>> EmptyCacheLocked(const SessionRecord& record) override;
 
  private:
   struct PendingStep {
