@@ -46,6 +46,8 @@ pkgs=(
   # libraries libcairo.so.2 loads (X11's client libraries among them; no X server is needed)
   libcairo2-dev libcairo2 libpixman-1-0 libfontconfig1 libfreetype6 libpng16-16 libexpat1
   libxcb1 libxcb-render0 libxcb-shm0 libxrender1 libx11-6 libx11-data libxext6 libxau6 libxdmcp6
+  # the shared KV session store (--kv-store: hiredis) and the real redis-server its tests start
+  libhiredis-dev libhiredis0.14 redis-server redis-tools liblzf1 libjemalloc2
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian
   # pkg-config (pkgconf)

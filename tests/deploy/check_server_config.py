@@ -102,6 +102,11 @@ def main():
             cmd += ["--metrics-address", "127.0.0.1:0"]
         if "--http-address" in flags:
             cmd += ["--http-address", "127.0.0.1:0"]
+        if "kv-store-password-file" in config:  # the Secret the Deployment mounts, here a file
+            password_file = os.path.join(tmp, "redis-password")
+            with open(password_file, "w") as f:
+                f.write("not-the-real-one\n")
+            cmd += ["--kv-store-password-file", password_file]
         log_path = os.path.join(tmp, "log")
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

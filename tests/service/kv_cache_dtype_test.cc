@@ -18,7 +18,7 @@
 #include "session_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace kv_cache_dtype_test {
 
 // A step's norm-wise relative error against PyTorch, per dtype (the core's per-step bounds:
 // decode_kv_dtype_test.cc, llama_step_kv_dtype_test.cc).
@@ -195,5 +195,5 @@ TEST(KvCacheDtypeService, AnUnknownFlagValueExitsWithCode2NamingTheFlagAndTheCho
       << out;
 }
 
-}  // namespace
+}  // namespace kv_cache_dtype_test
 }  // namespace mha::testing

@@ -22,7 +22,7 @@
 #include "session_test_util.h"
 
 namespace mha::testing {
-namespace {
+namespace kv_store_test {
 
 constexpr int64_t kBlockTokens = 4;
 
@@ -186,7 +186,7 @@ TEST_F(KvStoreScaleOut, AReplicaAddedTakesItsSessionsOverWithNothingReplayed) {
 }
 
 TEST_F(KvStoreScaleOut, AReplicaKilledWithWriteBehindCostsAtMostOneBlockPerRow) {
-  ASSERT_TRUE(StartAll(3, {"--kv-store-write-behind"}));
+  ASSERT_TRUE(StartAll(3, {"--kv-store-write-behind", "true"}));
   double held = -1;
   const RunCost cost = Decode(16, [&](int64_t p) {
     if (p != 7) return;  // 7 tokens: one full block written, 3 in the next
@@ -221,12 +221,15 @@ TEST_F(KvStoreScaleOut, AReplicaKilledWithoutWriteBehindIsAFullReplayAsBefore) {
 TEST_F(KvStoreScaleOut, RedisStoppedAndRestartedMidRunCostsNoStep) {
   RedisServerOptions persistent;
   persistent.persistent = true;
-  ASSERT_TRUE(StartAll(3, {"--kv-store-write-behind"}, persistent));
+  ASSERT_TRUE(StartAll(3, {"--kv-store-write-behind", "true"}, persistent));
   const RunCost cost = Decode(16, [&](int64_t p) {
     if (p == 3) redis_.Stop();  // local sessions keep serving; the writes fail, counted
     if (p == 6) {
-      EXPECT_GT(Sum("mha_kv_store_write_failures_total"), 0);
-      EXPECT_EQ(Sum("mha_kv_store_up"), 0);
+      // Each replica finds out at its next lease renewal (a third of --kv-store-lease-ms).
+      EXPECT_TRUE(
+          WaitUntil([&] { return Sum("mha_kv_store_up") == 0; }, "every replica to see it"));
+      EXPECT_TRUE(WaitUntil([&] { return Sum("mha_kv_store_write_failures_total") > 0; },
+                            "the failed block writes counted"));
       ASSERT_TRUE(redis_.Restart());
       ASSERT_TRUE(WaitUntil(
           [&] {
@@ -244,5 +247,5 @@ TEST_F(KvStoreScaleOut, RedisStoppedAndRestartedMidRunCostsNoStep) {
   EXPECT_EQ(cost.replayed, 0);
 }
 
-}  // namespace
+}  // namespace kv_store_test
 }  // namespace mha::testing

@@ -175,6 +175,16 @@ class KvCache {
   // shared one just loses this cache's reference): a speculative decoder's rewind.
   Status TruncateTo(int64_t tokens);
 
+  // Copies the stored bytes of positions [begin, begin + count) of every row into `out`: the keys,
+  // the values, then for a scaled pool their scales, each [rows, count, H, x] as the pool stores it
+  // (rows * count * bytes_per_token() bytes; what a store outside the process keeps). OUT_OF_RANGE
+  // past length(); FAILED_PRECONDITION when spilled.
+  Status ExportStored(int64_t begin, int64_t count, void* out) const;
+  // Appends `count` tokens per row from bytes ExportStored wrote on a pool of the same cache dtype
+  // and heads, exactly (never re-encoded): blocks taken first (RESOURCE_EXHAUSTED with nothing
+  // changed when the pool is short).
+  Status ImportStored(const void* data, int64_t count);
+
   // Copies the tokens' bytes as the pool stores them (every row, length() of them: keys, values,
   // then for a scaled pool their scales; rows * length() * bytes_per_token() bytes) into `store`
   // under `key`, then gives every block back; length() stays. The store's

@@ -37,7 +37,8 @@ Status CheckLlamaStep(const LlamaAttentionStack& stack, int64_t layer,
 // Whether a step of `items` reads the pages in place (mha/paged_attention.h): CPU pages of a
 // float32 stack (PagedPoolSupported), one pool, at most kMaxPagedTokens new tokens per item; any
 // number of query heads per K/V head (each K/V row of a block is met by its whole group while in
-// L1: bench/llama_step_bench.cc, docs/performance.md, the Llama step's roofline). Other steps gather each cache.
+// L1: bench/llama_step_bench.cc, docs/performance.md, the Llama step's roofline). Other steps
+// gather each cache.
 bool LlamaPagedApplies(const LlamaConfig& config, const std::vector<LlamaStepItem>& items);
 
 // Whether a step of `items` may attend padded (mha/decode.h's kPadded): at least two items of one

@@ -176,4 +176,42 @@ Status KvCache::RestoreWith(std::vector<int64_t> blocks) {
   return Status::Ok();
 }
 
+Status KvCache::ExportStored(int64_t begin, int64_t count, void* out) const {
+  if (spilled()) return FailedPrecondition("cannot export a spilled KV cache's tokens");
+  if (begin < 0 || count < 0 || begin + count > length_) {
+    return OutOfRange("export of tokens " + Num(begin) + " .. " + Num(begin + count) +
+                      ": the cache holds " + Num(length_) + " tokens per row");
+  }
+  if (count == 0) return Status::Ok();
+  c10::InferenceMode guard;
+  const at::Tensor slots = Slots(begin, count);
+  char* cursor = static_cast<char*>(out);
+  for (const at::Tensor& store : Stores(*pool_)) {  // [rows * count, H, x], row by row
+    const at::Tensor part = store.index_select(0, slots).to(at::kCPU).contiguous();
+    std::memcpy(cursor, part.data_ptr(), part.nbytes());
+    cursor += part.nbytes();
+  }
+  return Status::Ok();
+}
+
+Status KvCache::ImportStored(const void* data, int64_t count) {
+  if (count < 0) return InvalidArgument("import of " + Num(count) + " tokens");
+  if (count == 0) return Status::Ok();
+  MHA_RETURN_IF_ERROR(Reserve(count));
+  CheckWritable(count);
+  c10::InferenceMode guard;  // the pool's tensors are inference tensors (written in place)
+  const at::Tensor slots = Slots(length_, count);
+  const char* cursor = static_cast<const char*>(data);
+  for (const at::Tensor& store : Stores(*pool_)) {
+    // from_blob does not own the bytes: the copy into the store reads them before they may go.
+    const at::Tensor part =
+        at::from_blob(const_cast<char*>(cursor), {rows_ * count, store.size(1), store.size(2)},
+                      store.options().device(at::kCPU));
+    store.index_copy_(0, slots, part.to(store.device()));
+    cursor += part.nbytes();
+  }
+  length_ += count;
+  return Status::Ok();
+}
+
 }  // namespace mha

@@ -22,13 +22,17 @@ void Mix(uint64_t* h, const char* data, size_t n) {
 
 }  // namespace
 
-StatusOr<std::string> FingerprintFiles(const std::vector<std::string>& paths) {
+StatusOr<std::string> FingerprintFiles(const std::vector<std::string>& paths,
+                                       const std::string& root) {
   uint64_t h = kOffset;
   std::vector<char> buffer(1 << 20);
   for (const auto& path : paths) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return NotFound(path + ": cannot open to fingerprint it");
-    Mix(&h, path.data(), path.size() + 1);  // with the NUL: "ab"+"c" != "a"+"bc"
+    const bool under = !root.empty() && path.compare(0, root.size(), root) == 0;
+    std::string name = under ? path.substr(root.size()) : path;
+    if (under) name.erase(0, name.find_first_not_of('/'));  // "root/" and "root" alike
+    Mix(&h, name.data(), name.size() + 1);                  // with the NUL: "ab"+"c" != "a"+"bc"
     uint64_t size = 0;
     while (in) {
       in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));

@@ -12,7 +12,10 @@
 
 namespace mha::serve {
 
-// 64-bit FNV-1a over each file's name, size and bytes, in the given order, as 16 hex digits.
-StatusOr<std::string> FingerprintFiles(const std::vector<std::string>& paths);
+// 64-bit FNV-1a over each file's name relative to `root`, size and bytes, in the given order, as 16
+// hex digits. The same version in two repositories (two replicas' mounts) has one fingerprint: the
+// shared KV store compares it to decide whether a session's keys came from these weights.
+StatusOr<std::string> FingerprintFiles(const std::vector<std::string>& paths,
+                                       const std::string& root = "");
 
 }  // namespace mha::serve

@@ -90,7 +90,7 @@ ModelEntry ScanVersion(const std::string& root, const std::string& name, const s
     return fail(located);
   }
   entry.source = RelativeToRoot(entry.path, root);
-  auto fingerprint = FingerprintFiles(config_paths);
+  auto fingerprint = FingerprintFiles(config_paths, root);
   if (!fingerprint.ok()) return fail(fingerprint.status());
   entry.fingerprint = *fingerprint;
   return entry;

@@ -185,7 +185,7 @@ class SessionKv {
     r.rows = CacheLayer(*s.cache, 0).rows();
     r.heads = pool.heads();
     r.head_dim = pool.head_dim();
-    r.dtype_bytes = pool.bytes_per_token() / (2 * r.heads * r.head_dim);
+    r.dtype_bytes = KvElementBytes(pool);
     r.block_tokens = s.durable.block_tokens;
     r.max_tokens = s.info.max_tokens;
     r.cross = s.info.cross;

@@ -38,7 +38,7 @@ struct SessionPool {
   std::function<void(const KvBlockPool&)> describe;          // logs it, once
   std::function<std::string(const KvBlockPool&)> per_block;  // what a block holds, for refusals
   std::string device;                                        // "cpu" spills into files
-  std::string kind;  // the kind's name in the shared KV store's records ("multihead", "llama")
+  std::string kind;  // the kind's registered name, in the shared KV store's records
 };
 
 template <typename Cache>

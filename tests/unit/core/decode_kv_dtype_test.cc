@@ -18,7 +18,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace decode_kv_dtype_test {
 
 using testing::RelativeError;
 using testing::TensorsNear;
@@ -125,5 +125,5 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, DecodeKvDtypeTest,
                                            KvCacheDtype::kFloat16, KvCacheDtype::kInt8),
                          DtypeName);
 
-}  // namespace
+}  // namespace decode_kv_dtype_test
 }  // namespace mha

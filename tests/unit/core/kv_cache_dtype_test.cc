@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace kv_cache_dtype_test {
 
 using testing::Contains;
 
@@ -114,5 +114,5 @@ TEST(KvCacheDtypeTest, Fp8IsRefusedWhereLibTorchOrTheDeviceLacksItSayingWhy) {
 #endif
 }
 
-}  // namespace
+}  // namespace kv_cache_dtype_test
 }  // namespace mha

@@ -20,7 +20,7 @@
 #include "mha/kv_spill.h"
 
 namespace mha {
-namespace {
+namespace kv_cache_quantized_test {
 
 constexpr int64_t kHeads = 2, kHeadDim = 12, kEmbed = kHeads * kHeadDim;  // D: 8 + a tail
 constexpr int64_t kBlockTokens = 4;
@@ -207,5 +207,5 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, KvCacheQuantizedTest,
                                            KvCacheDtype::kFloat16, KvCacheDtype::kInt8),
                          DtypeName);
 
-}  // namespace
+}  // namespace kv_cache_quantized_test
 }  // namespace mha

@@ -14,7 +14,7 @@
 #include "kv_outlier_workload.h"
 
 namespace mha {
-namespace {
+namespace kv_dtype_outliers_test {
 
 using testing::OutlierSource;
 using testing::OutlierWorkload;
@@ -80,5 +80,5 @@ TEST(KvDtypeOutliersTest, LlamaWithOutlierKeyChannelsAtCache4096) {
                kKeyChannelBounds);
 }
 
-}  // namespace
+}  // namespace kv_dtype_outliers_test
 }  // namespace mha

@@ -1,7 +1,8 @@
 // A KV cache's tokens as bytes and back (mha/kv_export.h): the exported bytes are exactly the
-// cache's keys and values at those positions ([2, rows, H, count, D]); imported block by block into
-// a cache on a pool of another block size, they give back exactly the same keys and values; a
-// fork's tokens export like its source's; refusals name the numbers and change nothing.
+// cache's keys and values at those positions (keys then values, each [rows, count, H, D]); imported
+// block by block into a cache on a pool of another block size, they give back exactly the same keys
+// and values, in every cache dtype (int8's codes and scales copied, never re-encoded); a fork's
+// tokens export like its source's; refusals name the numbers and change nothing.
 #include "mha/kv_export.h"
 
 #include <ATen/ATen.h>
@@ -15,22 +16,27 @@
 #include "mha/kv_layout.h"
 
 namespace mha {
-namespace {
+namespace kv_export_test {
 
 constexpr int64_t kHeads = 2, kHeadDim = 3, kEmbed = kHeads * kHeadDim;
 
 std::shared_ptr<KvBlockPool> Pool(int64_t blocks, int64_t block_tokens,
-                                  at::ScalarType dtype = at::kFloat) {
-  const int64_t token = 2 * kEmbed * static_cast<int64_t>(c10::elementSize(dtype));
-  auto pool = KvBlockPool::Create(KvPoolOptions{blocks * block_tokens * token, block_tokens},
-                                  KvLayout{kHeads, kHeadDim, dtype, c10::Device(c10::kCPU)});
+                                  at::ScalarType dtype = at::kFloat,
+                                  KvCacheDtype cache = KvCacheDtype::kModel) {
+  const int64_t token = KvCacheDtypeScaled(cache)
+                            ? 2 * kEmbed + 2 * kHeads * 8
+                            : 2 * kEmbed * static_cast<int64_t>(c10::elementSize(dtype));
+  KvPoolOptions options{blocks * block_tokens * token, block_tokens};
+  options.dtype = cache;
+  auto pool =
+      KvBlockPool::Create(options, KvLayout{kHeads, kHeadDim, dtype, c10::Device(c10::kCPU)});
   EXPECT_TRUE(pool.ok()) << pool.status().ToString();
   return pool.ok() ? *pool : nullptr;
 }
 
 void Grow(KvCache* cache, int64_t n) {
   ASSERT_TRUE(cache->Reserve(n).ok());
-  const auto dtype = cache->pool().keys().scalar_type();
+  const auto dtype = cache->pool().layout().dtype;
   cache->Append(at::randn({cache->rows(), n, kEmbed}).to(dtype),
                 at::randn({cache->rows(), n, kEmbed}).to(dtype));
 }
@@ -49,9 +55,9 @@ TEST(KvExport, TheBytesAreTheCachesKeysAndValues) {
   Grow(&cache, 5);
   Grow(&cache, 6);  // 11 tokens over 3 blocks per row
   std::vector<char> bytes = Export(cache, 3, 6);
-  const at::Tensor got = at::from_blob(bytes.data(), {2, 2, kHeads, 6, kHeadDim}, at::kFloat);
-  EXPECT_TRUE(at::equal(got[0], cache.Keys().narrow(2, 3, 6)));
-  EXPECT_TRUE(at::equal(got[1], cache.Values().narrow(2, 3, 6)));
+  const at::Tensor got = at::from_blob(bytes.data(), {2, 2, 6, kHeads, kHeadDim}, at::kFloat);
+  EXPECT_TRUE(at::equal(got[0], cache.Keys().narrow(2, 3, 6).transpose(1, 2)));
+  EXPECT_TRUE(at::equal(got[1], cache.Values().narrow(2, 3, 6).transpose(1, 2)));
 }
 
 TEST(KvExport, ImportedBlockByBlockOnAnotherBlockSizeItIsTheSameCache) {
@@ -73,6 +79,27 @@ TEST(KvExport, ImportedBlockByBlockOnAnotherBlockSizeItIsTheSameCache) {
   EXPECT_EQ(KvDtypeName(*Pool(1, 1, at::kFloat)), "float32");
   EXPECT_EQ(KvDtypeName(*Pool(1, 1, at::kHalf)), "float16");
   EXPECT_EQ(KvDtypeName(*Pool(1, 1, at::kBFloat16)), "bfloat16");
+}
+
+TEST(KvExport, AnInt8CacheComesBackWithItsCodesAndScales) {
+  c10::InferenceMode guard;
+  auto pool = Pool(16, 4, at::kFloat, KvCacheDtype::kInt8);
+  ASSERT_TRUE(pool->scaled());
+  EXPECT_EQ(KvDtypeName(*pool), "int8");
+  EXPECT_EQ(KvElementBytes(*pool), 1);
+  EXPECT_EQ(KvElementBytes(*Pool(1, 1, at::kHalf)), 2);
+  KvCache source(pool, 2);
+  Grow(&source, 9);
+  KvCache copy(Pool(16, 3, at::kFloat, KvCacheDtype::kInt8), 2);
+  for (int64_t begin = 0; begin < 9; begin += 5) {
+    const int64_t n = std::min<int64_t>(5, 9 - begin);
+    const std::vector<char> bytes = Export(source, begin, n);
+    EXPECT_EQ(static_cast<int64_t>(bytes.size()), 2 * n * (2 * kEmbed + 2 * kHeads * 8));
+    ASSERT_TRUE(ImportKvTokens(&copy, bytes.data(), n).ok());
+  }
+  EXPECT_TRUE(at::equal(copy.Keys(), source.Keys()));
+  EXPECT_TRUE(at::equal(copy.Values(), source.Values()));
+  EXPECT_EQ(Export(copy, 0, 9), Export(source, 0, 9));
 }
 
 TEST(KvExport, AForksSharedTokensExportLikeItsSources) {
@@ -101,5 +128,5 @@ TEST(KvExport, RefusalsNameTheNumbersAndChangeNothing) {
   EXPECT_EQ(cache.blocks_held(), 1);
 }
 
-}  // namespace
+}  // namespace kv_export_test
 }  // namespace mha

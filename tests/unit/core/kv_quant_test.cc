@@ -16,7 +16,7 @@
 #include "attention/kv_pages.h"
 
 namespace mha {
-namespace {
+namespace kv_quant_test {
 
 // Tokens [N, H, D] with the shapes a cache meets: normal rows, rows with outlier channels (x20),
 // constant rows (zero spread), all-positive and all-negative rows, tiny and huge magnitudes.
@@ -110,5 +110,5 @@ TEST(KvQuantTest, ThePageDecodersMatchLibTorchOnEveryValue) {
   }
 }
 
-}  // namespace
+}  // namespace kv_quant_test
 }  // namespace mha

@@ -20,7 +20,7 @@
 #include "test_util.h"
 
 namespace mha {
-namespace {
+namespace llama_step_kv_dtype_test {
 
 using testing::RelativeError;
 using testing::TensorsNear;
@@ -158,5 +158,5 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LlamaStepKvDtypeTest,
                                            KvCacheDtype::kFloat16, KvCacheDtype::kInt8),
                          DtypeName);
 
-}  // namespace
+}  // namespace llama_step_kv_dtype_test
 }  // namespace mha

@@ -16,7 +16,7 @@
 #include <vector>
 
 namespace mha::internal {
-namespace {
+namespace task_pool_test {
 
 TEST(TaskPoolTest, EveryTaskRunsExactlyOnce) {
   for (int threads : {1, 2, 4}) {
@@ -82,5 +82,5 @@ TEST(TaskPoolTest, CallersOnSeveralThreadsEachGetAllTheirTasksRun) {
   }
 }
 
-}  // namespace
+}  // namespace task_pool_test
 }  // namespace mha::internal

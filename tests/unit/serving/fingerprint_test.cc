@@ -31,5 +31,18 @@ TEST(FingerprintTest, FollowsTheBytesNotSizeOrTime) {
             StatusCode::kNotFound);
 }
 
+TEST(FingerprintTest, IsTheSameForTheSameFilesUnderAnotherRoot) {
+  TempDir one, two;
+  const std::string a = Write(one, "a.bin", "0123456789");
+  const std::string b = Write(two, "a.bin", "0123456789");
+  auto here = serve::FingerprintFiles({a}, one.path());
+  auto there = serve::FingerprintFiles({b}, two.path());
+  ASSERT_TRUE(here.ok() && there.ok());
+  EXPECT_EQ(*here, *there);
+  Write(two, "b.bin", "0123456789");
+  EXPECT_NE(serve::FingerprintFiles({two.path() + "/b.bin"}, two.path()).value(), *here)
+      << "another file name, another fingerprint";
+}
+
 }  // namespace fingerprint_test
 }  // namespace mha::testing

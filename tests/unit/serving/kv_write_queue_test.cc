@@ -13,7 +13,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace kv_write_queue_test {
 
 using testing::GetWithin;
 
@@ -100,5 +100,5 @@ TEST(KvWriteQueue, StopCancelsWhatNeverRan) {
   EXPECT_EQ(cancelled.code(), StatusCode::kCancelled) << cancelled.ToString();
 }
 
-}  // namespace
+}  // namespace kv_write_queue_test
 }  // namespace mha::serve

@@ -14,7 +14,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace redis_client_test {
 
 using testing::RedisServer;
 
@@ -85,5 +85,5 @@ TEST(RedisClient, AServerGoneFailsFastThenComesBack) {
   EXPECT_TRUE(testing::WaitUntil([&] { return retrying.Ping().ok(); }, "a reconnect"));
 }
 
-}  // namespace
+}  // namespace redis_client_test
 }  // namespace mha::serve

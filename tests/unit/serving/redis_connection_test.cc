@@ -14,7 +14,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace redis_connection_test {
 
 using testing::GetWithin;
 using testing::RedisServer;
@@ -151,5 +151,5 @@ TEST(RedisErrorStatus, EachKindOfErrorItsCode) {
   EXPECT_TRUE(Contains(RedisErrorStatus("redis://h:1/0", "ERR x").message(), "redis://h:1/0"));
 }
 
-}  // namespace
+}  // namespace redis_connection_test
 }  // namespace mha::serve

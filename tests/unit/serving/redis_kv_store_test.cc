@@ -13,7 +13,7 @@
 #include "redis_server.h"
 
 namespace mha::serve {
-namespace {
+namespace redis_kv_store_test {
 
 using testing::RedisServer;
 
@@ -185,5 +185,5 @@ TEST(RedisKvStoreFull, WritesRefusedAtMaxmemoryAreCountedAndNothingCrashes) {
   EXPECT_TRUE(client->Ping().ok());
 }
 
-}  // namespace
+}  // namespace redis_kv_store_test
 }  // namespace mha::serve

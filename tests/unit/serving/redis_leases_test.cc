@@ -16,7 +16,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace redis_leases_test {
 
 using testing::GetWithin;
 using testing::RedisServer;
@@ -138,5 +138,5 @@ TEST_F(RedisLeasesTest, ALostLeaseIsTakenBackOnlyWhenNobodyWroteTheSessionSince)
 
 TEST(OwnerId, UniquePerCall) { EXPECT_NE(NewOwnerId(), NewOwnerId()); }
 
-}  // namespace
+}  // namespace redis_leases_test
 }  // namespace mha::serve

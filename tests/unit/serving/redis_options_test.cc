@@ -11,7 +11,7 @@
 #include <string>
 
 namespace mha::serve {
-namespace {
+namespace redis_options_test {
 
 bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -111,5 +111,5 @@ TEST(RedisPassword, NoneOrBothSources) {
   EXPECT_TRUE(Contains(both.status().message(), "at most one"));
 }
 
-}  // namespace
+}  // namespace redis_options_test
 }  // namespace mha::serve

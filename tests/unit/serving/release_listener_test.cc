@@ -13,7 +13,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace release_listener_test {
 
 using testing::RedisServer;
 using testing::WaitUntil;
@@ -83,5 +83,5 @@ TEST(ReleaseListener, StopEndsItWhileRedisIsDown) {
   listener.Stop();  // returns: the retry wait is interrupted
 }
 
-}  // namespace
+}  // namespace release_listener_test
 }  // namespace mha::serve

@@ -16,7 +16,7 @@
 #include "server/serving/sessions/session_kv.h"
 
 namespace mha::serve {
-namespace {
+namespace session_kv_llama_test {
 
 using testing::Contains;
 using testing::RedisServer;
@@ -57,8 +57,8 @@ class SessionKvLlama : public ::testing::Test {
         std::make_shared<std::optional<LlamaSessions::Hold>>();
     MHA_RETURN_IF_ERROR(store.Acquire(
         {"s0"}, [](size_t) { return std::string(); },
-        [hold](LlamaSessions::Hold h, CallerThread&) { *hold = std::move(h); },
-        [](Status) {}, testing::Worker()));
+        [hold](LlamaSessions::Hold h, CallerThread&) { *hold = std::move(h); }, [](Status) {},
+        testing::Worker()));
     EXPECT_TRUE(hold->has_value());
     if (from == 0) hidden_ = c_.Io("s0.input").narrow(0, p, 1);
     Status status;
@@ -68,9 +68,9 @@ class SessionKvLlama : public ::testing::Test {
       if (!status.ok()) break;
       at::Tensor out;
       status = StepSessions(*model_.stack, layer, {{s->cache.get(), hidden_, &out}});
-      EXPECT_TRUE(testing::TensorsNear(
-          out, c_.Io("s0.output." + std::to_string(layer)).narrow(0, p, 1),
-          testing::kFp32Tolerance))
+      EXPECT_TRUE(testing::TensorsNear(out,
+                                       c_.Io("s0.output." + std::to_string(layer)).narrow(0, p, 1),
+                                       testing::kFp32Tolerance))
           << "token " << p << " layer " << layer;
       hidden_ = hidden_ + out;
     }
@@ -111,5 +111,5 @@ TEST_F(SessionKvLlama, ALostReplicaWithWriteBehindCostsTheTailOfOneBlock) {
   for (int64_t p = 4; p < 6; ++p) ASSERT_TRUE(Step(*b->store, p, 0, 4).ok());
 }
 
-}  // namespace
+}  // namespace session_kv_llama_test
 }  // namespace mha::serve

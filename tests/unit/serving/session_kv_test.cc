@@ -15,7 +15,7 @@
 #include "wait.h"
 
 namespace mha::serve {
-namespace {
+namespace session_kv_test {
 
 using testing::Contains;
 using testing::RedisServer;
@@ -29,7 +29,8 @@ struct Replica {
   HeldRunner runner;
   std::unique_ptr<MultiheadSessions> store;
 
-  Replica(const Fixture& f, const RedisServer& redis, bool write_behind, int64_t lease_ms = 30000) {
+  Replica(const Fixture& f, const RedisServer& redis, bool write_behind, int64_t lease_ms = 30000,
+          KvCacheDtype dtype = KvCacheDtype::kModel) {
     KvTierOptions kv;
     kv.url = redis.url();
     kv.write_behind = write_behind;
@@ -40,6 +41,7 @@ struct Replica {
     tier = *made;
     SessionOptions o = Options(16);
     o.kv_tier = tier;
+    o.pool.dtype = dtype;
     store = std::make_unique<MultiheadSessions>(
         o, RequestLimits{}, f.model, SessionLocation{"m", "1", "f1"},
         std::make_shared<SessionDirectory>(), &runner, nullptr);
@@ -94,6 +96,37 @@ TEST(SessionKv, AHandoverDecodesOnExactly) {
   auto left = redis.Command({"DBSIZE"});
   ASSERT_TRUE(left.ok());
   EXPECT_EQ(left->integer, 1) << "only the fencing counter is left after a close";
+}
+
+// An int8 cache travels as its codes and scales: the handed-over session answers exactly as one
+// that never moved; a replica of another cache dtype refuses the record (DATA_LOSS naming it).
+TEST(SessionKv, AnInt8CacheIsHandedOverAsItsCodesAndScales) {
+  const Fixture f = Load();
+  RedisServer redis;
+  ASSERT_TRUE(redis.Start());
+  Replica a(f, redis, false, 30000, KvCacheDtype::kInt8);
+  Replica b(f, redis, false, 30000, KvCacheDtype::kInt8);
+  Replica still(f, redis, false, 30000, KvCacheDtype::kInt8);
+  Replica fp32(f, redis, false);
+  ASSERT_TRUE(a.OpenAs("s").ok());
+  ASSERT_TRUE(still.OpenAs("r").ok());
+  for (int64_t p = 0; p < 6; ++p) {
+    ASSERT_TRUE(a.Step(f, "s", p).status.ok());
+    ASSERT_TRUE(still.Step(f, "r", p).status.ok());
+  }
+  const Status refused = fp32.store->Adopt("s", Worker());
+  EXPECT_EQ(refused.code(), StatusCode::kDataLoss) << refused.ToString();
+  EXPECT_TRUE(Contains(refused.message(), "of dtype 'int8', this replica serves 'float32'"))
+      << refused.message();
+  ASSERT_TRUE(b.store->Adopt("s", Worker()).ok());
+  EXPECT_EQ(b.tier->counters().restored_tokens, 6);
+  for (int64_t p = 6; p < 12; ++p) {
+    const InferenceResult moved = b.Step(f, "s", p), stayed = still.Step(f, "r", p);
+    ASSERT_TRUE(moved.status.ok()) << moved.status.ToString();
+    ASSERT_TRUE(stayed.status.ok()) << stayed.status.ToString();
+    EXPECT_TRUE(at::equal(ToTensor(moved.outputs.output), ToTensor(stayed.outputs.output)))
+        << "token " << p;
+  }
 }
 
 TEST(SessionKv, AReplicaLostWithWriteBehindCostsTheTailOfOneBlock) {
@@ -190,5 +223,5 @@ TEST(SessionKv, RedisDownCostsNoStepAndTheStoreCatchesUp) {
   for (int64_t p = 9; p < 12; ++p) ExpectExact(f, b.Step(f, "s", p), p);
 }
 
-}  // namespace
+}  // namespace session_kv_test
 }  // namespace mha::serve

@@ -9,7 +9,7 @@
 #include <string>
 
 namespace mha::serve {
-namespace {
+namespace session_record_test {
 
 SessionRecord Sample() {
   SessionRecord r;
@@ -101,5 +101,5 @@ TEST(SessionRecord, AnotherVersionDtypeKindOrShapeIsDataLoss) {
   ExpectDataLoss(EncodeSessionRecord(r), "2 layers x 2 heads x 8");
 }
 
-}  // namespace
+}  // namespace session_record_test
 }  // namespace mha::serve

@@ -36,7 +36,8 @@ class LlamaServed final : public ServedModel, public LayerStepper {
     if (context.metrics != nullptr) context.metrics->SetKvBytesPerToken(entry.kv_bytes_per_token);
     sessions_ = std::make_unique<LlamaSessions>(
         SessionOptionsFor(entry, options.sessions), limits_, stack, info,
-        SessionLocation{entry.name, entry.version, entry.fingerprint}, context.directory, context.metrics);
+        SessionLocation{entry.name, entry.version, entry.fingerprint}, context.directory,
+        context.metrics);
     // One queue for the version: layer steps merge (same layer, up to max_batch_tokens new
     // tokens) unless batching is off; stateless forwards run one per pass.
     steps_options_ = SchedulerOptionsFor(entry.config, options.batching, options.batcher);

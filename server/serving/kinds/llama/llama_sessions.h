@@ -16,6 +16,7 @@
 
 #include "mha/llama_engine.h"
 #include "server/serving/inference.h"
+#include "server/serving/kinds/llama/llama_cache_layers.h"
 #include "server/serving/limits.h"
 #include "server/serving/sessions/session_store.h"
 

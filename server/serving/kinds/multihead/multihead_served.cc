@@ -95,8 +95,8 @@ class MultiheadServed final : public ServedModel, public SessionSteps, public He
                                           limits_.max_work_bytes)),
         sessions_(std::make_unique<MultiheadSessions>(
             SessionOptionsFor(entry, context.options->sessions), limits_, model_,
-            SessionLocation{entry.name, entry.version, entry.fingerprint}, context.directory, batcher_.get(),
-            context.metrics)) {
+            SessionLocation{entry.name, entry.version, entry.fingerprint}, context.directory,
+            batcher_.get(), context.metrics)) {
     if (context.metrics != nullptr) context.metrics->SetKvBytesPerToken(entry.kv_bytes_per_token);
   }
 

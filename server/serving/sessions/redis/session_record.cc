@@ -67,6 +67,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t DtypeBytes(const std::string& dtype) {
   if (dtype == "float32") return 4;
   if (dtype == "float16" || dtype == "bfloat16") return 2;
+  if (dtype == "int8" || dtype == "fp8_e4m3") return 1;
   return 0;
 }
 

@@ -27,8 +27,8 @@ struct SessionRecordLayer {
 struct SessionRecord {
   std::string session_id;
   std::string model, version, fingerprint;  // the model version that computed the keys
-  std::string kind;                         // "multihead" or "llama"
-  std::string dtype;                        // "float32", "float16", "bfloat16"
+  std::string kind;                         // the kind that wrote it (its registered name)
+  std::string dtype;  // the cache dtype: "float32", "float16", "bfloat16", "int8", "fp8_e4m3"
   int64_t rows = 0, heads = 0, head_dim = 0, dtype_bytes = 0;
   int64_t block_tokens = 0;  // tokens per stored block
   int64_t max_tokens = 0;    // the session's bound
@@ -37,7 +37,11 @@ struct SessionRecord {
   bool released = false;     // written by a clean release: every token is durable
   std::vector<SessionRecordLayer> layers;
 
-  int64_t bytes_per_token() const { return 2 * heads * head_dim * dtype_bytes; }  // per row
+  // int8 and fp8_e4m3 keep a (scale, zero) float pair per token and K/V head beside the values.
+  bool scaled() const { return dtype == "int8" || dtype == "fp8_e4m3"; }
+  int64_t bytes_per_token() const {  // per row: keys and values, then their scales
+    return 2 * heads * head_dim * dtype_bytes + (scaled() ? 2 * heads * 2 * 4 : 0);
+  }
   // The bytes of block `j` of layer `l`: rows * its tokens * bytes_per_token().
   int64_t BlockBytes(size_t l, size_t j) const;
   // Tokens every layer holds durably (the least over layers).
