@@ -161,9 +161,11 @@ case "$step" in
     # One setup at a time: scripts/test.sh starts one beside the build (it downloads while the
     # compiler works); container.setup then waits for it and finds everything in place.
     mkdir -p "$MHA_DOCKER_ROOT"
+    # The lock's descriptor is closed for dockerd, which outlives the setup: a daemon holding it
+    # would hold the lock for good and the next setup would wait forever.
     exec 9>"$MHA_DOCKER_ROOT/setup.lock"
     flock 9
-    "$here/dockerd.sh" start
+    "$here/dockerd.sh" start 9>&-
     nice -n 19 "$here/base_images.sh"
     ;;
   build)
