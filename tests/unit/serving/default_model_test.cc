@@ -35,7 +35,9 @@ TEST(DefaultModel, HasAFingerprintOfItsWeightsThatASessionRecordCarries) {
   r.dtype_bytes = 4;
   r.block_tokens = 16;
   r.max_tokens = 64;
-  const SessionRecordExpect expect{a.name, a.fingerprint, "multihead", "float32", 8, 64, 0};
+  r.tokens = 3;
+  r.layers = {{3, {"b0"}}};
+  const SessionRecordExpect expect{a.name, a.fingerprint, "multihead", "float32", 8, 64, 1};
   auto back = DecodeSessionRecord("s", EncodeSessionRecord(r), expect);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->fingerprint, a.fingerprint);
