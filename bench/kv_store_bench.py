@@ -109,7 +109,7 @@ def step(stub, sid, x):
 
 def handover(args, work, redis):
     flags = ["--kv-store", redis.url(), "--kv-block-tokens", "16", "--max-sequence-length",
-             str(args.tokens + 8)]
+             str(args.tokens + 16)]
     a = Server(args.server, work, "replica-a", flags)
     b = Server(args.server, work, "replica-b", flags)
     torch.manual_seed(0)
@@ -118,7 +118,7 @@ def handover(args, work, redis):
     for i in range(args.sessions):
         sid = f"bench-{i}"
         a.stub.OpenSession(attention_pb2.OpenSessionRequest(batch_size=1, session_id=sid,
-                                                            max_tokens=args.tokens + 4),
+                                                            max_tokens=args.tokens + 16),
                            metadata=[("x-session-id", sid)])
         step(a.stub, sid, torch.randn(1, args.tokens, 512))
         read0 = b.metric("mha_kv_store_bytes_read_total")
