@@ -114,25 +114,28 @@ def handover(args, work, redis):
     b = Server(args.server, work, "replica-b", flags)
     torch.manual_seed(0)
     rows = []
-    written0, read0 = a.metric("mha_kv_store_bytes_written_total"), 0.0
-    for i in range(args.sessions):
-        sid = f"bench-{i}"
-        a.stub.OpenSession(attention_pb2.OpenSessionRequest(batch_size=1, session_id=sid,
-                                                            max_tokens=args.tokens + 16),
-                           metadata=[("x-session-id", sid)])
-        step(a.stub, sid, torch.randn(1, args.tokens, 512))
-        read0 = b.metric("mha_kv_store_bytes_read_total")
-        moved_s, answer = step(b.stub, sid, torch.randn(1, 1, 512))  # B asks A, restores
-        assert answer.session_tokens == args.tokens + 1, answer.session_tokens
-        steady = statistics.median(step(b.stub, sid, torch.randn(1, 1, 512))[0] for _ in range(5))
-        read = b.metric("mha_kv_store_bytes_read_total") - read0
-        rows.append({"handover_ms": (moved_s - steady) * 1e3, "step_ms": moved_s * 1e3,
-                     "steady_step_ms": steady * 1e3, "bytes_read": read})
-        b.stub.CloseSession(attention_pb2.CloseSessionRequest(session_id=sid),
-                            metadata=[("x-session-id", sid)])
-    written = a.metric("mha_kv_store_bytes_written_total") - written0
-    a.stop()
-    b.stop()
+    try:  # the replicas stop whatever happens (a failed step leaves no server behind)
+        written0, read0 = a.metric("mha_kv_store_bytes_written_total"), 0.0
+        for i in range(args.sessions):
+            sid = f"bench-{i}"
+            a.stub.OpenSession(attention_pb2.OpenSessionRequest(batch_size=1, session_id=sid,
+                                                                max_tokens=args.tokens + 16),
+                               metadata=[("x-session-id", sid)])
+            step(a.stub, sid, torch.randn(1, args.tokens, 512))
+            read0 = b.metric("mha_kv_store_bytes_read_total")
+            moved_s, answer = step(b.stub, sid, torch.randn(1, 1, 512))  # B asks A, restores
+            assert answer.session_tokens == args.tokens + 1, answer.session_tokens
+            steady = statistics.median(step(b.stub, sid, torch.randn(1, 1, 512))[0]
+                                       for _ in range(5))
+            read = b.metric("mha_kv_store_bytes_read_total") - read0
+            rows.append({"handover_ms": (moved_s - steady) * 1e3, "step_ms": moved_s * 1e3,
+                         "steady_step_ms": steady * 1e3, "bytes_read": read})
+            b.stub.CloseSession(attention_pb2.CloseSessionRequest(session_id=sid),
+                                metadata=[("x-session-id", sid)])
+        written = a.metric("mha_kv_store_bytes_written_total") - written0
+    finally:
+        a.stop()
+        b.stop()
     p50 = statistics.median(r["handover_ms"] for r in rows)
     per_session = statistics.median(r["bytes_read"] for r in rows)
     return {"sessions": args.sessions, "tokens": args.tokens, "embed_dim": 512,
