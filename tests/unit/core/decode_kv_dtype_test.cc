@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "decode_test_util.h"
+#include "kv_dtype_bounds.h"
 #include "mha/decode.h"
 #include "mha/paged_attention.h"
 #include "test_util.h"
@@ -23,20 +24,7 @@ namespace decode_kv_dtype_test {
 using testing::RelativeError;
 using testing::TensorsNear;
 
-// Norm-wise relative error of a step's output against the fp32 cache's, per dtype, on the decode
-// fixtures (measured: bench/kv_dtype_accuracy.cc; the worst step's error is well under these).
-double Bound(KvCacheDtype dtype) {
-  switch (dtype) {
-    case KvCacheDtype::kBFloat16:
-      return 5e-3;
-    case KvCacheDtype::kFloat16:
-      return 1e-3;
-    case KvCacheDtype::kInt8:
-      return 2e-2;
-    default:
-      return 1e-6;
-  }
-}
+double Bound(KvCacheDtype dtype) { return testing::KvDtypeStepBound(dtype); }
 
 // Every step's output, session by session in round order, of a staggered decode
 // (decode_test_util.h) of the fixture's query through `attention` over a cache in `dtype`.

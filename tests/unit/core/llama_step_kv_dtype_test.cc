@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "decode_test_util.h"
+#include "kv_dtype_bounds.h"
 #include "llama_test_util.h"
 #include "mha/kv_spill.h"
 #include "mha/llama_session.h"
@@ -25,20 +26,7 @@ namespace llama_step_kv_dtype_test {
 using testing::RelativeError;
 using testing::TensorsNear;
 
-// Norm-wise relative error of a step's output against the fp32 cache's, per dtype (the worst step
-// over the fixtures; measured in bench/kv_dtype_accuracy.cc).
-double Bound(KvCacheDtype dtype) {
-  switch (dtype) {
-    case KvCacheDtype::kBFloat16:
-      return 5e-3;
-    case KvCacheDtype::kFloat16:
-      return 1e-3;
-    case KvCacheDtype::kInt8:
-      return 2e-2;
-    default:
-      return 1e-6;
-  }
-}
+double Bound(KvCacheDtype dtype) { return testing::KvDtypeStepBound(dtype); }
 
 std::shared_ptr<KvBlockPool> Pool(const LlamaAttentionStack& stack, KvCacheDtype dtype) {
   auto pool = stack.CreateKvPool(KvPoolOptions{int64_t{4} << 20, /*block_tokens=*/3, dtype});
