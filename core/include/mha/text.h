@@ -14,4 +14,7 @@ inline constexpr size_t kEchoLimit = 128;
 // character) + "…(N bytes)".
 std::string Abbreviate(std::string_view text, size_t limit = kEchoLimit);
 
+// Abbreviate(text) between single quotes: how a message names what the client sent.
+std::string Quoted(std::string_view text);
+
 }  // namespace mha

@@ -9,4 +9,6 @@ std::string Abbreviate(std::string_view text, size_t limit) {
   return std::string(text.substr(0, cut)) + "\u2026(" + std::to_string(text.size()) + " bytes)";
 }
 
+std::string Quoted(std::string_view text) { return "'" + Abbreviate(text) + "'"; }
+
 }  // namespace mha

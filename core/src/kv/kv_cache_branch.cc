@@ -12,9 +12,8 @@
 #include "mha/kv_spill.h"
 
 namespace mha {
-namespace {
 
-std::string Num(int64_t v) { return std::to_string(v); }
+namespace {
 
 // What a spill copies, in order: the keys, the values, and the scales of a scaled pool.
 std::vector<at::Tensor> Stores(const KvBlockPool& pool) {
@@ -72,8 +71,9 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Fork(int64_t tokens) const {
                               "'): restore it first");
   }
   if (tokens < 0 || tokens > length_) {
-    return OutOfRange("fork of " + Num(tokens) + " tokens: the cache holds " + Num(length_) +
-                      " tokens per row (0 .. " + Num(length_) + ")");
+    return OutOfRange("fork of " + std::to_string(tokens) + " tokens: the cache holds " +
+                      std::to_string(length_) + " tokens per row (0 .. " + std::to_string(length_) +
+                      ")");
   }
   const int64_t bt = pool_->block_tokens();
   const size_t keep = static_cast<size_t>((tokens + bt - 1) / bt);
@@ -92,8 +92,9 @@ Status KvCache::TruncateTo(int64_t tokens) {
                               "'): restore it first");
   }
   if (tokens < 0 || tokens > length_) {
-    return OutOfRange("truncate to " + Num(tokens) + " tokens: the cache holds " + Num(length_) +
-                      " tokens per row (0 .. " + Num(length_) + ")");
+    return OutOfRange("truncate to " + std::to_string(tokens) + " tokens: the cache holds " +
+                      std::to_string(length_) + " tokens per row (0 .. " + std::to_string(length_) +
+                      ")");
   }
   const int64_t bt = pool_->block_tokens();
   const size_t keep = static_cast<size_t>((tokens + bt - 1) / bt);
@@ -179,8 +180,9 @@ Status KvCache::RestoreWith(std::vector<int64_t> blocks) {
 Status KvCache::ExportStored(int64_t begin, int64_t count, void* out) const {
   if (spilled()) return FailedPrecondition("cannot export a spilled KV cache's tokens");
   if (begin < 0 || count < 0 || begin + count > length_) {
-    return OutOfRange("export of tokens " + Num(begin) + " .. " + Num(begin + count) +
-                      ": the cache holds " + Num(length_) + " tokens per row");
+    return OutOfRange("export of tokens " + std::to_string(begin) + " .. " +
+                      std::to_string(begin + count) + ": the cache holds " +
+                      std::to_string(length_) + " tokens per row");
   }
   if (count == 0) return Status::Ok();
   c10::InferenceMode guard;
@@ -195,7 +197,7 @@ Status KvCache::ExportStored(int64_t begin, int64_t count, void* out) const {
 }
 
 Status KvCache::ImportStored(const void* data, int64_t count) {
-  if (count < 0) return InvalidArgument("import of " + Num(count) + " tokens");
+  if (count < 0) return InvalidArgument("import of " + std::to_string(count) + " tokens");
   if (count == 0) return Status::Ok();
   MHA_RETURN_IF_ERROR(Reserve(count));
   CheckWritable(count);

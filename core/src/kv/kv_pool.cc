@@ -9,11 +9,10 @@
 #include "mha/model.h"
 
 namespace mha {
+
 namespace {
 
 constexpr int64_t kScaleBytes = 2 * sizeof(float);  // a (scale, zero) pair per token and head
-
-std::string Num(int64_t v) { return std::to_string(v); }
 
 }  // namespace
 
@@ -33,7 +32,7 @@ StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Create(const KvPoolOptions& 
   const MhaOptions& o = model.options();
   const at::Tensor& reference = model.weights().out_weight;
   const KvLayout layout{o.num_heads, o.head_dim(), reference.scalar_type(), reference.device()};
-  return Make(options, layout, Num(o.num_heads) + " heads");
+  return Make(options, layout, std::to_string(o.num_heads) + " heads");
 }
 
 StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Create(const KvPoolOptions& options,
@@ -43,14 +42,15 @@ StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Create(const KvPoolOptions& 
                            std::to_string(layout.heads) + " and " +
                            std::to_string(layout.head_dim));
   }
-  return Make(options, layout, Num(layout.heads) + " KV heads");
+  return Make(options, layout, std::to_string(layout.heads) + " KV heads");
 }
 
 StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Make(const KvPoolOptions& options,
                                                          const KvLayout& layout,
                                                          const std::string& heads_words) {
   if (options.block_tokens < 1) {
-    return InvalidArgument("--kv-block-tokens must be >= 1, got " + Num(options.block_tokens));
+    return InvalidArgument("--kv-block-tokens must be >= 1, got " +
+                           std::to_string(options.block_tokens));
   }
   auto storage = internal::KvStorageType(options.dtype, layout.dtype, layout.device.is_cuda());
   if (!storage.ok()) return storage.status();
@@ -61,12 +61,13 @@ StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Make(const KvPoolOptions& op
   const int64_t block_bytes = 2 * options.block_tokens * layout.heads * per_head;
   if (options.capacity_bytes < block_bytes) {
     return InvalidArgument(
-        "--kv-cache-bytes " + Num(options.capacity_bytes) + " holds no block: one block of " +
-        Num(options.block_tokens) + " tokens takes " + Num(block_bytes) + " bytes (2 * " +
-        heads_words + " * " +
-        (KvCacheDtypeScaled(dtype) ? "(head_dim " + Num(layout.head_dim) + " * " + Num(element) +
-                                         " + 8 bytes of scale and zero)"
-                                   : "head_dim " + Num(layout.head_dim) + " * " + Num(element)) +
+        "--kv-cache-bytes " + std::to_string(options.capacity_bytes) +
+        " holds no block: one block of " + std::to_string(options.block_tokens) + " tokens takes " +
+        std::to_string(block_bytes) + " bytes (2 * " + heads_words + " * " +
+        (KvCacheDtypeScaled(dtype)
+             ? "(head_dim " + std::to_string(layout.head_dim) + " * " + std::to_string(element) +
+                   " + 8 bytes of scale and zero)"
+             : "head_dim " + std::to_string(layout.head_dim) + " * " + std::to_string(element)) +
         " bytes per token, KV cache dtype " + KvCacheDtypeName(dtype) + ")");
   }
   std::shared_ptr<KvBlockPool> pool(new KvBlockPool());
@@ -90,9 +91,9 @@ StatusOr<std::shared_ptr<KvBlockPool>> KvBlockPool::Make(const KvPoolOptions& op
       s.value_scales = at::empty({slots, layout.heads, 2}, opts.dtype(at::kFloat));
     }
   } catch (const c10::Error& e) {
-    return ResourceExhausted("allocating the KV cache pool of " + Num(options.capacity_bytes) +
-                             " bytes on " + layout.device.str() +
-                             " failed: " + e.what_without_backtrace());
+    return ResourceExhausted("allocating the KV cache pool of " +
+                             std::to_string(options.capacity_bytes) + " bytes on " +
+                             layout.device.str() + " failed: " + e.what_without_backtrace());
   }
   pool->refs_.assign(static_cast<size_t>(pool->total_blocks_), 0);
   pool->free_.reserve(static_cast<size_t>(pool->total_blocks_));

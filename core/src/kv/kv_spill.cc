@@ -10,9 +10,8 @@
 #include <system_error>
 
 namespace mha {
-namespace {
 
-std::string Num(int64_t v) { return std::to_string(v); }
+namespace {
 
 std::atomic<int64_t> next_store{0};  // file stores made by this process: their file names differ
 
@@ -33,8 +32,8 @@ std::string WriteFile(const std::string& path, const void* data, int64_t bytes) 
 Status KvSpillStore::CheckRoom(const std::string& key, int64_t bytes, int64_t held) const {
   if (max_bytes() > 0 && held + bytes > max_bytes()) {
     return ResourceExhausted("spill store (" + Describe() + ") full: '" + key + "' needs " +
-                             Num(bytes) + " bytes, " + Num(held) + " of " + Num(max_bytes()) +
-                             " held (--kv-spill-bytes)");
+                             std::to_string(bytes) + " bytes, " + std::to_string(held) + " of " +
+                             std::to_string(max_bytes()) + " held (--kv-spill-bytes)");
   }
   return Status::Ok();
 }
@@ -55,8 +54,8 @@ Status HostSpillStore::Get(const std::string& key, void* out, int64_t bytes) con
   if (it == entries_.end()) return NotFound("spill store (host memory): no '" + key + "'");
   if (static_cast<int64_t>(it->second.size()) != bytes) {
     return DataLoss("spill store (host memory): '" + key + "' holds " +
-                    Num(static_cast<int64_t>(it->second.size())) + " bytes, " + Num(bytes) +
-                    " expected");
+                    std::to_string(static_cast<int64_t>(it->second.size())) + " bytes, " +
+                    std::to_string(bytes) + " expected");
   }
   if (bytes > 0) std::memcpy(out, it->second.data(), static_cast<size_t>(bytes));
   return Status::Ok();
@@ -86,7 +85,7 @@ StatusOr<std::unique_ptr<FileSpillStore>> FileSpillStore::Create(
   if (options.dir.empty()) return InvalidArgument("spill dir: empty path (--kv-spill-dir)");
   if (options.max_bytes < 1) {
     return InvalidArgument("spill dir " + options.dir + ": the byte bound must be >= 1, got " +
-                           Num(options.max_bytes) + " (--kv-spill-bytes)");
+                           std::to_string(options.max_bytes) + " (--kv-spill-bytes)");
   }
   std::error_code ec;
   fs::create_directories(options.dir, ec);
@@ -95,8 +94,8 @@ StatusOr<std::unique_ptr<FileSpillStore>> FileSpillStore::Create(
                            (ec ? ": " + ec.message() : std::string()));
   }
   std::unique_ptr<FileSpillStore> store(new FileSpillStore(options));
-  store->prefix_ = (fs::path(options.dir) /
-                    ("mha-kv-spill-" + Num(getpid()) + "-" + Num(next_store.fetch_add(1)) + "-"))
+  store->prefix_ = (fs::path(options.dir) / ("mha-kv-spill-" + std::to_string(getpid()) + "-" +
+                                             std::to_string(next_store.fetch_add(1)) + "-"))
                        .string();
   const std::string probe = store->prefix_ + "probe";
   const char byte = 0;
@@ -114,7 +113,7 @@ FileSpillStore::~FileSpillStore() {
   for (const auto& [key, entry] : entries_) std::remove(entry.path.c_str());
 }
 
-std::string FileSpillStore::NextPath() { return prefix_ + Num(next_file_++) + ".kv"; }
+std::string FileSpillStore::NextPath() { return prefix_ + std::to_string(next_file_++) + ".kv"; }
 
 Status FileSpillStore::Put(const std::string& key, const void* data, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -123,8 +122,8 @@ Status FileSpillStore::Put(const std::string& key, const void* data, int64_t byt
   const std::string path = NextPath();
   const std::string error = WriteFile(path, data, bytes);
   if (!error.empty()) {
-    return Internal("spill store: writing " + Num(bytes) + " bytes of '" + key + "' to " + path +
-                    " failed: " + error);
+    return Internal("spill store: writing " + std::to_string(bytes) + " bytes of '" + key +
+                    "' to " + path + " failed: " + error);
   }
   entries_[key] = Entry{path, bytes};
   held_ += bytes;
@@ -137,8 +136,8 @@ Status FileSpillStore::Get(const std::string& key, void* out, int64_t bytes) con
   if (it == entries_.end()) return NotFound("spill store (" + Describe() + "): no '" + key + "'");
   const Entry& e = it->second;
   if (e.bytes != bytes) {
-    return DataLoss("spill store: '" + key + "' holds " + Num(e.bytes) + " bytes, " + Num(bytes) +
-                    " expected");
+    return DataLoss("spill store: '" + key + "' holds " + std::to_string(e.bytes) + " bytes, " +
+                    std::to_string(bytes) + " expected");
   }
   std::FILE* f = std::fopen(e.path.c_str(), "rb");
   if (f == nullptr) {
@@ -148,8 +147,9 @@ Status FileSpillStore::Get(const std::string& key, void* out, int64_t bytes) con
   const size_t got = n > 0 ? std::fread(out, 1, n, f) : 0;
   std::fclose(f);
   if (got != n) {
-    return DataLoss("spill store: " + e.path + " gave " + Num(static_cast<int64_t>(got)) + " of " +
-                    Num(bytes) + " bytes");
+    return DataLoss("spill store: " + e.path + " gave " +
+                    std::to_string(static_cast<int64_t>(got)) + " of " + std::to_string(bytes) +
+                    " bytes");
   }
   return Status::Ok();
 }

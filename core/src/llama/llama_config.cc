@@ -8,13 +8,12 @@
 #include "mha/model_config.h"
 
 namespace mha {
+
 namespace {
 
 using Json = nlohmann::json;
 
 constexpr int64_t kMaxDim = int64_t{1} << 32;
-
-std::string Num(int64_t v) { return std::to_string(v); }
 
 // rope_scaling, or rope_parameters of a rope_type other than "default": another formula.
 Status CheckRopeKind(const std::string& path, const Json& json, std::optional<double>* theta) {
@@ -81,8 +80,8 @@ Status ReadKeys(const std::string& path, const Json& json, LlamaConfig* c) {
   c->num_attention_heads = *h;
   c->num_key_value_heads = kv.value_or(*h);
   if (!d && *e % *h != 0) {
-    return InvalidArgument(path + ": hidden_size " + Num(*e) +
-                           " is not a multiple of num_attention_heads " + Num(*h) +
+    return InvalidArgument(path + ": hidden_size " + std::to_string(*e) +
+                           " is not a multiple of num_attention_heads " + std::to_string(*h) +
                            " and no head_dim is given");
   }
   c->head_dim = d.value_or(*e / *h);
@@ -109,19 +108,21 @@ Status LlamaConfig::Validate() const {
       {"max_position_embeddings", max_position_embeddings},
       {"num_hidden_layers", num_hidden_layers}};
   for (const auto& [name, value] : sizes) {
-    if (value < 1) return InvalidArgument(std::string(name) + " must be >= 1, got " + Num(value));
+    if (value < 1)
+      return InvalidArgument(std::string(name) + " must be >= 1, got " + std::to_string(value));
   }
   if (num_key_value_heads > num_attention_heads) {
-    return InvalidArgument("num_key_value_heads " + Num(num_key_value_heads) +
-                           " exceeds num_attention_heads " + Num(num_attention_heads));
+    return InvalidArgument("num_key_value_heads " + std::to_string(num_key_value_heads) +
+                           " exceeds num_attention_heads " + std::to_string(num_attention_heads));
   }
   if (num_attention_heads % num_key_value_heads != 0) {
-    return InvalidArgument("num_attention_heads " + Num(num_attention_heads) +
-                           " is not a multiple of num_key_value_heads " + Num(num_key_value_heads) +
+    return InvalidArgument("num_attention_heads " + std::to_string(num_attention_heads) +
+                           " is not a multiple of num_key_value_heads " +
+                           std::to_string(num_key_value_heads) +
                            " (each K/V head serves the same number of query heads)");
   }
   if (head_dim % 2 != 0) {
-    return InvalidArgument("head_dim " + Num(head_dim) +
+    return InvalidArgument("head_dim " + std::to_string(head_dim) +
                            " must be even (RoPE rotates the two halves of each head)");
   }
   if (!(rope_theta > 0)) {

@@ -15,11 +15,6 @@
 #include "mha/tensor_adapter.h"
 
 namespace mha {
-namespace {
-
-std::string Num(int64_t v) { return std::to_string(v); }
-
-}  // namespace
 
 LlamaModelInfo DescribeLlamaModel(const LlamaAttentionStack& stack) {
   const LlamaConfig& c = stack.config();
@@ -68,8 +63,9 @@ Status CheckLlamaHidden(const LlamaModelInfo& info, const HostTensor& hidden, in
   for (int64_t d = 0; ok && d + 1 < rank; ++d) ok = hidden.size(d) >= 1;
   if (ok) return Status::Ok();
   const std::string want =
-      rank == 3 ? "[B >= 1, T >= 1, " + Num(info.hidden_size) + "] (batch, tokens, hidden_size)"
-                : "[t >= 1, " + Num(info.hidden_size) + "] (new tokens, hidden_size)";
+      rank == 3 ? "[B >= 1, T >= 1, " + std::to_string(info.hidden_size) +
+                      "] (batch, tokens, hidden_size)"
+                : "[t >= 1, " + std::to_string(info.hidden_size) + "] (new tokens, hidden_size)";
   const std::string got = hidden.defined() ? ShapeString(hidden.shape()) + " " +
                                                  std::string(ElementTypeName(hidden.dtype()))
                                            : std::string("none");
@@ -111,9 +107,9 @@ StatusOr<std::unique_ptr<LlamaSessionCache>> CreateLlamaSession(const LlamaAtten
 StatusOr<std::vector<HostTensor>> StepLlamaSessions(const LlamaAttentionStack& stack, int64_t layer,
                                                     const std::vector<LlamaHostEntry>& entries) {
   if (layer < 0 || layer >= stack.num_layers()) {
-    return InvalidArgument("layer " + Num(layer) + " out of range: the model has " +
-                           Num(stack.num_layers()) + " layers (0 .. " +
-                           Num(stack.num_layers() - 1) + ")");
+    return InvalidArgument("layer " + std::to_string(layer) + " out of range: the model has " +
+                           std::to_string(stack.num_layers()) + " layers (0 .. " +
+                           std::to_string(stack.num_layers() - 1) + ")");
   }
   std::vector<int64_t> lengths;  // each entry's layer length before the step, to roll back
   for (const LlamaHostEntry& e : entries) {

@@ -15,6 +15,7 @@
 #include "mha/shape_string.h"
 
 namespace mha {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -22,8 +23,6 @@ using Json = nlohmann::json;
 
 constexpr const char* kLayersPrefix = "model.layers.";
 constexpr const char* kProjections[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
-
-std::string Num(int64_t v) { return std::to_string(v); }
 
 // The layer index of "model.layers.{i}.self_attn.<...>", or -1 for any other name.
 int64_t AttentionLayerOf(const std::string& name) {
@@ -43,11 +42,11 @@ struct Expected {
 };
 
 Expected ExpectedWeight(const LlamaConfig& c, const std::string& proj) {
-  const std::string e = "hidden_size " + Num(c.hidden_size);
-  const std::string q =
-      "num_attention_heads " + Num(c.num_attention_heads) + " * head_dim " + Num(c.head_dim);
-  const std::string kv =
-      "num_key_value_heads " + Num(c.num_key_value_heads) + " * head_dim " + Num(c.head_dim);
+  const std::string e = "hidden_size " + std::to_string(c.hidden_size);
+  const std::string q = "num_attention_heads " + std::to_string(c.num_attention_heads) +
+                        " * head_dim " + std::to_string(c.head_dim);
+  const std::string kv = "num_key_value_heads " + std::to_string(c.num_key_value_heads) +
+                         " * head_dim " + std::to_string(c.head_dim);
   if (proj == "q_proj") return {c.q_dim(), c.hidden_size, "[" + q + ", " + e + "]"};
   if (proj == "o_proj") return {c.hidden_size, c.q_dim(), "[" + e + ", " + q + "]"};
   return {c.kv_dim(), c.hidden_size, "[" + kv + ", " + e + "]"};
@@ -59,7 +58,7 @@ StatusOr<at::Tensor> Take(const TensorMap& tensors, const std::string& source,
   auto it = tensors.find(name);
   if (it == tensors.end()) {
     return InvalidArgument(source + ": tensor '" + name + "' is missing (num_hidden_layers " +
-                           Num(layers) + ")");
+                           std::to_string(layers) + ")");
   }
   const at::Tensor& t = it->second;
   if (!at::isFloatingType(t.scalar_type())) {
@@ -159,7 +158,7 @@ StatusOr<std::vector<std::string>> CheckpointFiles(const std::string& path, std:
 }  // namespace
 
 std::string LlamaTensorName(int64_t layer, const char* proj, const char* kind) {
-  return std::string(kLayersPrefix) + Num(layer) + ".self_attn." + proj + "." + kind;
+  return std::string(kLayersPrefix) + std::to_string(layer) + ".self_attn." + proj + "." + kind;
 }
 
 bool IsLlamaAttentionTensor(const std::string& name) {
@@ -180,8 +179,8 @@ StatusOr<std::vector<LlamaLayerWeights>> LlamaLayersFromTensors(const LlamaConfi
   for (const auto& [name, tensor] : tensors) {
     if (IsLlamaAttentionTensor(name) && AttentionLayerOf(name) >= config.num_hidden_layers) {
       return InvalidArgument(source + ": tensor '" + name + "' belongs to layer " +
-                             Num(AttentionLayerOf(name)) + " but num_hidden_layers is " +
-                             Num(config.num_hidden_layers));
+                             std::to_string(AttentionLayerOf(name)) + " but num_hidden_layers is " +
+                             std::to_string(config.num_hidden_layers));
     }
   }
   std::vector<LlamaLayerWeights> layers;

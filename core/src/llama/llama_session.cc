@@ -4,22 +4,17 @@
 #include <string>
 
 namespace mha {
-namespace {
-
-std::string Num(int64_t v) { return std::to_string(v); }
-
-}  // namespace
 
 StatusOr<std::unique_ptr<LlamaSessionCache>> LlamaSessionCache::Create(
     const LlamaSessionOptions& options) {
   if (!options.pool) return InvalidArgument("LlamaSessionCache: a KV block pool is required");
   if (options.num_layers < 1) {
     return InvalidArgument("LlamaSessionCache: num_layers must be >= 1, got " +
-                           Num(options.num_layers));
+                           std::to_string(options.num_layers));
   }
   if (options.max_tokens < 0) {
     return InvalidArgument("LlamaSessionCache: max_tokens must be >= 0, got " +
-                           Num(options.max_tokens));
+                           std::to_string(options.max_tokens));
   }
   std::unique_ptr<LlamaSessionCache> session(new LlamaSessionCache());
   session->max_tokens_ = options.max_tokens;
@@ -41,20 +36,24 @@ int64_t LlamaSessionCache::bytes_held() const {
 
 Status LlamaSessionCache::CheckStep(int64_t layer, int64_t tokens) const {
   if (layer < 0 || layer >= num_layers()) {
-    return InvalidArgument("layer " + Num(layer) + " out of range: the session has " +
-                           Num(num_layers()) + " layers (0 .. " + Num(num_layers() - 1) + ")");
+    return InvalidArgument("layer " + std::to_string(layer) + " out of range: the session has " +
+                           std::to_string(num_layers()) + " layers (0 .. " +
+                           std::to_string(num_layers() - 1) + ")");
   }
-  if (tokens < 1) return InvalidArgument("a step brings >= 1 tokens, got " + Num(tokens));
+  if (tokens < 1)
+    return InvalidArgument("a step brings >= 1 tokens, got " + std::to_string(tokens));
   const int64_t have = length(layer);
   if (max_tokens_ > 0 && have + tokens > max_tokens_) {
-    return OutOfRange("layer " + Num(layer) + " holds " + Num(have) + " tokens + " + Num(tokens) +
-                      " new exceed the session's max_tokens " + Num(max_tokens_));
+    return OutOfRange("layer " + std::to_string(layer) + " holds " + std::to_string(have) +
+                      " tokens + " + std::to_string(tokens) +
+                      " new exceed the session's max_tokens " + std::to_string(max_tokens_));
   }
   if (layer > 0 && have + tokens > length(layer - 1)) {
-    return FailedPrecondition("layer " + Num(layer) + " would hold " + Num(have + tokens) +
-                              " tokens, more than layer " + Num(layer - 1) + "'s " +
-                              Num(length(layer - 1)) + ": layers advance in order (send layer " +
-                              Num(layer - 1) + " of these tokens first)");
+    return FailedPrecondition(
+        "layer " + std::to_string(layer) + " would hold " + std::to_string(have + tokens) +
+        " tokens, more than layer " + std::to_string(layer - 1) + "'s " +
+        std::to_string(length(layer - 1)) + ": layers advance in order (send layer " +
+        std::to_string(layer - 1) + " of these tokens first)");
   }
   return Status::Ok();
 }
@@ -78,8 +77,8 @@ Status StepSessions(const LlamaAttentionStack& stack, int64_t layer,
     const std::string where = "entry " + std::to_string(i) + ": ";
     if (e.session == nullptr) return InvalidArgument(where + "no session");
     if (e.session->num_layers() != stack.num_layers()) {
-      return InvalidArgument(where + "the session has " + Num(e.session->num_layers()) +
-                             " layers, the model " + Num(stack.num_layers()));
+      return InvalidArgument(where + "the session has " + std::to_string(e.session->num_layers()) +
+                             " layers, the model " + std::to_string(stack.num_layers()));
     }
     auto [it, fresh] = seen.emplace(e.session, i);
     if (!fresh) {

@@ -10,11 +10,6 @@
 #include "mha/llama_session_cache.h"
 
 namespace mha {
-namespace {
-
-std::string Num(int64_t v) { return std::to_string(v); }
-
-}  // namespace
 
 int64_t LlamaSessionCache::shared_blocks_held() const {
   int64_t n = 0;
@@ -44,8 +39,9 @@ int64_t LlamaSessionCache::BlocksToRestore() const {
 StatusOr<std::unique_ptr<LlamaSessionCache>> LlamaSessionCache::Fork(int64_t tokens) const {
   if (spilled()) return FailedPrecondition("cannot fork a spilled session: restore it first");
   if (tokens < 0 || tokens > length(0)) {
-    return OutOfRange("fork of " + Num(tokens) + " tokens: layer 0 of the session holds " +
-                      Num(length(0)) + " (0 .. " + Num(length(0)) + ")");
+    return OutOfRange("fork of " + std::to_string(tokens) +
+                      " tokens: layer 0 of the session holds " + std::to_string(length(0)) +
+                      " (0 .. " + std::to_string(length(0)) + ")");
   }
   std::unique_ptr<LlamaSessionCache> fork(new LlamaSessionCache());
   fork->max_tokens_ = max_tokens_;
@@ -60,8 +56,9 @@ StatusOr<std::unique_ptr<LlamaSessionCache>> LlamaSessionCache::Fork(int64_t tok
 Status LlamaSessionCache::TruncateTo(int64_t tokens) {
   if (spilled()) return FailedPrecondition("cannot truncate a spilled session: restore it first");
   if (tokens < 0 || tokens > length(0)) {
-    return OutOfRange("truncate to " + Num(tokens) + " tokens: layer 0 of the session holds " +
-                      Num(length(0)) + " (0 .. " + Num(length(0)) + ")");
+    return OutOfRange("truncate to " + std::to_string(tokens) +
+                      " tokens: layer 0 of the session holds " + std::to_string(length(0)) +
+                      " (0 .. " + std::to_string(length(0)) + ")");
   }
   for (auto& cache : layers_) {
     MHA_RETURN_IF_ERROR(cache->TruncateTo(std::min(tokens, cache->length())));
@@ -80,17 +77,19 @@ Status LlamaSessionCache::Spill(std::shared_ptr<KvSpillStore> store,
   const int64_t held = store->bytes_held(), bound = store->max_bytes();
   if (bound > 0 && held + bytes > bound) {
     return ResourceExhausted("spill store (" + store->Describe() + ") full: session '" +
-                             key_prefix + "' needs " + Num(bytes) + " bytes over " +
-                             Num(num_layers()) + " layers, " + Num(held) + " of " + Num(bound) +
-                             " held (--kv-spill-bytes)");
+                             key_prefix + "' needs " + std::to_string(bytes) + " bytes over " +
+                             std::to_string(num_layers()) + " layers, " + std::to_string(held) +
+                             " of " + std::to_string(bound) + " held (--kv-spill-bytes)");
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
-    Status s = layers_[l]->Spill(store, key_prefix + "/layer" + Num(static_cast<int64_t>(l)));
+    Status s =
+        layers_[l]->Spill(store, key_prefix + "/layer" + std::to_string(static_cast<int64_t>(l)));
     if (s.ok()) continue;
     for (size_t back = 0; back < l; ++back) {
       Status undo = layers_[back]->Restore();  // the blocks it just gave back
       if (!undo.ok())
-        return Status(s.code(), s.message() + "; layer " + Num(static_cast<int64_t>(back)) +
+        return Status(s.code(), s.message() + "; layer " +
+                                    std::to_string(static_cast<int64_t>(back)) +
                                     " stays spilled: " + undo.message());
     }
     return s;
@@ -104,9 +103,9 @@ Status LlamaSessionCache::Restore() {
   KvBlockPool& pool = *layers_.front()->pool_;
   auto blocks = pool.Allocate(BlocksToRestore());
   if (!blocks.ok()) {
-    return Status(blocks.status().code(), "restoring a spilled session of " + Num(num_layers()) +
-                                              " layers (" + Num(spilled_bytes()) +
-                                              " bytes): " + blocks.status().message());
+    return Status(blocks.status().code(),
+                  "restoring a spilled session of " + std::to_string(num_layers()) + " layers (" +
+                      std::to_string(spilled_bytes()) + " bytes): " + blocks.status().message());
   }
   auto next = blocks->begin();
   Status first;

@@ -17,14 +17,13 @@
 #include "mha/tensor_util.h"
 
 namespace mha {
-namespace {
 
-std::string Num(int64_t v) { return std::to_string(v); }
+namespace {
 
 std::string LayoutWords(int64_t heads, int64_t head_dim, at::ScalarType dtype,
                         const c10::Device& device) {
-  return Num(heads) + " heads of " + Num(head_dim) + " " + std::string(c10::toString(dtype)) +
-         " on " + device.str();
+  return std::to_string(heads) + " heads of " + std::to_string(head_dim) + " " +
+         std::string(c10::toString(dtype)) + " on " + device.str();
 }
 
 Status CheckItem(const LlamaAttentionStack& stack, const LlamaStepItem& item, size_t i) {
@@ -44,14 +43,14 @@ Status CheckItem(const LlamaAttentionStack& stack, const LlamaStepItem& item, si
   }
   if (item.cache->rows() != 1) {
     return InvalidArgument(where + "a session's layer cache holds one sequence, this one " +
-                           Num(item.cache->rows()));
+                           std::to_string(item.cache->rows()));
   }
   const at::Tensor& h = item.hidden;
   const int64_t e = stack.config().hidden_size;
   if (!h.defined() || h.dim() != 2 || h.size(0) < 1 || h.size(1) != e ||
       !at::isFloatingType(h.scalar_type())) {
     return InvalidArgument(
-        where + "hidden: expected floating [t >= 1, " + Num(e) +
+        where + "hidden: expected floating [t >= 1, " + std::to_string(e) +
         "] (new tokens, hidden_size), got " +
         (h.defined() ? ShapeString(h.sizes()) + " " + std::string(c10::toString(h.scalar_type()))
                      : std::string("none")));
@@ -182,9 +181,9 @@ void RunStep(const LlamaAttentionStack& stack, int64_t layer,
 Status CheckLlamaStep(const LlamaAttentionStack& stack, int64_t layer,
                       const std::vector<LlamaStepItem>& items) {
   if (layer < 0 || layer >= stack.num_layers()) {
-    return InvalidArgument("layer " + Num(layer) + " out of range: the model has " +
-                           Num(stack.num_layers()) + " layers (0 .. " +
-                           Num(stack.num_layers() - 1) + ")");
+    return InvalidArgument("layer " + std::to_string(layer) + " out of range: the model has " +
+                           std::to_string(stack.num_layers()) + " layers (0 .. " +
+                           std::to_string(stack.num_layers() - 1) + ")");
   }
   std::map<const KvCache*, size_t> seen;
   for (size_t i = 0; i < items.size(); ++i) {

@@ -10,9 +10,8 @@
 #include "mha/shape_string.h"
 
 namespace mha {
-namespace {
 
-std::string Num(int64_t v) { return std::to_string(v); }
+namespace {
 
 Status CheckSelection(const WeightsSelection& s, int64_t heads, int64_t t, int64_t keys,
                       bool need_weights) {
@@ -29,26 +28,28 @@ Status CheckSelection(const WeightsSelection& s, int64_t heads, int64_t t, int64
   for (size_t i = 0; i < s.heads.size(); ++i) {
     const int64_t h = s.heads[i];
     if (h < 0 || h >= heads) {
-      return InvalidArgument("weights_heads: head " + Num(h) + " (element " + Num(i) +
-                             ") is out of range [0, " + Num(heads) + ")");
+      return InvalidArgument("weights_heads: head " + std::to_string(h) + " (element " +
+                             std::to_string(i) + ") is out of range [0, " + std::to_string(heads) +
+                             ")");
     }
     if (!seen.insert(h).second) {
-      return InvalidArgument("weights_heads: head " + Num(h) + " is listed twice");
+      return InvalidArgument("weights_heads: head " + std::to_string(h) + " is listed twice");
     }
   }
   const int64_t begin = s.query_begin.value_or(0), end = s.query_end.value_or(t);
   if (begin < 0 || begin >= t) {
-    return InvalidArgument("weights_query_begin: " + Num(begin) +
-                           " is out of range [0, T=" + Num(t) + ")");
+    return InvalidArgument("weights_query_begin: " + std::to_string(begin) +
+                           " is out of range [0, T=" + std::to_string(t) + ")");
   }
   if (end <= begin || end > t) {
-    return InvalidArgument("weights_query_end: " + Num(end) + " must be in (begin=" + Num(begin) +
-                           ", T=" + Num(t) + "] (the row range [" + Num(begin) + ", " + Num(end) +
-                           ") is empty or past T)");
+    return InvalidArgument("weights_query_end: " + std::to_string(end) + " must be in (begin=" +
+                           std::to_string(begin) + ", T=" + std::to_string(t) +
+                           "] (the row range [" + std::to_string(begin) + ", " +
+                           std::to_string(end) + ") is empty or past T)");
   }
   if (s.top_k < 0 || s.top_k > keys) {
-    return InvalidArgument("weights_top_k: " + Num(s.top_k) + " must be in [1, S'=" + Num(keys) +
-                           "] (0 = dense weights)");
+    return InvalidArgument("weights_top_k: " + std::to_string(s.top_k) +
+                           " must be in [1, S'=" + std::to_string(keys) + "] (0 = dense weights)");
   }
   return Status::Ok();
 }

@@ -20,18 +20,13 @@ constexpr char kTopK[] = "weights_top_k";
 constexpr char kWeightsDtype[] = "weights_dtype";
 constexpr char kIndicesDtype[] = "weights_topk_indices_dtype";
 
-const inference::InferParameter* Find(const inference::ModelInferRequest& r, const char* name) {
-  const auto it = r.parameters().find(name);
-  return it == r.parameters().end() ? nullptr : &it->second;
-}
-
 Status Wrong(const char* name, const char* kind) {
   return InvalidArgument(std::string("parameters.") + name + ": must be " + kind);
 }
 
 StatusOr<std::optional<int64_t>> Int64Parameter(const inference::ModelInferRequest& r,
                                                 const char* name) {
-  const inference::InferParameter* p = Find(r, name);
+  const inference::InferParameter* p = FindParameter(r, name);
   if (p == nullptr) return std::optional<int64_t>();
   if (p->parameter_choice_case() != inference::InferParameter::kInt64Param) {
     return Wrong(name, "an int64_param");
@@ -41,7 +36,7 @@ StatusOr<std::optional<int64_t>> Int64Parameter(const inference::ModelInferReque
 
 // "2,0" (or an int64_param for one head) -> {2, 0}.
 StatusOr<std::vector<int64_t>> HeadList(const inference::ModelInferRequest& r) {
-  const inference::InferParameter* p = Find(r, kWeightsHeads);
+  const inference::InferParameter* p = FindParameter(r, kWeightsHeads);
   if (p == nullptr) return std::vector<int64_t>();
   if (p->parameter_choice_case() == inference::InferParameter::kInt64Param) {
     return std::vector<int64_t>{p->int64_param()};
@@ -72,7 +67,7 @@ StatusOr<std::vector<int64_t>> HeadList(const inference::ModelInferRequest& r) {
 StatusOr<std::optional<std::string>> DatatypeParameter(const inference::ModelInferRequest& r,
                                                        const char* name,
                                                        std::vector<std::string> allowed) {
-  const inference::InferParameter* p = Find(r, name);
+  const inference::InferParameter* p = FindParameter(r, name);
   if (p == nullptr) return std::optional<std::string>();
   std::string list;
   for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
@@ -156,7 +151,7 @@ StatusOr<OutputTensor> ParseOutput(const inference::ModelInferRequest& r, int i)
 }
 
 StatusOr<std::optional<bool>> HeadStatsParameter(const inference::ModelInferRequest& r) {
-  const inference::InferParameter* p = Find(r, kHeadStats);
+  const inference::InferParameter* p = FindParameter(r, kHeadStats);
   if (p == nullptr) return std::optional<bool>();
   if (p->parameter_choice_case() != inference::InferParameter::kBoolParam) {
     return Wrong(kHeadStats, "a bool_param");

@@ -39,15 +39,10 @@ std::string KnownList() {
   return list;
 }
 
-const Parameter* Find(const inference::ModelInferRequest& r, const char* name) {
-  const auto it = r.parameters().find(name);
-  return it == r.parameters().end() ? nullptr : &it->second;
-}
-
 // A non-negative integer parameter (int64_param or uint64_param); nullopt when absent.
 StatusOr<std::optional<uint64_t>> Unsigned(const inference::ModelInferRequest& r,
                                            const char* name) {
-  const Parameter* p = Find(r, name);
+  const Parameter* p = FindParameter(r, name);
   if (p == nullptr) return std::optional<uint64_t>();
   if (p->parameter_choice_case() == Parameter::kUint64Param) {
     return std::optional<uint64_t>(p->uint64_param());
@@ -60,7 +55,7 @@ StatusOr<std::optional<uint64_t>> Unsigned(const inference::ModelInferRequest& r
 }
 
 StatusOr<bool> Flag(const inference::ModelInferRequest& r, const char* name) {
-  const Parameter* p = Find(r, name);
+  const Parameter* p = FindParameter(r, name);
   if (p == nullptr) return false;
   if (p->parameter_choice_case() != Parameter::kBoolParam) {
     return InvalidArgument(std::string("parameters.") + name + ": must be a bool_param");
@@ -95,7 +90,7 @@ Status CheckKnown(const inference::ModelInferRequest& r) {
 }
 
 Status DecodeSequence(const inference::ModelInferRequest& r, SequenceControl* sequence) {
-  const Parameter* id = Find(r, "sequence_id");
+  const Parameter* id = FindParameter(r, "sequence_id");
   if (id != nullptr) {
     switch (id->parameter_choice_case()) {
       case Parameter::kStringParam:
@@ -132,6 +127,12 @@ Status DecodeSequence(const inference::ModelInferRequest& r, SequenceControl* se
 }
 
 }  // namespace
+
+const inference::InferParameter* FindParameter(const inference::ModelInferRequest& request,
+                                               const char* name) {
+  const auto it = request.parameters().find(name);
+  return it == request.parameters().end() ? nullptr : &it->second;
+}
 
 Status DecodeControlParameters(const inference::ModelInferRequest& r, InferCall* call) {
   MHA_RETURN_IF_ERROR(CheckKnown(r));

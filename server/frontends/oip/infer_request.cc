@@ -19,8 +19,6 @@ using InputTensor = inference::ModelInferRequest::InferInputTensor;
 static_assert(sizeof(bool) == 1, "bool_contents are read as one byte per element");
 static_assert(sizeof(float) == 4, "fp32_contents are read as 4 bytes per element");
 
-std::string Quoted(const std::string& text) { return "'" + Abbreviate(text) + "'"; }
-
 // Where a named input goes; nullptr for a name the model does not take.
 HostTensor* InputSlot(const std::string& name, HostInputs* in) {
   if (name == kQuery) return &in->query;

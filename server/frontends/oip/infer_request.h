@@ -61,6 +61,10 @@ inline constexpr char kHeadMaxWeight[] = "head_max_weight";
 
 // An input's datatype (proto/wire/dtype_table.h): "FP32" -> v1::FLOAT32, "FP16", "BF16", "BOOL";
 // INVALID_ARGUMENT naming `field` for any other datatype. (Names of outputs: OipDatatypeName.)
+// The request's parameter `name`, or nullptr when it has none.
+const inference::InferParameter* FindParameter(const inference::ModelInferRequest& request,
+                                               const char* name);
+
 StatusOr<v1::DataType> ParseDatatype(const std::string& datatype, std::string_view field);
 
 enum class OutputTensor {

@@ -17,8 +17,6 @@ namespace {
 using nlohmann::json;
 using ParameterMap = google::protobuf::Map<std::string, inference::InferParameter>;
 
-std::string Quoted(const std::string& text) { return "'" + Abbreviate(text) + "'"; }
-
 // INVALID_ARGUMENT naming the first key of `object` that is not in `allowed`.
 Status CheckKeys(const json& object, std::initializer_list<const char*> allowed,
                  const std::string& where) {

@@ -13,8 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 template <typename T>
 T Load(const std::string& raw, size_t i) {
   T v;
@@ -69,7 +67,7 @@ void AppendData(const std::string& datatype, const std::string& raw, std::string
 
 // `object` dumped without its closing brace, so that more members can follow.
 std::string Open(const json& object) {
-  std::string text = Dump(object);
+  std::string text = DumpJson(object);
   text.pop_back();
   return text;
 }
@@ -103,11 +101,11 @@ RestResponse EncodeInferResponse(inference::ModelInferResponse* response,
         const json p = ProtoToJson(value);
         if (!p.empty()) meta["parameters"][key] = p.begin().value();
       }
-      out.body += Dump(meta);
+      out.body += DumpJson(meta);
     } else if (request.Binary(o.name())) {
       any_binary = true;
       meta["parameters"] = {{"binary_data_size", raw->size()}};
-      out.body += Dump(meta);
+      out.body += DumpJson(meta);
       binary += *raw;
     } else {
       out.body += Open(meta) + ",\"data\":";

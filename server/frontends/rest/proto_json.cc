@@ -106,4 +106,8 @@ json ProtoToJson(const Message& message) {
   return out;
 }
 
+std::string DumpJson(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace mha::serve::rest

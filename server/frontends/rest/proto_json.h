@@ -9,9 +9,13 @@
 #include <google/protobuf/message.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace mha::serve::rest {
 
 nlohmann::json ProtoToJson(const google::protobuf::Message& message);
+
+// `j` as compact JSON text; invalid UTF-8 in its strings becomes U+FFFD rather than an exception.
+std::string DumpJson(const nlohmann::json& j);
 
 }  // namespace mha::serve::rest

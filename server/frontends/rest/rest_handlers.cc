@@ -15,10 +15,6 @@ namespace {
 constexpr char kJson[] = "application/json";
 constexpr char kRequestIdHeader[] = "X-Request-Id";
 
-std::string Dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 }  // namespace
 
 RequestLog BeginRequest(const httplib::Request& req, httplib::Response& res, const char* method) {
@@ -34,7 +30,7 @@ void Reply(httplib::Response& res, const RequestLog& log, const Status& status,
            const nlohmann::json& body) {
   LogOutcome(log, status);
   res.status = HttpStatusOf(status);
-  res.set_content(status.ok() ? Dump(body) : ErrorBody(status), kJson);
+  res.set_content(status.ok() ? DumpJson(body) : ErrorBody(status), kJson);
 }
 
 std::string ModelOf(const httplib::Request& req) {

@@ -96,8 +96,6 @@ class ShmMapping {
 
 namespace {
 
-std::string Q(const std::string& text) { return "'" + Abbreviate(text) + "'"; }
-
 std::string ErrnoText(int error) { return std::strerror(error); }
 
 // A plain "/name": one leading slash, no other, not "." or "..", at most NAME_MAX bytes.
@@ -106,7 +104,7 @@ Status CheckKey(const std::string& key) {
                      key.find('/', 1) == std::string::npos && key.find('\0') == std::string::npos &&
                      key != "/." && key != "/..";
   if (plain) return Status::Ok();
-  return InvalidArgument("key " + Q(key) +
+  return InvalidArgument("key " + Quoted(key) +
                          " is not a plain shared-memory name (\"/name\": one leading '/', no "
                          "other '/', at most 255 bytes)");
 }
@@ -127,7 +125,7 @@ StatusOr<int> OpenObject(const ShmRegionSpec& spec, const std::string& what) {
   const int fd = shm_open(spec.key.c_str(), O_RDWR, 0);
   if (fd < 0) {
     const int error = errno;
-    const std::string message = what + ": cannot open shared memory object " + Q(spec.key) +
+    const std::string message = what + ": cannot open shared memory object " + Quoted(spec.key) +
                                 " (shm_open: " + ErrnoText(error) + ")";
     if (error == ENOENT) return NotFound(message);
     if (error == EACCES) return PermissionDenied(message);
@@ -136,13 +134,13 @@ StatusOr<int> OpenObject(const ShmRegionSpec& spec, const std::string& what) {
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
-    return InvalidArgument(what + ": " + Q(spec.key) + " is not a shared memory object");
+    return InvalidArgument(what + ": " + Quoted(spec.key) + " is not a shared memory object");
   }
   const auto object_size = static_cast<uint64_t>(st.st_size);
   if (!Within(spec.offset, spec.byte_size, object_size)) {
     close(fd);
     return InvalidArgument(what + ": offset " + Sum(spec.offset, spec.byte_size) +
-                           " is past the end of " + Q(spec.key) + " (" +
+                           " is past the end of " + Quoted(spec.key) + " (" +
                            std::to_string(object_size) + " bytes)");
   }
   return fd;
@@ -152,9 +150,9 @@ StatusOr<int> OpenObject(const ShmRegionSpec& spec, const std::string& what) {
 
 Status ShmMapping::Check() const {
   if (device_) return Status::Ok();  // device memory: no object to truncate
-  const std::string what = "shared memory region " + Q(spec_.name);
+  const std::string what = "shared memory region " + Quoted(spec_.name);
   if (ShmFaultGuard::Faulted(slot_)) {
-    return InvalidArgument(what + ": its object " + Q(spec_.key) +
+    return InvalidArgument(what + ": its object " + Quoted(spec_.key) +
                            " was truncated while registered (a page faulted); unregister it and "
                            "register it again");
   }
@@ -162,7 +160,7 @@ Status ShmMapping::Check() const {
   if (fstat(fd_, &st) != 0) return Internal(what + ": fstat failed: " + ErrnoText(errno));
   const auto size = static_cast<uint64_t>(st.st_size);
   if (!Within(spec_.offset, spec_.byte_size, size)) {
-    return InvalidArgument(what + ": its object " + Q(spec_.key) + " is now " +
+    return InvalidArgument(what + ": its object " + Quoted(spec_.key) + " is now " +
                            std::to_string(size) + " bytes, the region needs offset " +
                            Sum(spec_.offset, spec_.byte_size) + " (truncated while registered)");
   }
@@ -183,7 +181,7 @@ Status SharedMemoryRegistry::Register(const ShmRegionSpec& spec) {
         "shared memory registration is off: start the server with --allow-client-shm=true");
   }
   if (spec.name.empty()) return InvalidArgument("name: a region needs a name");
-  const std::string what = "region " + Q(spec.name);
+  const std::string what = "region " + Quoted(spec.name);
   if (Status key = CheckKey(spec.key); !key.ok())
     return InvalidArgument(what + ": " + key.message());
   if (spec.byte_size == 0) return InvalidArgument(what + ": byte_size must be > 0");
@@ -204,8 +202,8 @@ Status SharedMemoryRegistry::Register(const ShmRegionSpec& spec) {
   if (base == MAP_FAILED) {
     const int error = errno;
     close(fd);
-    return InvalidArgument(what + ": cannot map " + Q(spec.key) + " (mmap: " + ErrnoText(error) +
-                           ")");
+    return InvalidArgument(what + ": cannot map " + Quoted(spec.key) +
+                           " (mmap: " + ErrnoText(error) + ")");
   }
   auto slot = ShmFaultGuard::Watch(base, length);
   if (!slot.ok()) {
@@ -222,7 +220,7 @@ Status SharedMemoryRegistry::Register(const ShmRegionSpec& spec) {
 
 Status SharedMemoryRegistry::CheckNew(const std::string& name, uint64_t byte_size,
                                       const char* kind) const {
-  const std::string what = "region " + Q(name);
+  const std::string what = "region " + Quoted(name);
   if (const auto it = regions_.find(name); it != regions_.end()) {
     const char* has = it->second->kind() == ShmKind::kCuda ? "CUDA" : "system";
     const std::string other =
@@ -245,7 +243,7 @@ Status SharedMemoryRegistry::RegisterCuda(const CudaShmRegionSpec& spec) {
         "shared memory registration is off: start the server with --allow-client-shm=true");
   }
   if (spec.name.empty()) return InvalidArgument("name: a region needs a name");
-  const std::string what = "CUDA region " + Q(spec.name);
+  const std::string what = "CUDA region " + Quoted(spec.name);
   if (spec.device_id < 0 || spec.device_id > std::numeric_limits<int>::max()) {
     return InvalidArgument(what + ": device_id " + std::to_string(spec.device_id) +
                            " is not a device index");
@@ -308,7 +306,7 @@ StatusOr<std::vector<Spec>> SharedMemoryRegistry::ListRegions(const std::string&
     if (wanted && mapping->kind() == kind) out.push_back(spec(*mapping));
   }
   if (!name.empty() && out.empty()) {
-    return NotFound(std::string(what) + " region " + Q(name) + " is not registered (" +
+    return NotFound(std::string(what) + " region " + Quoted(name) + " is not registered (" +
                     (kind == ShmKind::kCuda ? "CUDA" : "system") + " regions: " + Names(kind) +
                     ")");
   }
@@ -334,7 +332,7 @@ StatusOr<ShmSlice> SharedMemoryRegistry::Acquire(std::string_view field, const s
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = regions_.find(region);
     if (it == regions_.end()) {
-      return NotFound(where + "shared memory region " + Q(region) +
+      return NotFound(where + "shared memory region " + Quoted(region) +
                       " is not registered (registered: " + Names() + ")" +
                       (allowed() ? "" : "; registration is off (--allow-client-shm)"));
     }
@@ -343,7 +341,7 @@ StatusOr<ShmSlice> SharedMemoryRegistry::Acquire(std::string_view field, const s
   const uint64_t size = mapping->spec().byte_size;
   if (!Within(offset, byte_size, size)) {
     return InvalidArgument(where + "shared_memory_offset + shared_memory_byte_size " +
-                           Sum(offset, byte_size) + " is past the end of region " + Q(region) +
+                           Sum(offset, byte_size) + " is past the end of region " + Quoted(region) +
                            " (" + std::to_string(size) + " bytes)");
   }
   if (Status intact = mapping->Check(); !intact.ok()) {
@@ -363,7 +361,7 @@ std::string SharedMemoryRegistry::Names(ShmKind kind) const {
   std::string names;
   for (const auto& [name, mapping] : regions_) {
     if (kind != ShmKind::kAll && mapping->kind() != kind) continue;
-    names += (names.empty() ? "" : ", ") + Q(name);
+    names += (names.empty() ? "" : ", ") + Quoted(name);
   }
   return names.empty() ? "none" : names;
 }

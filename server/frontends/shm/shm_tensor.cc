@@ -14,15 +14,13 @@
 namespace mha::serve {
 namespace {
 
-std::string Q(const std::string& text) { return "'" + Abbreviate(text) + "'"; }
-
 // An input in a CUDA region: a device view (the core reads it in place on the device); its start
 // aligned to the element size, as LibTorch's kernels need.
 Status DeviceInput(const std::string& field, const ShmSlice& slice, int dtype,
                    const std::vector<int64_t>& shape, size_t element, HostTensor* out) {
   if (reinterpret_cast<uintptr_t>(slice.data) % element != 0) {
     return InvalidArgument(field + ": shared_memory_offset " + std::to_string(slice.offset) +
-                           " in CUDA region " + Q(slice.region) +
+                           " in CUDA region " + Quoted(slice.region) +
                            " is not a multiple of the element size " + std::to_string(element));
   }
   const codec::DTypeInfo* info = codec::FindDType(dtype);
@@ -49,7 +47,7 @@ StatusOr<std::optional<ShmRef>> ResolveShmRef(const ShmFields& f, const std::str
   ShmRef ref;
   ref.region = *f.region;
   if (!f.byte_size) {
-    return InvalidArgument(field + ": " + where + "shared_memory_region " + Q(ref.region) +
+    return InvalidArgument(field + ": " + where + "shared_memory_region " + Quoted(ref.region) +
                            " without shared_memory_byte_size (give the tensor's byte size)");
   }
   ref.byte_size = *f.byte_size;
@@ -61,7 +59,7 @@ Status ContentsWithRegion(const std::string& field, const std::string& contents,
                           const std::string& region) {
   return InvalidArgument(field + ": " + contents +
                          " must not be set when the tensor is in shared memory region " +
-                         Q(region));
+                         Quoted(region));
 }
 
 Status NoShmRegistry(const std::string& field) {
@@ -80,7 +78,7 @@ Status AcquireShmInput(const std::string& field, const ShmRef& ref, int dtype,
   if (elements > std::numeric_limits<uint64_t>::max() / element ||
       elements * element != ref.byte_size) {
     return InvalidArgument(field + ": shared_memory_byte_size " + std::to_string(ref.byte_size) +
-                           " (region " + Q(ref.region) + ") is not the tensor's " +
+                           " (region " + Quoted(ref.region) + ") is not the tensor's " +
                            std::to_string(elements) + " x " + std::to_string(element) +
                            " bytes (shape " + ShapeString(shape) + " " + dtype_name + ")");
   }
@@ -119,7 +117,7 @@ Status WriteShmTensor(const HostTensor& tensor, const ShmSlice& slot, const std:
                       const std::string& dtype_name) {
   if (tensor.bytes() > slot.bytes) {
     return InvalidArgument(name + ": shared_memory_byte_size " + std::to_string(slot.bytes) +
-                           " (region " + Q(slot.region) + ") is too small for the output's " +
+                           " (region " + Quoted(slot.region) + ") is too small for the output's " +
                            std::to_string(tensor.bytes()) + " bytes (shape " +
                            ShapeString(tensor.shape()) + " " + dtype_name + ")");
   }
