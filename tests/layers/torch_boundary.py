@@ -43,10 +43,22 @@ TORCH_DIR = re.compile(r"/torch/csrc/api/include/?$|/torch/include(/|$)|/libtorc
 INCLUDE_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter")
 
 
+UNITY_INCLUDE = re.compile(r'^#include "([^"]+)"$', re.M)
+
+
+def unit_sources(file):
+    """The sources a unit compiles: the file, or the files a unity unit (CMake's
+    Unity/unity_N_<lang>.<ext>, MHA_UNITY) includes; checked as one, so a target whose files
+    differ in what they may include (mha_merge) compiles file by file."""
+    if "/Unity/unity_" not in file:
+        return [os.path.realpath(file)]
+    return [os.path.realpath(f) for f in UNITY_INCLUDE.findall(open(file).read())]
+
+
 def objects(build):
-    """object path (relative to the build) -> (source file, target, its precompiled header's
-    object or None, (directory, compile arguments)): a unit compiled with `-include
-    .../cmake_pch.hxx` sees what the PCH saw."""
+    """object path (relative to the build) -> (its sources (unit_sources), target, its
+    precompiled header's object or None, (directory, compile arguments)): a unit compiled with
+    `-include .../cmake_pch.hxx` sees what the PCH saw."""
     out = {}
     for e in json.load(open(os.path.join(build, "compile_commands.json"))):
         args = shlex.split(e["command"])
@@ -58,7 +70,8 @@ def objects(build):
         for i, x in enumerate(args[:-1]):
             if x == "-include" and args[i + 1].endswith("cmake_pch.hxx"):
                 pch = os.path.relpath(args[i + 1] + ".gch", build)
-        out[obj] = (e["file"], m.group(1) if m else "", pch, (e["directory"], args))
+        out[obj] = (unit_sources(e["file"]), m.group(1) if m else "", pch,
+                    (e["directory"], args))
     return out
 
 
@@ -76,7 +89,7 @@ def deps(build):
     return table
 
 
-def checked(source, rel, target):
+def checked(rel, target):
     if any(rel.startswith(d) for d in ALLOWED_DIRS):
         return False
     return any(rel.startswith(d) for d in CHECKED_DIRS) or target in CHECKED_TARGETS
@@ -86,10 +99,11 @@ def check_units(source, build, db):
     """Check 1: (problems, units checked)."""
     table = deps(build)
     units, bad = 0, []
-    for obj, (file, target, pch, _) in sorted(db.items()):
-        rel = os.path.relpath(os.path.realpath(file), source)
-        if not checked(source, rel, target):
+    for obj, (files, target, pch, _) in sorted(db.items()):
+        rels = [os.path.relpath(f, source) for f in files]
+        if not any(checked(r, target) for r in rels):
             continue
+        rel = " + ".join(rels)
         if obj not in table:
             return [f"{obj} has no recorded dependencies (build first)"], units
         units += 1
@@ -148,9 +162,9 @@ def include_dirs(args):
 def checked_targets(source, db):
     """target -> one of its compile entries (directory, args), for the targets checks 3, 4 check."""
     out = {}
-    for obj, (file, target, _, entry) in sorted(db.items()):
-        rel = os.path.relpath(os.path.realpath(file), source)
-        in_dirs = any(rel.startswith(d) for d in CHECKED_DIRS)
+    for obj, (files, target, _, entry) in sorted(db.items()):
+        rels = [os.path.relpath(f, source) for f in files]
+        in_dirs = any(r.startswith(d) for r in rels for d in CHECKED_DIRS)
         if target and target not in TORCH_TARGETS and (in_dirs or target in CHECKED_TARGETS):
             out.setdefault(target, entry)
     return out
