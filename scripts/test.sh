@@ -42,9 +42,10 @@ case "${1:-}" in
 esac
 tidy_pid=
 if [[ ${#variant[@]} -eq 0 ]]; then
-  # clang-tidy (scripts/lint.sh tidy) overlaps the build, at the lowest priority: it needs only
-  # compile_commands.json and the generated protos its units include, and takes the CPU the build
-  # leaves idle (links, the suite listings). Its report and verdict come after the build.
+  # clang-tidy (scripts/lint.sh tidy) overlaps the build and the tests, at the lowest priority: it
+  # needs only compile_commands.json and the generated protos its units include, and takes the CPU
+  # they leave idle (links, tests that wait on servers, those that run alone). Its report and
+  # verdict come after the tests.
   MHA_TARGETS="mha_proto mha_oip_proto mha_health_proto" scripts/build.sh
   tidy_log=$(mktemp)
   setsid nice -n 19 scripts/lint.sh tidy >"$tidy_log" 2>&1 &  # its own process group
@@ -52,14 +53,6 @@ if [[ ${#variant[@]} -eq 0 ]]; then
   trap 'kill -- "-$tidy_pid" 2>/dev/null || true; rm -f "$tidy_log"' EXIT  # a failed build
 fi
 scripts/build.sh "${variant[@]}"
-if [[ -n $tidy_pid ]]; then
-  tidy_status=0
-  wait "$tidy_pid" || tidy_status=$?
-  trap - EXIT
-  cat "$tidy_log"
-  rm -f "$tidy_log"
-  [[ $tidy_status -eq 0 ]] || exit "$tidy_status"
-fi
 if [[ -n $tsan_default ]]; then
   # Every suite of the serving, AFD (the Llama layer-step scheduler, session store and ServerCore
   # routes), front-end and wire binaries, listed from the binaries as ctest registers them
@@ -76,5 +69,15 @@ fi
 # ctest runs nproc tests at a time (MHA_TEST_JOBS): every test has its own ports (127.0.0.1:0 and a
 # port file), temp folders and servers; those that bound a time or pick a free port before binding
 # it run alone (RUN_SERIAL), and so does every step of the container tier (docs/testing.md).
+ctest_status=0
 ctest --test-dir "${MHA_BUILD_DIR:-build}" --output-on-failure --timeout 600 \
-  -j"${MHA_TEST_JOBS:-$(nproc)}" "$@"
+  -j"${MHA_TEST_JOBS:-$(nproc)}" "$@" || ctest_status=$?
+if [[ -n $tidy_pid ]]; then
+  tidy_status=0
+  wait "$tidy_pid" || tidy_status=$?
+  trap - EXIT
+  cat "$tidy_log"
+  rm -f "$tidy_log"
+  [[ $tidy_status -eq 0 ]] || exit "$tidy_status"
+fi
+exit "$ctest_status"
