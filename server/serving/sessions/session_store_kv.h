@@ -28,8 +28,15 @@ Status SessionStore<Cache>::Adopt(const std::string& id, CallerThread& caller) {
   KvTier& tier = kv_.tier();
   caller.BeforeBlocking();  // a handover waits on another replica
   const auto start = std::chrono::steady_clock::now();
-  auto text = tier.store().ReadRecord(id);  // NOT_FOUND: nothing to take over, no lease asked
-  if (!text.ok()) return text.status();
+  // NOT_FOUND: nothing to take over, no lease asked; unless another replica holds its lease: it
+  // opened the session and writes its first record after answering (session_kv.h, AttachLocked),
+  // so the handover below is what makes it write one.
+  auto text = tier.store().ReadRecord(id);
+  if (!text.ok()) {
+    if (text.status().code() != StatusCode::kNotFound) return text.status();
+    auto held = tier.leases().Held(id);
+    if (!held.ok() || !*held) return text.status();
+  }
   auto lease = tier.leases().Acquire(id);
   if (!lease.ok()) return lease.status();
   auto give_back = [&](const Status& why) {

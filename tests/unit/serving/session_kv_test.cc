@@ -2,7 +2,8 @@
 // (two replicas' owners), on one real redis-server. A session handed over (release on request,
 // restore) decodes on exactly as in one process; with write-behind, a replica lost (its lease left
 // to expire) costs the tail of the last block only, and the step says how many tokens the
-// restored session holds; a fork's shared blocks are stored once; a record of another version is
+// restored session holds; a session whose first record has not landed is handed over through its
+// lease; a fork's shared blocks are stored once; a record of another version is
 // DATA_LOSS naming the session; Redis down costs no step, and the store catches up when it returns.
 #include "server/serving/sessions/session_kv.h"
 
@@ -177,6 +178,23 @@ TEST(SessionKv, AForksSharedBlocksAreStoredOnceAndBothRestoreExactly) {
   for (int64_t p = 6; p < 12; ++p) ExpectExact(f, b.Step(f, "t", p), p);
 }
 
+// An open writes its session's first record after it answers (through the write queue): a call
+// on another replica before that record lands finds the lease, asks for the session and gets it.
+TEST(SessionKv, ASessionWhoseFirstRecordHasNotLandedIsHandedOver) {
+  const Fixture f = Load();
+  RedisServer redis;
+  ASSERT_TRUE(redis.Start());
+  Replica a(f, redis, false), b(f, redis, false);
+  ASSERT_TRUE(a.OpenAs("s").ok());
+  ExpectExact(f, a.Step(f, "s", 0), 0);
+  a.Flush();
+  ASSERT_TRUE(redis.Command({"DEL", "mha:rec:s"}).ok());  // as if its write were still queued
+  const Status adopted = b.store->Adopt("s", Worker());
+  ASSERT_TRUE(adopted.ok()) << adopted.ToString();
+  for (int64_t p = 1; p < 4; ++p) ExpectExact(f, b.Step(f, "s", p), p);
+  EXPECT_EQ(b.store->Adopt("t", Worker()).code(), StatusCode::kNotFound) << "no lease, no record";
+}
+
 TEST(SessionKv, ARecordOfAnotherVersionIsDataLossNamingTheSession) {
   const Fixture f = Load();
   RedisServer redis;
@@ -184,7 +202,8 @@ TEST(SessionKv, ARecordOfAnotherVersionIsDataLossNamingTheSession) {
   Replica a(f, redis, false), b(f, redis, false);
   ASSERT_TRUE(a.OpenAs("s").ok());
   ExpectExact(f, a.Step(f, "s", 0), 0);
-  ASSERT_TRUE(b.store->Adopt("s", Worker()).ok());  // released by a, restored by b
+  const Status adopted = b.store->Adopt("s", Worker());  // released by a, restored by b
+  ASSERT_TRUE(adopted.ok()) << adopted.ToString();
   ASSERT_TRUE(b.store->ReleaseForHandover("s"));
   auto text = redis.Command({"GET", "mha:rec:s"});
   ASSERT_TRUE(text.ok());

@@ -110,6 +110,12 @@ StatusOr<LeaseAttempt> RedisLeases::TryAcquire(const std::string& session) {
   return ParseAttempt(session, *reply);
 }
 
+StatusOr<bool> RedisLeases::Held(const std::string& session) {
+  auto reply = client_->Command({"EXISTS", LeaseKey(session)});
+  if (!reply.ok()) return reply.status();
+  return reply->integer == 1;
+}
+
 StatusOr<SessionLease> RedisLeases::Acquire(const std::string& session) {
   const auto deadline = std::chrono::steady_clock::now() + options_.handover;
   bool asked = false;

@@ -64,6 +64,8 @@ class RedisLeases {
   StatusOr<std::vector<Status>> RenewAll(const std::vector<SessionLease>& leases);
   // Gives the lease up (when it is still this lease) and wakes a replica waiting for it.
   Status Release(const SessionLease& lease);
+  // Whether some replica holds the lease of `session` now.
+  StatusOr<bool> Held(const std::string& session);
 
   std::string Channel(const std::string& owner) const {
     return options_.prefix + "release:" + owner;
