@@ -47,12 +47,14 @@ UNITY_INCLUDE = re.compile(r'^#include "([^"]+)"$', re.M)
 
 
 def unit_sources(file):
-    """The sources a unit compiles: the file, or the files a unity unit (CMake's
-    Unity/unity_N_<lang>.<ext>, MHA_UNITY) includes; checked as one, so a target whose files
-    differ in what they may include (mha_merge) compiles file by file."""
-    if "/Unity/unity_" not in file:
+    """The sources a unit compiles: the file, or the files a unity unit (MhaUnity/unity_N.cc,
+    cmake/MhaUnity.cmake) includes, by paths relative to it; checked as one, so a target whose
+    files differ in what they may include (mha_merge) compiles file by file."""
+    if "/MhaUnity/unity_" not in file:
         return [os.path.realpath(file)]
-    return [os.path.realpath(f) for f in UNITY_INCLUDE.findall(open(file).read())]
+    here = os.path.dirname(file)
+    return [os.path.realpath(os.path.join(here, f))
+            for f in UNITY_INCLUDE.findall(open(file).read())]
 
 
 def objects(build):
