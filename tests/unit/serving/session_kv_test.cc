@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <set>
 
 #include "multihead_sessions_test_util.h"
@@ -178,30 +179,43 @@ TEST(SessionKv, AForksSharedBlocksAreStoredOnceAndBothRestoreExactly) {
   for (int64_t p = 6; p < 12; ++p) ExpectExact(f, b.Step(f, "t", p), p);
 }
 
+// Two replicas without write-behind on one redis-server; session "s" opened on `a` and stepped
+// once there.
+struct SteppedOnA {
+  const Fixture f = Load();
+  RedisServer redis;
+  std::unique_ptr<Replica> a, b;
+
+  ::testing::AssertionResult Start() {
+    if (!redis.Start()) return ::testing::AssertionFailure() << "redis-server did not start";
+    a = std::make_unique<Replica>(f, redis, false);
+    b = std::make_unique<Replica>(f, redis, false);
+    if (!a->OpenAs("s").ok()) return ::testing::AssertionFailure() << "open on a failed";
+    ExpectExact(f, a->Step(f, "s", 0), 0);
+    return ::testing::AssertionSuccess();
+  }
+};
+
 // An open writes its session's first record after it answers (through the write queue): a call
 // on another replica before that record lands finds the lease, asks for the session and gets it.
 TEST(SessionKv, ASessionWhoseFirstRecordHasNotLandedIsHandedOver) {
-  const Fixture f = Load();
-  RedisServer redis;
-  ASSERT_TRUE(redis.Start());
-  Replica a(f, redis, false), b(f, redis, false);
-  ASSERT_TRUE(a.OpenAs("s").ok());
-  ExpectExact(f, a.Step(f, "s", 0), 0);
-  a.Flush();
-  ASSERT_TRUE(redis.Command({"DEL", "mha:rec:s"}).ok());  // as if its write were still queued
-  const Status adopted = b.store->Adopt("s", Worker());
+  SteppedOnA t;
+  ASSERT_TRUE(t.Start());
+  t.a->Flush();
+  ASSERT_TRUE(t.redis.Command({"DEL", "mha:rec:s"}).ok());  // as if its write were still queued
+  const Status adopted = t.b->store->Adopt("s", Worker());
   ASSERT_TRUE(adopted.ok()) << adopted.ToString();
-  for (int64_t p = 1; p < 4; ++p) ExpectExact(f, b.Step(f, "s", p), p);
-  EXPECT_EQ(b.store->Adopt("t", Worker()).code(), StatusCode::kNotFound) << "no lease, no record";
+  for (int64_t p = 1; p < 4; ++p) ExpectExact(t.f, t.b->Step(t.f, "s", p), p);
+  EXPECT_EQ(t.b->store->Adopt("t", Worker()).code(), StatusCode::kNotFound)
+      << "no lease, no record";
 }
 
 TEST(SessionKv, ARecordOfAnotherVersionIsDataLossNamingTheSession) {
-  const Fixture f = Load();
-  RedisServer redis;
-  ASSERT_TRUE(redis.Start());
-  Replica a(f, redis, false), b(f, redis, false);
-  ASSERT_TRUE(a.OpenAs("s").ok());
-  ExpectExact(f, a.Step(f, "s", 0), 0);
+  SteppedOnA t;
+  ASSERT_TRUE(t.Start());
+  RedisServer& redis = t.redis;
+  Replica& a = *t.a;
+  Replica& b = *t.b;
   const Status adopted = b.store->Adopt("s", Worker());  // released by a, restored by b
   ASSERT_TRUE(adopted.ok()) << adopted.ToString();
   ASSERT_TRUE(b.store->ReleaseForHandover("s"));
