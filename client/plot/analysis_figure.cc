@@ -6,8 +6,7 @@
 namespace mha::plot {
 namespace {
 
-constexpr double kMargin = 16, kTitleLine = 24, kNoteLine = 16, kPanelTitle = 24;
-constexpr double kBarLength = 170, kGap = 28;
+constexpr double kBarLength = 170, kPanelSpacing = 28;
 
 std::string HeadName(int64_t h) { return "h" + std::to_string(h); }
 
@@ -53,9 +52,9 @@ void AnalysisFigure::Layout() {
   const double bars_h = RowHeight(heads) * heads;
   const double top = header_h_ + kPanelTitle;
   importance_ = {kMargin + label_w, top, kBarLength, bars_h};
-  rank_ = {importance_.right() + value_w + kGap + label_w, top, kBarLength, bars_h};
+  rank_ = {importance_.right() + value_w + kPanelSpacing + label_w, top, kBarLength, bars_h};
   const double side = HeatCell(heads) * heads;
-  heat_ = {rank_.right() + value_w + kGap + label_w + 4, top, side, side};
+  heat_ = {rank_.right() + value_w + kPanelSpacing + label_w + 4, top, side, side};
   width_ = heat_.right() + 18 + ColourBarWidth(CorrelationScale()) + kMargin;
   const std::vector<std::string> lines = [&] {
     std::vector<std::string> all{in_.title};

@@ -6,9 +6,9 @@
 namespace mha::plot {
 namespace {
 
-constexpr double kMargin = 16, kMapSide = 256, kMinCell = 3, kMaxCell = 28;
-constexpr double kPanelTitle = 20, kPanelGap = 18, kBelowMap = 34, kAxisLabel = 14;
-constexpr double kTitleLine = 24, kNoteLine = 16, kLegendLine = 20;
+constexpr double kMapSide = 256, kMinCell = 3, kMaxCell = 28;
+constexpr double kMapTitle = 20, kPanelGap = 18, kBelowMap = 34, kAxisLabel = 14;
+constexpr double kLegendLine = 20;
 constexpr int kMaxColumns = 4;
 
 std::string Size(size_t n) { return std::to_string(n); }
@@ -86,13 +86,13 @@ void AttentionFigure::Layout() {
   const double map_w = cell_w * shown_keys(), map_h = cell_h * shown_rows();
   const double left =
       kAxisLabel + RowTicksWidth(shown_rows(), [this](int64_t r) { return RowLabel(r); });
-  const double panel_w = left + map_w + kPanelGap, panel_h = kPanelTitle + map_h + kBelowMap;
+  const double panel_w = left + map_w + kPanelGap, panel_h = kMapTitle + map_h + kBelowMap;
   const size_t columns = std::min<size_t>(panels, kMaxColumns);
   const size_t grid_rows = (panels + columns - 1) / columns;
   for (size_t p = 0; p < panels; ++p) {
     const size_t grid_row = p / columns, grid_column = p % columns;  // the panel's place
     maps_rect_.push_back({kMargin + grid_column * panel_w + left,
-                          header_h_ + grid_row * panel_h + kPanelTitle, map_w, map_h});
+                          header_h_ + grid_row * panel_h + kMapTitle, map_w, map_h});
   }
   const double bar_h = std::max(map_h, 120.0);
   width_ = kMargin + columns * panel_w + ColourBarWidth(scale_) + kMargin;
@@ -101,7 +101,7 @@ void AttentionFigure::Layout() {
     width_ = std::max(width_, 2 * kMargin + TextWidth(header_[i], size, i == 0));
   }
   height_ =
-      std::max(header_h_ + grid_rows * panel_h, header_h_ + kPanelTitle + bar_h + 20) + kMargin / 2;
+      std::max(header_h_ + grid_rows * panel_h, header_h_ + kMapTitle + bar_h + 20) + kMargin / 2;
 }
 
 std::string AttentionFigure::RowLabel(int64_t shown_row) const {
@@ -142,7 +142,7 @@ void AttentionFigure::DrawPanel(Canvas& canvas, size_t p, double x, double y) co
   Rect m = maps_rect_[p];
   m.x += x;
   m.y += y;
-  canvas.Text(m.x, m.y - kPanelTitle / 2, in_.panels[p], TextStyle::Of(kPanelFont).Bold());
+  canvas.Text(m.x, m.y - kMapTitle / 2, in_.panels[p], TextStyle::Of(kPanelFont).Bold());
   if (!in_.panel_masked.empty() && in_.panel_masked[p]) {
     canvas.Hatch(m);
     canvas.Stroke(m, kGrey, 0.8);

@@ -8,10 +8,6 @@ namespace {
 
 constexpr Rgb kGridColour{0.88, 0.88, 0.88};
 
-double TickStep(const std::vector<double>& ticks) {
-  return ticks.size() > 1 ? ticks[1] - ticks[0] : 1.0;
-}
-
 }  // namespace
 
 Cells DownsampleMax(const Cells& cells, int64_t max_rows, int64_t max_cols, int64_t* row_factor,

@@ -19,11 +19,11 @@ Rgb Interpolate(const std::array<std::array<int, 3>, N>& anchors, double t) {
   return {mix(0), mix(1), mix(2)};
 }
 
+}  // namespace
+
 double TickStep(const std::vector<double>& ticks) {
   return ticks.size() > 1 ? ticks[1] - ticks[0] : 1.0;
 }
-
-}  // namespace
 
 Rgb Viridis(double t) {
   static constexpr std::array<std::array<int, 3>, 9> kAnchors = {{{68, 1, 84},

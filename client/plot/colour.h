@@ -29,6 +29,8 @@ struct ColourScale {
 std::vector<double> NiceTicks(double lo, double hi, int max_ticks);
 // A tick value with as many decimals as the ticks' step needs ("0.25", "10", "-1").
 std::string TickText(double value, double step);
+// The step between the first two of `ticks` (1 when there are fewer).
+double TickStep(const std::vector<double>& ticks);
 // A value for a label: three significant digits ("0.253", "12.5"), whole numbers from 1000 on.
 std::string ValueText(double value);
 

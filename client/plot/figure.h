@@ -10,6 +10,10 @@
 
 namespace mha::plot {
 
+// The layout the figures share (points): the margin, the title's line and each note's below it,
+// and the room above a panel for its title.
+inline constexpr double kMargin = 16, kTitleLine = 24, kNoteLine = 16, kPanelTitle = 24;
+
 class Figure {
  public:
   virtual ~Figure() = default;

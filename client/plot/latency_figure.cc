@@ -6,8 +6,7 @@
 namespace mha::plot {
 namespace {
 
-constexpr double kMargin = 16, kTitleLine = 24, kNoteLine = 16, kPanelTitle = 24;
-constexpr double kPlotW = 400, kPlotH = 220, kGap = 40;
+constexpr double kPlotW = 400, kPlotH = 220, kPlotSpacing = 40;
 constexpr int kBins = 40;
 // The histogram stops at 1.5 x p99 when the slowest answer is further out than 3 x p99: a few
 // stragglers would otherwise squeeze the distribution into its first bins.
@@ -48,7 +47,7 @@ StatusOr<LatencyFigure> LatencyFigure::Make(LatencySamples samples) {
   const double top = kMargin + kTitleLine + kNoteLine * (f.header_.size() - 1) + 8 + kPanelTitle;
   const double axis_w = ValueAxisWidth(0, 100000);  // room for the widest count or rate
   f.histogram_ = {kMargin + axis_w, top, kPlotW, kPlotH};
-  f.throughput_ = {f.histogram_.right() + kGap + axis_w, top, kPlotW, kPlotH};
+  f.throughput_ = {f.histogram_.right() + kPlotSpacing + axis_w, top, kPlotW, kPlotH};
   f.width_ = f.throughput_.right() + kMargin;
   for (size_t i = 0; i < f.header_.size(); ++i) {
     f.width_ = std::max(f.width_,

@@ -17,8 +17,6 @@ bool HostIsLittleEndian() {
   return first == 1;
 }
 
-std::string Field(std::string_view field) { return std::string(field) + ": "; }
-
 }  // namespace
 
 StatusOr<ElementType> ToElementType(int dtype) {
@@ -41,13 +39,13 @@ StatusOr<HostTensor> DecodeTensorBytes(int dtype, const std::vector<int64_t>& sh
     for (size_t i = 0; i < data.size(); ++i) {
       const auto byte = static_cast<unsigned char>(data[i]);
       if (byte > 1) {
-        return InvalidArgument(Field(field) + "BOOL element " + std::to_string(i) + " is " +
+        return InvalidArgument(FieldPrefix(field) + "BOOL element " + std::to_string(i) + " is " +
                                std::to_string(byte) + " (must be 0 or 1)");
       }
     }
   }
   auto type = ToElementType(dtype);
-  if (!type.ok()) return InvalidArgument(Field(field) + type.status().message());
+  if (!type.ok()) return InvalidArgument(FieldPrefix(field) + type.status().message());
   const std::string name(field);
   if (borrow) return HostTensor::View(*type, shape, data.data(), data.size(), nullptr, name);
   return HostTensor::Copy(*type, shape, data.data(), data.size(), name);

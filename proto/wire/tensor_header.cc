@@ -3,11 +3,8 @@
 #include "proto/wire/dtype_table.h"
 
 namespace mha::codec {
-namespace {
 
-std::string Field(std::string_view field) { return std::string(field) + ": "; }
-
-}  // namespace
+std::string FieldPrefix(std::string_view field) { return std::string(field) + ": "; }
 
 std::string DataTypeName(int dtype) {
   if (dtype == v1::DATA_TYPE_UNSPECIFIED) return "DATA_TYPE_UNSPECIFIED";
@@ -32,12 +29,12 @@ StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape, std::string_vi
   int64_t count = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] <= 0) {
-      return InvalidArgument(Field(field) + "dimension " + std::to_string(i) + " of shape " +
+      return InvalidArgument(FieldPrefix(field) + "dimension " + std::to_string(i) + " of shape " +
                              ShapeString(shape) + " is " + std::to_string(shape[i]) +
                              " (every dimension must be > 0)");
     }
     if (__builtin_mul_overflow(count, shape[i], &count)) {
-      return InvalidArgument(Field(field) + "shape " + ShapeString(shape) +
+      return InvalidArgument(FieldPrefix(field) + "shape " + ShapeString(shape) +
                              " has more elements than fit in 64 bits");
     }
   }
@@ -48,18 +45,18 @@ Status CheckTensorBytes(int dtype, const std::vector<int64_t>& shape, size_t dat
                         std::string_view field, int64_t* numel) {
   const size_t elem = ElementSize(dtype);
   if (elem == 0) {
-    return InvalidArgument(Field(field) + "dtype " + DataTypeName(dtype) +
+    return InvalidArgument(FieldPrefix(field) + "dtype " + DataTypeName(dtype) +
                            " is not supported (use FLOAT32, FLOAT16, BFLOAT16 or BOOL)");
   }
   auto count = ElementCount(shape, field);
   if (!count.ok()) return count.status();
   int64_t bytes = 0;
   if (__builtin_mul_overflow(*count, static_cast<int64_t>(elem), &bytes)) {
-    return InvalidArgument(Field(field) + "shape " + ShapeString(shape) + " " +
+    return InvalidArgument(FieldPrefix(field) + "shape " + ShapeString(shape) + " " +
                            DataTypeName(dtype) + " needs more bytes than fit in 64 bits");
   }
   if (static_cast<uint64_t>(bytes) != data_bytes) {
-    return InvalidArgument(Field(field) + "data has " + std::to_string(data_bytes) +
+    return InvalidArgument(FieldPrefix(field) + "data has " + std::to_string(data_bytes) +
                            " bytes, shape " + ShapeString(shape) + " " + DataTypeName(dtype) +
                            " needs " + std::to_string(bytes));
   }

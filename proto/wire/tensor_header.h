@@ -18,6 +18,8 @@
 
 namespace mha::codec {
 
+// "<field>: ", the start of a refusal that names the field it is about.
+std::string FieldPrefix(std::string_view field);
 // "float32", "float16", "bfloat16", "bool", or "DATA_TYPE_UNSPECIFIED" / "dtype(N)".
 std::string DataTypeName(int dtype);
 // Bytes per element of a supported dtype, 0 for anything else.
