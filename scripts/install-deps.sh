@@ -12,8 +12,9 @@ build_pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libtorch-dev libopenblas0-pthread libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libcairo2-dev libhiredis-dev
+  libcairo2-dev libhiredis-dev lld
 )
+# lld: the linker of our binaries (MHA_LINKER in CMakeLists.txt).
 # poppler-utils: pdftotext / pdfinfo read the PDFs of mha-client's pictures back in mha_plot_tests.
 test_pkgs=(python3 python3-torch python3-grpcio python3-protobuf prometheus curl procps python3-yaml
   clang-format clang-tidy python3-jsonschema nginx python3-requests ccache poppler-utils
