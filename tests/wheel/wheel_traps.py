@@ -10,8 +10,9 @@ second build folder, and checks that none of them catches the project:
             std::filesystem functions linked as a LibTorch library, and a TorchConfig.cmake that
             defines protobuf::libprotobuf as an empty target, as the wheel's Caffe2Config does;
             then the guard build is configured against it and its .pb.h files generated
-  headers   every translation unit of the guard build preprocesses: none takes a header from the
-            salted root (trap 1)
+  headers   under the include path of every translation unit of the guard build that sees
+            LibTorch's dirs, a probe of <google/protobuf/message.h> and <fmt/core.h> takes no
+            salted header (trap 1); a control with the salted root first does
   protobuf  the link commands of mha-server and mha-client name the protobuf library (trap 3)
   stdcxx    mha_core_tests, linked by the guard build's link command (the poisoned library in
             LibTorch's place) over the main build's objects, passes the suites that crashed on
@@ -22,7 +23,6 @@ second build folder, and checks that none of them catches the project:
   wheel_traps.py STEP --source SRC --build MAIN_BUILD --guard GUARD_DIR
 """
 import argparse
-import concurrent.futures
 import json
 import os
 import re
@@ -175,33 +175,59 @@ def preprocess_command(entry):
     return out + ["-E", "-o", os.devnull]
 
 
+def include_flags(entry):
+    """A unit's command less its source file and outputs: what decides where a header comes from."""
+    cmd = preprocess_command(entry)
+    return tuple(x for x in cmd if x != entry["file"] and
+                 os.path.abspath(os.path.join(entry["directory"], x)) != entry["file"])
+
+
+def probe(flags, directory, work):
+    """Preprocesses a unit that includes one salted header of each library under FLAGS: the
+    compiler's own search decides, as it would for any unit of that target."""
+    src = os.path.join(work, "probe.cc")
+    with open(src, "w") as f:
+        f.write("#include <google/protobuf/message.h>\n#include <fmt/core.h>\n")
+    return run(list(flags) + [src], cwd=directory)
+
+
 def headers(a):
     gbuild = os.path.join(a.guard, "build")
     entries = json.load(open(os.path.join(gbuild, "compile_commands.json")))
     # Only units whose include path has one of LibTorch's dirs (the salted root itself, or the
-    # filtered view of it) can take a header from there; the others are not preprocessed.
+    # filtered view of it) can take a header from there; the others are not probed.
     salted_root = os.path.join(a.guard, "wheel", "torch", "include")
     seeing = [e for e in entries if salted_root in e["command"] or "torch-include" in e["command"]]
     if not seeing:
         fail("no compile command sees the fake wheel's include root: the guard would prove nothing")
-
-    def one(e):
-        r = run(preprocess_command(e), cwd=e["directory"])
-        return e["file"], r.returncode, r.stderr
-
+    # Where <x> comes from depends only on the include path (and the defines and options beside
+    # it), not on the unit: one probe per distinct command covers every unit that has it, and
+    # covers it whatever the unit includes now or later.
+    groups = {}
+    for e in seeing:
+        groups.setdefault((include_flags(e), e["directory"]), []).append(e["file"])
+    work = os.path.join(a.guard, "probe")
+    os.makedirs(work, exist_ok=True)
+    # The control: the salted root first on the first command's include path must be caught.
+    (flags, directory), _ = next(iter(groups.items()))
+    control = probe((flags[0], f"-I{salted_root}") + flags[1:], directory, work)
+    if control.returncode == 0 or "wheel trap 1" not in control.stderr:
+        fail("the probe took no salted header with the salted root first: it would prove nothing")
     bad = []
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
-        for f, rc, err in pool.map(one, seeing):
-            if rc:
-                first = next((l for l in err.splitlines() if "error" in l), err[:300])
-                bad.append(f"{os.path.relpath(f, a.source)}: {first}")
+    for (flags, directory), files in groups.items():
+        r = probe(flags, directory, work)
+        if r.returncode:
+            first = next((l for l in r.stderr.splitlines() if "error" in l), r.stderr[:300])
+            bad.append(f"{len(files)} units, e.g. {os.path.relpath(files[0], a.source)}: {first}")
     for b in bad:
         print(b)
     if bad:
-        fail(f"{len(bad)} of {len(seeing)} translation units that see LibTorch's include dirs "
-             f"took a salted header")
+        fail(f"{len(bad)} of {len(groups)} include paths that see LibTorch's dirs reach a salted "
+             "header")
     print(f"wheel-traps: {len(seeing)} of {len(entries)} translation units see LibTorch's include "
-          f"dirs; preprocessed, none took a salted header")
+          f"dirs, through {len(groups)} distinct commands; under each, <google/protobuf/message.h> "
+          "and <fmt/core.h> came from the system (the control with the salted root first took "
+          "the salted ones)")
 
 
 # ---- protobuf -------------------------------------------------------------------------------
