@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
 # The whole suite (no ctest arguments): the container tier's setup (its Docker engine, base images
-# from the Debian mirror, the images' package layers) starts now, beside the build; container.setup
+# from the Debian mirror) starts now, beside the build, at the lowest priority; container.setup
 # waits for it (tests/container/tier.sh). Its log: $TMPDIR/mha-container-setup.log.
 if [[ $# -eq 0 && ${MHA_SKIP_CONTAINER:-0} != 1 ]]; then
   setsid nice -n 19 tests/container/tier.sh setup >"${TMPDIR:-/tmp}/mha-container-setup.log" 2>&1 &

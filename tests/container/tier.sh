@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Container tier steps (ctest -L container; tests/container/CMakeLists.txt runs them in order):
-#   tier.sh setup              own dockerd (dockerd.sh) + base images debian:12(-slim) (base_images.sh)
-#                              + the images' package layers (prewarm); a second setup waits for the
-#                              first (a lock), then finds them
+#   tier.sh setup              own dockerd (dockerd.sh) + base images debian:12(-slim) (base_images.sh);
+#                              a second setup waits for the first (a lock), then finds them
 #   tier.sh build legacy|buildkit   docker build of ./Dockerfile with that builder
 #   tier.sh image IMAGE [--quick]   check_image.py        (needs MHA_CLIENT_BIN)
 #   tier.sh scale-out IMAGE         check_scale_out.py    (needs MHA_CLIENT_BIN)
@@ -68,14 +67,10 @@ ccache_stats() {  # hits and misses of the cache in $1 ("" when there is no host
          $1 ~ /^cache_miss$/ {m += $2} END {print h + 0, m + 0}'
 }
 
-ccache_base() {
+stage_ccache() {
   DOCKER_BUILDKIT=0 nice -n 19 $docker build -q -t mha-serve:ct-ccache-base "$here/ccache" \
     >"$build_log_dir/build-ccache-base.log" 2>&1 ||
     { cat "$build_log_dir/build-ccache-base.log" >&2; exit 1; }
-}
-
-stage_ccache() {
-  ccache_base
   # A tier killed while the cache was staged left it in the context: it goes back first.
   if [ -d "$staged" ] && [ ! -d "$ccache_dir" ]; then mv "$staged" "$ccache_dir"; fi
   rm -rf "$staged"
@@ -126,44 +121,6 @@ harvest_ccache() {
   fi
 }
 
-# The images' package layers, made by the setup while the host compiles: each Dockerfile cut
-# after every stage's first RUN (its package install; stages FROM another stage are dropped),
-# built with the builder and base of the tier's later build. Both builders key a layer by its
-# parent and its instruction (a COPY by the files' contents), so the later builds of the whole
-# Dockerfiles find these layers in their caches ("Using cache", "CACHED" in their logs) and only
-# the compile, the later COPYs and the smoke test are left for them. A layer that does not match
-# is made again by the real build: the prewarm changes how long the builds take, never what they
-# build. MHA_CONTAINER_PREWARM=0 skips it.
-cut_packages() {  # Dockerfile $1 -> its package layers, on stdout
-  awk '/^FROM / { split($0, w, " "); keep = !(w[2] in stages); if (w[4] != "") stages[w[4]] = 1
-                  seen_from = 1; print_it = keep }
-       !/^FROM / { print_it = !seen_from || keep }
-       print_it { print }
-       keep && /^RUN / { in_run = 1 }
-       in_run && !/\\$/ { in_run = 0; keep = 0 }' "$1"
-}
-
-prewarm() {
-  local start=$(date +%s) dir=$build_log_dir/prewarm opts=()
-  rm -rf "$dir"
-  mkdir -p "$dir/prometheus"
-  cut_packages "$repo/Dockerfile" >"$dir/Dockerfile"
-  cut_packages "$here/prometheus/Dockerfile" >"$dir/prometheus/Dockerfile"
-  if [ "${MHA_CONTAINER_CCACHE:-1}" != 0 ]; then
-    ccache_base
-    opts=(--build-arg DEBIAN_IMAGE=mha-serve:ct-ccache-base)
-  fi
-  docker_build prewarm-legacy 0 mha-serve:ct-packages-legacy -f "$dir/Dockerfile" "${opts[@]}"
-  # BuildKit's build stage starts from the legacy build's (build_buildkit): its last stage only.
-  docker_build prewarm-buildkit 1 mha-serve:ct-packages-buildkit -f "$dir/Dockerfile" \
-    --progress=plain --target "$(awk '/^FROM / && $4 != "" {s = $4} END {print s}' "$dir/Dockerfile")"
-  # check_scale_out.py's Prometheus image (legacy builder, debian:12).
-  DOCKER_BUILDKIT=0 nice -n 19 $docker build -t mha-serve:ct-packages-prometheus "$dir/prometheus" \
-    >"$build_log_dir/prewarm-prometheus.log" 2>&1 ||
-    { tail -n 60 "$build_log_dir/prewarm-prometheus.log" >&2; exit 1; }
-  echo "container tier: the images' package layers made in $(( $(date +%s) - start )) s ($dir)"
-}
-
 build_legacy() {
   local start how opts=()
   start=$(date +%s)
@@ -186,6 +143,19 @@ build_legacy() {
 # keeps the files' mtimes), so the second builder does not compile everything again (~8 min on
 # 2 cores). The from-scratch compile is the legacy build's. MHA_CONTAINER_BUILDKIT_SCRATCH=1
 # builds from debian:12 instead.
+# check_scale_out.py's Prometheus image (tests/container/prometheus/Dockerfile) up to its package
+# install, made here where the tier runs beside the host's tests: the scale-out check, which runs
+# alone, then builds it from this cached layer and only copies its configuration in.
+prometheus_packages() {
+  local dir=$build_log_dir/prometheus-packages
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  sed '/^COPY /,$d' "$here/prometheus/Dockerfile" >"$dir/Dockerfile"
+  DOCKER_BUILDKIT=0 nice -n 19 $docker build -t mha-serve:ct-prometheus-packages "$dir" \
+    >"$build_log_dir/build-prometheus-packages.log" 2>&1 ||
+    { tail -n 60 "$build_log_dir/build-prometheus-packages.log" >&2; exit 1; }
+}
+
 build_buildkit() {
   local start how="from debian:12" opts=(--progress=plain)
   start=$(date +%s)
@@ -196,6 +166,7 @@ build_buildkit() {
   fi
   docker_build build-buildkit 1 mha-serve:ct-buildkit "${opts[@]}"
   report_build mha-serve:ct-buildkit buildkit "$how" "$start"
+  prometheus_packages
 }
 
 step=${1:-}
@@ -210,7 +181,6 @@ case "$step" in
     flock 9
     "$here/dockerd.sh" start 9>&-
     nice -n 19 "$here/base_images.sh"
-    [ "${MHA_CONTAINER_PREWARM:-1}" = 0 ] || prewarm
     ;;
   build)
     require_engine
