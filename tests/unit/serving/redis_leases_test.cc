@@ -1,6 +1,7 @@
 // RedisLeases (sessions/redis/redis_leases.h) on a real redis-server: one owner at a time, a new
 // fencing token per ownership, renew and release only by the holder; Acquire of a session another
-// replica holds asks it to release (its ReleaseListener answers) and gets it, takes it once the
+// replica holds asks it to release (its ReleaseListener answers; asked again until a listener
+// hears, so one that subscribes late is asked too) and gets it, takes it once the
 // lease of a holder that is gone expires, and gives up after the handover bound with a message
 // naming the holder when nobody releases.
 #include "server/serving/sessions/redis/redis_leases.h"
@@ -9,6 +10,7 @@
 
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "redis_server.h"
@@ -78,6 +80,34 @@ TEST_F(RedisLeasesTest, TheHolderReleasesWhenAsked) {
       GetWithin(std::async(std::launch::async, [&] { return b->Acquire("s"); }), "a handover");
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   EXPECT_EQ(lease->owner, "b");
+  EXPECT_EQ(GetWithin(asked.get_future()), "s");
+}
+
+TEST_F(RedisLeasesTest, AHolderThatSubscribesAfterTheRequestIsAskedAgain) {
+  // A request PUBLISHed while the holder's listener is not subscribed (a replica starting, or
+  // reconnecting to Redis) reaches nobody: the asker asks again until a subscriber hears it.
+  auto a = Owner("a"), b = Owner("b", std::chrono::seconds(30), std::chrono::seconds(20));
+  auto held = a->TryAcquire("s");
+  ASSERT_TRUE(held.ok() && held->acquired);
+  auto lease = std::async(std::launch::async, [&] { return b->Acquire("s"); });
+  // b has asked (PUBLISH precedes the wait) and waits for a release: BLPOP on its connection.
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        auto clients = client_->Command({"CLIENT", "LIST"});
+        return clients.ok() && clients->str.find("cmd=blpop") != std::string::npos;
+      },
+      "b to wait for a release"));
+  std::promise<std::string> asked;
+  std::once_flag once;
+  ReleaseListener listener(client_, a->Channel("a"), [&](const std::string& session) {
+    std::call_once(once, [&] {
+      EXPECT_TRUE(a->Release(held->lease).ok());
+      asked.set_value(session);
+    });
+  });
+  auto got = GetWithin(std::move(lease), "a handover to a listener that subscribed late");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->owner, "b");
   EXPECT_EQ(GetWithin(asked.get_future()), "s");
 }
 

@@ -11,6 +11,9 @@
 namespace mha::serve {
 namespace {
 
+// How often a release request that reached no subscriber is sent again.
+constexpr std::chrono::milliseconds kAskAgain{100};
+
 // KEYS: lease, fence. ARGV: owner, lease ms. {1, value} when taken (a new token when free, the
 // same when this owner holds it); {0, value, pttl} when another owner holds it.
 constexpr char kAcquire[] = R"lua(
@@ -118,15 +121,17 @@ StatusOr<bool> RedisLeases::Held(const std::string& session) {
 
 StatusOr<SessionLease> RedisLeases::Acquire(const std::string& session) {
   const auto deadline = std::chrono::steady_clock::now() + options_.handover;
-  bool asked = false;
+  bool heard = false;
   for (;;) {
     auto attempt = TryAcquire(session);
     if (!attempt.ok()) return attempt.status();
     if (attempt->acquired) return attempt->lease;
-    if (!asked) {
-      asked = true;
+    // Asked again until a subscriber hears it (PUBLISH answers how many did): a request sent while
+    // the holder's release listener is not subscribed (it is starting, or reconnecting) is lost.
+    if (!heard) {
       auto sent = client_->Command({"PUBLISH", Channel(attempt->holder), session});
       if (!sent.ok()) return sent.status();
+      heard = sent->integer > 0;
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -138,8 +143,9 @@ StatusOr<SessionLease> RedisLeases::Acquire(const std::string& session) {
                          std::to_string(options_.handover.count()) + "; its lease expires in " +
                          std::to_string(attempt->expires_in.count()) + " ms: retry then");
     }
-    // Woken by a release; else at most until the lease expires (+1 ms) or the bound.
-    const auto wait = std::min(left, attempt->expires_in + std::chrono::milliseconds(1));
+    // Woken by a release; else at most until the lease expires (+1 ms), the bound, or the next ask.
+    auto wait = std::min(left, attempt->expires_in + std::chrono::milliseconds(1));
+    if (!heard) wait = std::min(wait, kAskAgain);
     MHA_RETURN_IF_ERROR(WaitForRelease(session, std::max(wait, std::chrono::milliseconds(1))));
   }
 }

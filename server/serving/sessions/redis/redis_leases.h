@@ -8,7 +8,9 @@
 // another replica holds asks that replica to release it (PUBLISH on "<prefix>release:<owner>",
 // which the holder's ReleaseListener receives) and waits, bounded, for the release (the holder
 // RPUSHes "<prefix>released:<session>", the waiter BLPOPs it) or for the lease to expire (a
-// holder that is gone has no subscriber: PUBLISH reaches nobody, and its lease runs out).
+// holder that is gone has no subscriber: PUBLISH reaches nobody, and its lease runs out). Until a
+// subscriber hears it, the request is sent again every 100 ms: one sent while the holder's
+// listener was not subscribed yet (or was reconnecting) reached nobody.
 #pragma once
 
 #include <chrono>
