@@ -1,15 +1,24 @@
-# mha_gtest_suites(TARGET LABELS label TIMEOUT seconds [SERIAL suite...])
+# mha_gtest_suites(TARGET LABELS label TIMEOUT seconds [SERIAL suite...] [PICK_PORTS suite...]
+#                  [OWN suite...])
 #
-# One ctest test per GoogleTest test suite of TARGET, named after the suite and run as
-# `TARGET --gtest_filter=Suite.*`. gtest_discover_tests makes one process per test instead: a
-# service test then pays for LibTorch's start-up in the test process and for a server of its own,
-# which was most of the suite's time (mha_service_tests: ~560 s as 179 processes, 110 s as one).
-# Tests of one suite share a process and, where the suite says so (SharedServerTest), a server;
-# gtest still reports every test by name, and `TARGET --gtest_filter=...` runs one alone.
+# ctest tests for the GoogleTest test suites of TARGET: up to MHA_TEST_SUITES_PER_PROCESS suites in
+# a row share one, run as `TARGET --gtest_filter=A.*:B.*` and named `A+B` (so `ctest -R A` still
+# finds A). Every process of a LibTorch binary pays LibTorch's start-up, ~0.8 s of CPU before its
+# first test (symbol binding and operator registration of ~290 libraries): 177 unit suites as 177
+# processes spent ~150 s of CPU on it. gtest_discover_tests makes one process per test instead, and
+# a service test then pays for a server of its own too (mha_service_tests: ~560 s as 179 processes,
+# 110 s as one). Tests of one suite share a process and, where the suite says so (SharedServerTest),
+# a server; gtest still reports every test by name, and `TARGET --gtest_filter=...` runs one alone.
 # The list is read from `TARGET --gtest_list_tests` after each build, as gtest_discover_tests does.
-# A suite whose tests all skip (the CUDA-only ones without CUDA) exits 77 (common/gtest_main.cc)
-# and is reported as skipped. ctest runs suites in parallel (scripts/test.sh); the suites named
-# after SERIAL run alone (RUN_SERIAL): those that bound a time (docs/testing.md). Each must exist.
+# A process whose tests all skip (the CUDA-only suites without CUDA) exits 77
+# (common/gtest_main.cc) and is reported as skipped: such suites are named after OWN, so that each
+# has a test of its own and ctest reports it skipped. ctest runs tests in parallel
+# (scripts/test.sh); the suites named after SERIAL run alone (RUN_SERIAL): those that bound a
+# time; those named after PICK_PORTS pick a port before a server binds it
+# (ServerProcess::PickFreePort) and run one at a time (RESOURCE_LOCK mha_picked_ports) but beside
+# the rest (docs/testing.md). Every suite named must exist.
+set(MHA_TEST_SUITES_PER_PROCESS 8 CACHE STRING
+  "GoogleTest suites that share one ctest test and process (1: a process per suite)")
 set(_MHA_GTEST_SUITES_LIST ${CMAKE_CURRENT_LIST_DIR}/gtest_suites_list.cmake)
 
 # With MHA_UNITY (CMakeLists.txt) a GoogleTest binary's test files compile as one unit
@@ -24,7 +33,7 @@ set(MHA_TEST_UNITY_BATCH 0 CACHE STRING "Test files per unity unit (0: all of a 
 set(MHA_TEST_OPTIMIZE -O1 CACHE STRING "Optimisation flag of the test binaries' own units")
 
 function(mha_gtest_suites target)
-  cmake_parse_arguments(ARG "" "LABELS;TIMEOUT" "SERIAL" ${ARGN})
+  cmake_parse_arguments(ARG "" "LABELS;TIMEOUT" "SERIAL;OWN;PICK_PORTS" ${ARGN})
   set_target_properties(${target} PROPERTIES UNITY_BUILD ${MHA_UNITY}
     UNITY_BUILD_BATCH_SIZE ${MHA_TEST_UNITY_BATCH})
   if(MHA_TEST_OPTIMIZE)
@@ -34,6 +43,8 @@ function(mha_gtest_suites target)
     set(ARG_TIMEOUT 600)
   endif()
   string(REPLACE ";" "," serial "${ARG_SERIAL}")  # no ';' on the command line
+  string(REPLACE ";" "," own "${ARG_OWN}")
+  string(REPLACE ";" "," pick_ports "${ARG_PICK_PORTS}")
   set(list_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites.cmake")
   set(include_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites_include.cmake")
   add_custom_command(TARGET ${target} POST_BUILD
@@ -44,6 +55,9 @@ function(mha_gtest_suites target)
       -D "LABELS=${ARG_LABELS}"
       -D "TIMEOUT=${ARG_TIMEOUT}"
       -D "SERIAL=${serial}"
+      -D "OWN=${own}"
+      -D "PICK_PORTS=${pick_ports}"
+      -D "PER_PROCESS=${MHA_TEST_SUITES_PER_PROCESS}"
       -P ${_MHA_GTEST_SUITES_LIST}
     BYPRODUCTS ${list_file}
     VERBATIM)
