@@ -32,7 +32,8 @@ case "${1:-}" in
   --tsan)  # LibTorch, gRPC and protobuf are not instrumented: tests/sanitize/tsan.supp.
     shift
     export MHA_BUILD_DIR=${MHA_BUILD_DIR:-build-tsan}
-    variant=(-DMHA_TSAN=ON -DMHA_BUILD_BENCHMARKS=OFF)
+    # A ctest test per suite: the default run below picks suites by name.
+    variant=(-DMHA_TSAN=ON -DMHA_BUILD_BENCHMARKS=OFF -DMHA_TEST_SUITES_PER_PROCESS=1)
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitize/tsan.supp}
     if [[ $# -eq 0 ]]; then  # only the binaries the default run needs
       tsan_default=1
@@ -66,12 +67,14 @@ if [[ -n $tsan_default ]]; then
   set -- -R "^($suites|$decode)\$" \
     --no-tests=error
 fi
-# ctest runs nproc tests at a time (MHA_TEST_JOBS): every test has its own ports (127.0.0.1:0 and a
-# port file), temp folders and servers; those that bound a time or pick a free port before binding
-# it run alone (RUN_SERIAL), and so does every step of the container tier (docs/testing.md).
+# ctest runs nproc + 1 tests at a time (MHA_TEST_JOBS): the container tier's image builds, beside
+# the others, wait on the Debian mirror and the disk about half their time. Every test has its own
+# ports (127.0.0.1:0 and a port file), temp folders and servers; those that bound a time run alone
+# (RUN_SERIAL), as do the container tier's checks; those that pick a free port before binding it,
+# one at a time (docs/testing.md).
 ctest_status=0
 ctest --test-dir "${MHA_BUILD_DIR:-build}" --output-on-failure --timeout 600 \
-  -j"${MHA_TEST_JOBS:-$(nproc)}" "$@" || ctest_status=$?
+  -j"${MHA_TEST_JOBS:-$(($(nproc) + 1))}" "$@" || ctest_status=$?
 if [[ -n $tidy_pid ]]; then
   tidy_status=0
   wait "$tidy_pid" || tidy_status=$?
