@@ -62,8 +62,28 @@ class Backend:
         self.server.stop(None).wait(10)
 
 
+_next_port = 0
+
+
 def free_port():
-    with socket.socket() as s:
+    """A loopback port below the kernel's ephemeral range, free a moment ago: a parallel test's
+    port-0 bind or outgoing connection cannot take it before nginx binds it; the tests that pick
+    ports hold ctest's RESOURCE_LOCK mha_picked_ports (docs/testing.md)."""
+    global _next_port
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        end = int(f.read().split()[0])
+    lowest = 10000
+    if _next_port == 0:
+        _next_port = lowest + os.getpid() % max(end - lowest, 1)
+    for _ in range(max(end - lowest, 0)):
+        port, _next_port = _next_port, (_next_port + 1 if _next_port + 1 < end else lowest)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                pass
+    with socket.socket() as s:  # no room below the range: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -64,20 +65,55 @@ ModelRepositoryDir::ModelRepositoryDir(const std::vector<std::string>& cases,
 
 std::string ServerProcess::BinaryPath() { return MHA_SERVER_BINARY; }
 
-int ServerProcess::PickFreePort() {
+namespace {
+
+// The low end of the kernel's ephemeral port range (net.ipv4.ip_local_port_range): binds to
+// port 0 and outgoing connections take their ports from there up.
+int EphemeralPortsStart() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return (in >> low) ? low : 32768;
+}
+
+// Binds a loopback socket to `port` (0: the kernel picks one) and closes it; the port it had,
+// 0 when the bind failed.
+int BindLoopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  int port = 0;
+  int bound = 0;
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+    bound = ntohs(addr.sin_port);
   }
   close(fd);
-  return port;
+  return bound;
+}
+
+}  // namespace
+
+int ServerProcess::PickFreePort() {
+  // Below the ephemeral range, so no parallel test's port-0 server or outgoing connection can
+  // take it between this pick and the bind that follows it; the tests that pick ports hold
+  // ctest's RESOURCE_LOCK mha_picked_ports (docs/testing.md), so no two pick at once, and one
+  // process never gets the same port twice (it may not have bound the last one yet).
+  static std::mutex mutex;
+  static int next = 0;
+  const std::lock_guard<std::mutex> lock(mutex);
+  constexpr int kLowest = 10000;
+  const int end = EphemeralPortsStart();
+  if (end - kLowest < 1000) return BindLoopback(0);  // no room below it: the kernel's pick
+  if (next == 0) next = kLowest + static_cast<int>(getpid() % (end - kLowest));
+  for (int tries = 0; tries < end - kLowest; ++tries) {
+    const int port = next;
+    next = next + 1 < end ? next + 1 : kLowest;
+    if (BindLoopback(port) == port) return port;
+  }
+  return 0;
 }
 
 ::testing::AssertionResult ServerProcess::Start(const std::vector<std::string>& args,

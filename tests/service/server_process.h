@@ -67,7 +67,8 @@ class ServerProcess {
 
   // Path of the mha-server binary under test.
   static std::string BinaryPath();
-  // A port that was free a moment ago (for tests that must know it before the port file exists).
+  // A loopback port below the ephemeral range that was free a moment ago, for tests that must know
+  // it before the port file exists (they hold RESOURCE_LOCK mha_picked_ports); 0 when none is.
   static int PickFreePort();
 
  private:
