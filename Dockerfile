@@ -4,8 +4,9 @@
 #   docker run --rm -p 8500:8500 -p 8502:8502 mha-serve:0.1.0-cpu                 # example model
 #   docker run --rm -p 8500:8500 -p 8502:8502 -v "$PWD/models:/models:ro" mha-serve:0.1.0-cpu
 #
-# Stages: build (the README's own scripts) -> runtime (binaries + runtime packages only) ->
-# smoke (starts the server in the image, one forward pass, /readyz, /metrics) -> final.
+# Stages: build (the README's own scripts); runtime-packages -> runtime (binaries + runtime
+# packages only) -> smoke (starts the server in the image, one forward pass, /readyz, /metrics)
+# -> final.
 # The CUDA variant is Dockerfile.cuda. tests/deploy checks this file and the runtime package list
 # without a Docker engine (see docs/deploy.md).
 
@@ -28,7 +29,9 @@ RUN tests/deploy/check_runtime_packages.py --packages deploy/runtime-packages.tx
       build/server/mha-server build/client/mha-client
 
 ############################################################################### runtime
-FROM ${RUNTIME_IMAGE} AS runtime
+# The runtime libraries in a stage of their own: a build can start a runtime stage from an image
+# that has them already (RUNTIME_IMAGE; tests/container/tier.sh does for its second builder).
+FROM ${RUNTIME_IMAGE} AS runtime-packages
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # Runtime libraries only: the list is derived from `ldd` of the binaries (see the file).
 COPY deploy/runtime-packages.txt /tmp/runtime-packages.txt
@@ -37,8 +40,10 @@ RUN export DEBIAN_FRONTEND=noninteractive \
  && apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends ${packages} \
  && apt-get clean \
- && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
- && groupadd --gid 10001 mha \
+ && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt
+
+FROM runtime-packages AS runtime
+RUN groupadd --gid 10001 mha \
  && useradd --uid 10001 --gid 10001 --home-dir /nonexistent --no-create-home \
       --shell /usr/sbin/nologin mha
 COPY --from=build /src/build/server/mha-server /src/build/client/mha-client /usr/local/bin/
