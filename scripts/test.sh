@@ -14,8 +14,10 @@ scripts/install-deps.sh test
 # The whole suite (no ctest arguments): the container tier's setup (its Docker engine, base images
 # from the Debian mirror) starts now, beside the build, at the lowest priority; container.setup
 # waits for it (tests/container/tier.sh). Its log: $TMPDIR/mha-container-setup.log.
+container_early=
 if [[ $# -eq 0 && ${MHA_SKIP_CONTAINER:-0} != 1 ]]; then
   setsid nice -n 19 tests/container/tier.sh setup >"${TMPDIR:-/tmp}/mha-container-setup.log" 2>&1 &
+  container_early=1
 fi
 scripts/lint.sh format
 variant=()
@@ -51,7 +53,22 @@ if [[ ${#variant[@]} -eq 0 ]]; then
   tidy_log=$(mktemp)
   setsid nice -n 19 scripts/lint.sh tidy >"$tidy_log" 2>&1 &  # its own process group
   tidy_pid=$!
-  trap 'kill -- "-$tidy_pid" 2>/dev/null || true; rm -f "$tidy_log"' EXIT  # a failed build
+  # A failed build, and at the end whatever is left.
+  trap 'kill -- "-$tidy_pid" 2>/dev/null || true; rm -f "$tidy_log"' EXIT
+fi
+if [[ -n $container_early ]]; then
+  # The container tier's legacy image build needs of the host build only mha-server's and
+  # mha-client's objects (in the compiler cache its build stage is seeded from): it starts once
+  # they are built, beside the rest of the build and the tests, and container.build_legacy waits
+  # for it (tests/container/tier.sh, MHA_CONTAINER_EARLY). Its apt installs wait on the mirror and
+  # the disk about half their time, which the compiles fill.
+  MHA_TARGETS="mha-server mha-client" scripts/build.sh
+  MHA_CONTAINER_EARLY=$(mktemp -d "${TMPDIR:-/tmp}/mha-container-early.XXXXXX")
+  export MHA_CONTAINER_EARLY
+  setsid tests/container/tier.sh build legacy --early >"$MHA_CONTAINER_EARLY/launch.log" 2>&1 &
+  early_pid=$!
+  trap 'kill -- "-$early_pid" 2>/dev/null || true; [[ -z $tidy_pid ]] ||
+    kill -- "-$tidy_pid" 2>/dev/null || true; rm -rf "${tidy_log:-}" "$MHA_CONTAINER_EARLY"' EXIT
 fi
 scripts/build.sh "${variant[@]}"
 if [[ -n $tsan_default ]]; then
@@ -78,7 +95,6 @@ ctest --test-dir "${MHA_BUILD_DIR:-build}" --output-on-failure --timeout 600 \
 if [[ -n $tidy_pid ]]; then
   tidy_status=0
   wait "$tidy_pid" || tidy_status=$?
-  trap - EXIT
   cat "$tidy_log"
   rm -f "$tidy_log"
   [[ $tidy_status -eq 0 ]] || exit "$tidy_status"

@@ -3,6 +3,7 @@
 #   tier.sh setup              own dockerd (dockerd.sh) + base images debian:12(-slim) (base_images.sh);
 #                              a second setup waits for the first (a lock), then finds them
 #   tier.sh build legacy|buildkit   docker build of ./Dockerfile with that builder
+#   tier.sh build legacy --early    the same, started by scripts/test.sh beside the host build
 #   tier.sh image IMAGE [--quick]   check_image.py        (needs MHA_CLIENT_BIN)
 #   tier.sh scale-out IMAGE         check_scale_out.py    (needs MHA_CLIENT_BIN)
 #   tier.sh teardown           stops the dockerd by PID
@@ -159,6 +160,38 @@ build_legacy() {
   report_build mha-serve:ct-legacy legacy "$how" "$start"
 }
 
+# scripts/test.sh starts the legacy build early, once the host has built mha-server and mha-client
+# (`build legacy --early`, MHA_CONTAINER_EARLY=<a folder of its own>): beside the rest of the host
+# build and the tests. ctest's container.build_legacy then waits for it and reports its output and
+# exit code; it builds itself when no early build ran (another ctest command, a killed one).
+early_dir=${MHA_CONTAINER_EARLY:-}
+
+build_legacy_early() {
+  [ -n "$early_dir" ] || { echo "container tier: --early needs MHA_CONTAINER_EARLY" >&2; exit 2; }
+  exec 8>"$early_dir/lock"
+  flock 8
+  touch "$early_dir/started"
+  # The setup that scripts/test.sh started beside the build holds this lock until it is done.
+  mkdir -p "$MHA_DOCKER_ROOT"
+  (flock 9) 9>"$MHA_DOCKER_ROOT/setup.lock"
+  local rc=0
+  MHA_CONTAINER_EARLY='' "$here/tier.sh" build legacy >"$early_dir/out" 2>&1 || rc=$?
+  echo "$rc" >"$early_dir/rc"
+}
+
+build_legacy_or_wait() {
+  if [ -n "$early_dir" ] && [ -e "$early_dir/started" ]; then
+    exec 8>"$early_dir/lock"
+    flock 8
+    if [ -f "$early_dir/rc" ]; then
+      cat "$early_dir/out"
+      echo "container tier: (this build started beside the host build: scripts/test.sh)"
+      exit "$(cat "$early_dir/rc")"
+    fi
+  fi
+  build_legacy
+}
+
 # BuildKit runs every instruction of the Dockerfile, but on the legacy build's stages when this
 # tier has just made them: the build stage (its packages are installed and its objects up to
 # date, COPY keeps the files' mtimes) and the runtime packages' stage (apt-get finds every
@@ -209,10 +242,10 @@ case "$step" in
     nice -n 19 "$here/base_images.sh"
     ;;
   build)
-    require_engine
+    [ "${3:-}" = --early ] || require_engine
     builder=${2:?legacy or buildkit}
     case "$builder" in
-      legacy) build_legacy ;;
+      legacy) if [ "${3:-}" = --early ]; then build_legacy_early; else build_legacy_or_wait; fi ;;
       buildkit) build_buildkit ;;
       *) echo "unknown builder $builder" >&2; exit 2 ;;
     esac
