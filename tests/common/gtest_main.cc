@@ -1,7 +1,7 @@
 // main() of every GoogleTest binary here: GoogleTest's, plus exit code 77 when nothing ran but
-// skipped tests (the CUDA-only suites without CUDA). ctest runs one process per test suite
-// (tests/cmake/gtest_suites.cmake) and reports 77 as "skipped" (SKIP_RETURN_CODE), so such a suite
-// is not counted as passed; a failure anywhere still exits 1.
+// skipped tests (the CUDA-only suites without CUDA). ctest runs each such suite in a process of
+// its own (OWN in tests/cmake/gtest_suites.cmake) and reports 77 as "skipped" (SKIP_RETURN_CODE),
+// so it is not counted as passed; a failure anywhere still exits 1.
 #include <gtest/gtest.h>
 
 int main(int argc, char** argv) {
