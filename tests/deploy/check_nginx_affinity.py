@@ -29,6 +29,9 @@ from concurrent import futures
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import procs  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import loopback_ports  # noqa: E402
+
 try:
     import grpc
 except ImportError:
@@ -60,32 +63,6 @@ class Backend:
 
     def stop(self):
         self.server.stop(None).wait(10)
-
-
-_next_port = 0
-
-
-def free_port():
-    """A loopback port below the kernel's ephemeral range, free a moment ago: a parallel test's
-    port-0 bind or outgoing connection cannot take it before nginx binds it; the tests that pick
-    ports hold ctest's RESOURCE_LOCK mha_picked_ports (docs/testing.md)."""
-    global _next_port
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        end = int(f.read().split()[0])
-    lowest = 10000
-    if _next_port == 0:
-        _next_port = lowest + os.getpid() % max(end - lowest, 1)
-    for _ in range(max(end - lowest, 0)):
-        port, _next_port = _next_port, (_next_port + 1 if _next_port + 1 < end else lowest)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                pass
-    with socket.socket() as s:  # no room below the range: the kernel's pick
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rewrite(text, port, backends, keep_hash=True):
@@ -165,7 +142,7 @@ def run(exe, text, keep_hash=True):
     """Failures of checks 1-3 (1 only when keep_hash is False)."""
     failures = []
     backends = [Backend(f"replica-{i}") for i in range(3)]
-    port = free_port()
+    port = loopback_ports.pick_free_port()
     with tempfile.TemporaryDirectory() as tmp:
         nginx = Nginx(exe, rewrite(text, port, backends, keep_hash), tmp)
         channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.enable_http_proxy", 0)])

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -24,6 +23,9 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import loopback_ports  # noqa: E402
 
 GOOD_BENCH = 48  # bench requests (closed loop, 16 in flight)
 GOOD_SINGLE = 2  # `mha-client forward` calls
@@ -35,32 +37,6 @@ def die_with_parent():
     """preexec_fn: the child gets SIGKILL when this script exits."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-_next_port = 0
-
-
-def free_port():
-    """A loopback port below the kernel's ephemeral range, free a moment ago: a parallel test's
-    port-0 bind or outgoing connection cannot take it before Prometheus binds it; the tests that pick
-    ports hold ctest's RESOURCE_LOCK mha_picked_ports (docs/testing.md)."""
-    global _next_port
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        end = int(f.read().split()[0])
-    lowest = 10000
-    if _next_port == 0:
-        _next_port = lowest + os.getpid() % max(end - lowest, 1)
-    for _ in range(max(end - lowest, 0)):
-        port, _next_port = _next_port, (_next_port + 1 if _next_port + 1 < end else lowest)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                pass
-    with socket.socket() as s:  # no room below the range: the kernel's pick
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_file(path, proc, timeout, what):
@@ -141,7 +117,7 @@ def run(args, work):
         if status != 200:
             failures.append(f"/readyz answered {status}")
 
-        prom_port = free_port()
+        prom_port = loopback_ports.pick_free_port()
         config = os.path.join(work, "prometheus.yml")
         with open(config, "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
