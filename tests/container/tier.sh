@@ -192,14 +192,6 @@ build_legacy_or_wait() {
   build_legacy
 }
 
-# BuildKit runs every instruction of the Dockerfile, but on the legacy build's stages when this
-# tier has just made them: the build stage (its packages are installed and its objects up to
-# date, COPY keeps the files' mtimes) and the runtime packages' stage (apt-get finds every
-# package installed). So the second builder neither compiles everything again (~8 min on 2
-# cores) nor unpacks the 311 runtime packages again (~75 s); what it checks is how BuildKit takes
-# the Dockerfile (its stage graph, COPY --from, the smoke stage, the image's configuration). The
-# from-scratch build is the legacy build's. MHA_CONTAINER_BUILDKIT_SCRATCH=1 builds from debian:12
-# and debian:12-slim instead.
 # check_scale_out.py's Prometheus image (tests/container/prometheus/Dockerfile) up to its package
 # install, made here where the tier runs beside the host's tests: the scale-out check, which runs
 # alone, then builds it from this cached layer and only copies its configuration in.
@@ -213,6 +205,14 @@ prometheus_packages() {
     { tail -n 60 "$build_log_dir/build-prometheus-packages.log" >&2; exit 1; }
 }
 
+# BuildKit runs every instruction of the Dockerfile, but on the legacy build's stages when this
+# tier has just made them: the build stage (its packages are installed and its objects up to
+# date, COPY keeps the files' mtimes) and the runtime packages' stage (apt-get finds every
+# package installed). So the second builder neither compiles everything again (~8 min on 2
+# cores) nor unpacks the 311 runtime packages again (~75 s); what it checks is how BuildKit takes
+# the Dockerfile (its stage graph, COPY --from, the smoke stage, the image's configuration). The
+# from-scratch build is the legacy build's. MHA_CONTAINER_BUILDKIT_SCRATCH=1 builds from debian:12
+# and debian:12-slim instead.
 build_buildkit() {
   local start how="from debian:12" opts=(--progress=plain)
   start=$(date +%s)
