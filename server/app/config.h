@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,6 +56,8 @@ struct ServerConfig {
   std::string port_file;
   std::string admin_token_file;     // "" = model control RPCs need no token
   int64_t debug_load_delay_ms = 0;  // test-only: widens the NOT_SERVING window
+  // Test-only, set by mha-test-server (no flag): loading waits while it answers true.
+  std::function<bool()> load_hold;
 
   int instances = 0;            // --instances (0 = auto: ResolvedInstances)
   int deprecated_workers = -1;  // --workers, its old name; -1 = not given

@@ -226,6 +226,9 @@ int ServerApp::LoadModels(SignalWatcher& signals) {
   if (c_.debug_load_delay_ms > 0) {
     sig = signals.WaitFor(std::chrono::milliseconds(c_.debug_load_delay_ms));
   }
+  while (sig == 0 && c_.load_hold && c_.load_hold()) {
+    sig = signals.WaitFor(std::chrono::milliseconds(2));
+  }
   if (sig != 0) return sig;
   core_->StartLoading([this, &signals] {  // `signals` outlives Stop(), which joins the loader
     loaded_ = true;

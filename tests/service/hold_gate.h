@@ -11,6 +11,9 @@
 //   ASSERT_TRUE(gate.WaitEntered(1));          // pass 1 is running (held)
 //   gate.ReleaseAll();
 //
+// Model loading can be held too: HoldLoads() before the server starts, ReleaseLoads() to let it
+// load (the server is NOT_SERVING until then).
+//
 // Passes are numbered from 1 over every model from the server's start (warmup passes do not go
 // through the scheduler and are not counted). The destructor lets every pass through; a
 // ReleaseOnExit (tests/common/pass_gate.h) declared after the calls that wait on held passes lets
@@ -38,7 +41,10 @@ namespace mha::testing {
 class HoldGate {
  public:
   HoldGate() = default;
-  ~HoldGate() { ReleaseAll(); }
+  ~HoldGate() {
+    ReleaseAll();
+    ReleaseLoads();
+  }
   HoldGate(const HoldGate&) = delete;
   HoldGate& operator=(const HoldGate&) = delete;
 
@@ -58,6 +64,12 @@ class HoldGate {
   void ReleaseAll() const {
     std::error_code ec;
     std::filesystem::remove(dir_.File("hold"), ec);
+  }
+  // Model loading waits (before it starts) until ReleaseLoads().
+  void HoldLoads() const { Touch("hold-load"); }
+  void ReleaseLoads() const {
+    std::error_code ec;
+    std::filesystem::remove(dir_.File("hold-load"), ec);
   }
   bool Entered(int64_t k) const {
     std::error_code ec;

@@ -1,6 +1,6 @@
-// Server life cycle: health NOT_SERVING -> SERVING, a full queue and SIGTERM during a burst (passes
-// held at mha-test-server's gate, hold_gate.h), the built-in default model, a repository without a
-// default model, server reflection.
+// Server life cycle: health NOT_SERVING -> SERVING (loading held), a full queue and SIGTERM during
+// a burst (passes held; both at mha-test-server's gate, hold_gate.h), the built-in default model,
+// a repository without a default model, server reflection.
 #include <ATen/ATen.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -64,13 +64,17 @@ bool TcpPortAcceptsConnections(int port) {
   return fd >= 0;
 }
 
+// Loading is held at the gate until the NOT_SERVING answers are checked (however slow the machine).
 TEST(ServiceLifecycle, HealthIsNotServingUntilModelsAreLoaded) {
   ModelRepositoryDir repository({"self_basic"});
   ServerProcess server;
+  HoldGate gate;
+  gate.Attach(&server);
+  gate.HoldLoads();
   const int port = ServerProcess::PickFreePort();
   ASSERT_GT(port, 0);
-  ASSERT_TRUE(server.Start({"--model-repository", repository.path(), "--grpc-address",
-                            "127.0.0.1:" + std::to_string(port), "--debug-load-delay-ms", "4000"},
+  ASSERT_TRUE(server.Start(gate.Args({"--model-repository", repository.path(), "--grpc-address",
+                                      "127.0.0.1:" + std::to_string(port)}),
                            /*wait_until_serving=*/false));
   // Wait for the listening socket with plain TCP connects (a gRPC channel that failed to connect
   // backs off for seconds), then ask: the first answer must be NOT_SERVING.
@@ -88,7 +92,11 @@ TEST(ServiceLifecycle, HealthIsNotServingUntilModelsAreLoaded) {
   ASSERT_FALSE(early.ok());
   EXPECT_EQ(early.status().code(), StatusCode::kUnavailable) << early.status().ToString();
   EXPECT_NE(early.status().message().find("loading"), std::string::npos);
+  auto still = client.CheckHealth("");
+  ASSERT_TRUE(still.ok()) << still.status().ToString();
+  EXPECT_EQ(*still, HealthStatus::NOT_SERVING);
 
+  gate.ReleaseLoads();
   ASSERT_TRUE(WaitUntil(
       [&] {
         auto now = client.CheckHealth("");

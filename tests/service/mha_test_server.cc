@@ -4,7 +4,9 @@
 // own, taken off argv before mha-server's flags are parsed) installs BatcherOptions::pass_hook:
 // pass k (1-based, counted over every model from the server's start) first creates DIR/entered.k,
 // then waits while DIR/hold exists and DIR/release.k does not (looking every 2 ms; at most 120 s).
-// The test side is tests/service/hold_gate.h. Without the flag the binary is mha-server.
+// Model loading is held the same way, before it starts, while DIR/hold-load exists
+// (ServerConfig::load_hold; NOT_SERVING meanwhile). The test side is tests/service/hold_gate.h.
+// Without the flag the binary is mha-server.
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -47,9 +49,22 @@ class HoldGate {
     return pass();
   }
 
+  // True while model loading is held (ServerConfig::load_hold, asked every 2 ms).
+  bool LoadHeld() {
+    if (!load_asked_.exchange(true)) load_give_up_ = std::chrono::steady_clock::now() + kHoldLimit;
+    std::error_code ec;
+    if (!fs::exists(dir_ / "hold-load", ec)) return false;
+    if (std::chrono::steady_clock::now() <= load_give_up_) return true;
+    std::cerr << "mha-test-server: loading held for " << kHoldLimit.count()
+              << " s and never released; letting it through" << std::endl;
+    return false;
+  }
+
  private:
   const fs::path dir_;
   std::atomic<int64_t> passes_{0};
+  std::atomic<bool> load_asked_{false};
+  std::chrono::steady_clock::time_point load_give_up_;  // set by the first LoadHeld (one thread)
 };
 
 }  // namespace
@@ -72,5 +87,6 @@ int main(int argc, char** argv) {
         c->core.batcher.pass_hook = [gate](const std::function<mha::Status()>& pass) {
           return gate->Pass(pass);
         };
+        c->load_hold = [gate] { return gate->LoadHeld(); };
       });
 }
